@@ -1,0 +1,54 @@
+# sluice — developer and user entry points. Everything installs what it needs on first use;
+# downloads and builds are cached under $(SLUICE_CACHE) (default ~/.cache/sluice), keyed by version.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export SLUICE_CACHE ?= $(HOME)/.cache/sluice
+
+.PHONY: help venv demo test lint format bench local-kafka local-kafka-down local-cluster local-cluster-down clean
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 22
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sluice needs Python >= 3.11 (found " + sys.version.split()[0] + ")")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP) ## create .venv with pinned dependencies
+
+demo: $(STAMP) ## run the main job on embedded defaults (local Kafka + Spark), ends by itself
+	$(PY) -m sluice.testbed demo
+
+test: $(STAMP) ## install what is needed and run the whole test suite
+	$(PY) -m sluice.testbed prefetch
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: $(STAMP) ## benchmarks (figures printed, never asserted as timings in tests)
+	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench
+
+local-kafka: $(STAMP) ## single-node KRaft broker on localhost (prints the bootstrap address)
+	$(PY) -m sluice.testbed kafka up
+
+local-kafka-down: $(STAMP)
+	$(PY) -m sluice.testbed kafka down
+
+local-cluster: $(STAMP) ## local Kubernetes control plane; kubeconfig in .local-cluster/kubeconfig
+	$(PY) -m sluice.testbed cluster up
+
+local-cluster-down: $(STAMP)
+	$(PY) -m sluice.testbed cluster down
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,93 @@
+"""`python -m sluice.testbed …`: the make targets' entry point for the real local components."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .common import REPO_ROOT, ProvisionError
+
+LOCAL_KAFKA_DIR = REPO_ROOT / ".local-kafka"
+
+
+def kafka_command(args: argparse.Namespace) -> int:
+    from . import kafka
+
+    state_dir = Path(args.state_dir)
+    if args.action == "up":
+        bootstrap = kafka.local_up(state_dir, size=args.brokers)
+        print(f"Kafka {kafka.KAFKA} (KRaft, {args.brokers} node(s)) is up. bootstrap: {bootstrap}")
+        print(f"stop it with: make local-kafka-down   (logs in {state_dir})")
+    elif args.action == "down":
+        print("Kafka stopped" if kafka.local_down(state_dir) else "no local Kafka was running")
+    else:
+        bootstrap = kafka.local_bootstrap(state_dir)
+        print(f"running, bootstrap: {bootstrap}" if bootstrap else "not running")
+        return 0 if bootstrap else 1
+    return 0
+
+
+def cluster_command(args: argparse.Namespace) -> int:
+    from .kube import cluster_cli
+
+    return cluster_cli([args.action])
+
+
+def prefetch_command(args: argparse.Namespace) -> int:
+    """Fetch and build every real component the tests use, so test time is test time."""
+    from .kafka import java_binary, kafka_jars
+    from .kube import prefetch_kubernetes
+    from .spark import spark_kafka_jars
+
+    java_binary()
+    steps = [("Kafka jars", kafka_jars), ("Spark Kafka connector", spark_kafka_jars)]
+    if not args.skip_kubernetes:
+        steps.append(("Kubernetes, etcd and helm binaries", prefetch_kubernetes))
+    for label, step in steps:
+        print(f"prefetch: {label} …", flush=True)
+        step()
+    print("prefetch: done")
+    return 0
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from sluice.pipelines.demo import main as demo_main
+
+    return demo_main(args.rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sluice.testbed")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    kafka_parser = sub.add_parser("kafka", help="local KRaft broker")
+    kafka_parser.add_argument("action", choices=["up", "down", "status"])
+    kafka_parser.add_argument("--brokers", type=int, choices=[1, 3], default=1)
+    kafka_parser.add_argument("--state-dir", default=str(LOCAL_KAFKA_DIR))
+    kafka_parser.set_defaults(func=kafka_command)
+
+    cluster_parser = sub.add_parser("cluster", help="local Kubernetes control plane")
+    cluster_parser.add_argument("action", choices=["up", "down", "status"])
+    cluster_parser.set_defaults(func=cluster_command)
+
+    prefetch_parser = sub.add_parser("prefetch", help="download/build every real component")
+    prefetch_parser.add_argument("--skip-kubernetes", action="store_true")
+    prefetch_parser.set_defaults(func=prefetch_command)
+
+    demo_parser = sub.add_parser("demo", help="run the main job on embedded defaults")
+    demo_parser.add_argument("rest", nargs=argparse.REMAINDER)
+    demo_parser.set_defaults(func=demo_command)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ProvisionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

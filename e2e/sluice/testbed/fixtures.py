@@ -1,0 +1,55 @@
+"""pytest plugin: session-scoped real Kafka and Spark, always torn down (loaded via -p in pyproject)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from .kafka import KafkaCluster
+from .kafka_io import create_topic
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A single-node KRaft broker on free loopback ports."""
+    cluster = KafkaCluster.on_free_ports(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: KafkaCluster) -> str:
+    return kafka_broker.bootstrap
+
+
+_topic_numbers = itertools.count()
+
+
+@pytest.fixture
+def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Callable[..., str]:
+    """Factory for a fresh, uniquely named topic: new_topic(partitions=1) -> name."""
+
+    def make(partitions: int = 1, prefix: str | None = None) -> str:
+        base = prefix or request.node.name.replace("[", "-").replace("]", "").lower()[:80]
+        name = f"{base}-{os.getpid()}-{next(_topic_numbers)}"
+        create_topic(kafka_bootstrap, name, partitions)
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """A local Spark session with the Kafka connector on the classpath (nothing fetched at query time)."""
+    from sluice.pipelines.session import local_session
+
+    session = local_session("sluice-tests", cores=2, shuffle_partitions=2)
+    try:
+        yield session
+    finally:
+        session.stop()

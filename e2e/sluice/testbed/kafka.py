@@ -1,0 +1,221 @@
+"""A real Apache Kafka (KRaft) from Maven Central jars: one node by default, three for fault tests."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from .common import (
+    ManagedProcess,
+    ProvisionError,
+    cache_dir,
+    free_ports,
+    pick_port,
+    pid_alive,
+    port_in_use,
+    require_tool,
+    run,
+    stop_process_group,
+    wait_until,
+)
+from .maven import fetch_jars
+from .versions import KAFKA, SCALA_BINARY
+
+LOG4J = "2.24.3"
+MIN_JAVA = 17
+LOCAL_PORT = 9092
+LOCAL_CONTROLLER_PORT = 9093
+
+_LOG4J2_CONFIG = """status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.apache.name = org.apache.kafka
+logger.apache.level = WARN
+"""
+
+
+def kafka_jars() -> list[Path]:
+    coordinates = [
+        f"org.apache.kafka:kafka_{SCALA_BINARY}:{KAFKA}",
+        f"org.apache.logging.log4j:log4j-core:{LOG4J}",
+        f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J}",
+    ]
+    return fetch_jars("kafka", coordinates, cache_dir("kafka", KAFKA) / "libs")
+
+
+def java_binary() -> str:
+    java = require_tool("java", f"install a JDK >= {MIN_JAVA} (apt-get install openjdk-17-jdk-headless)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    match = re.search(r'version "(\d+)', out)
+    if not match or int(match.group(1)) < MIN_JAVA:
+        raise ProvisionError(f"Kafka {KAFKA} and Spark 4 need Java >= {MIN_JAVA}; `java -version` says: "
+                             f"{out.splitlines()[0] if out else 'nothing'} (apt-get install openjdk-17-jdk-headless)")
+    return java
+
+
+def new_cluster_id() -> str:
+    """Kafka cluster ids are a base64url UUID without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    node_id: int
+    port: int
+    controller_port: int
+
+
+def server_properties(node: KafkaNode, nodes: list[KafkaNode], log_dir: Path) -> str:
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    replication = min(3, len(nodes))
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": node.node_id,
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": log_dir,
+        "num.partitions": 1,
+        "default.replication.factor": replication,
+        "min.insync.replicas": max(1, replication - 1),
+        "offsets.topic.replication.factor": replication,
+        "offsets.topic.num.partitions": 4,
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": max(1, replication - 1),
+        "group.initial.rebalance.delay.ms": 0,
+        "auto.create.topics.enable": "true",
+        "log.retention.hours": 24,
+        "delete.topic.enable": "true",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+class KafkaCluster:
+    """KRaft brokers on loopback, each a combined broker+controller process with its own log dir."""
+
+    def __init__(self, state_dir: Path, nodes: list[KafkaNode], heap: str = "768m") -> None:
+        self.state_dir = state_dir
+        self.nodes = nodes
+        self.heap = heap
+        self.processes: list[ManagedProcess] = []
+
+    @classmethod
+    def on_free_ports(cls, state_dir: Path, size: int = 1) -> KafkaCluster:
+        ports = free_ports(2 * size)
+        nodes = [KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(size)]
+        return cls(state_dir, nodes)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self, timeout: float = 90.0) -> KafkaCluster:
+        java = java_binary()
+        classpath = str(kafka_jars()[0].parent / "*")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log4j = self.state_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2_CONFIG)
+        cluster_id = new_cluster_id()
+        jvm = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+               f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+        for node in self.nodes:
+            if port_in_use(node.port) or port_in_use(node.controller_port):
+                raise ProvisionError(f"Kafka port {node.port} or {node.controller_port} is already in use")
+            node_dir = self.state_dir / f"node-{node.node_id}"
+            config = node_dir / "server.properties"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            config.write_text(server_properties(node, self.nodes, node_dir / "data"))
+            run([*jvm, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
+                 "--config", config, "--ignore-formatted"],
+                what=f"formatting Kafka storage for node {node.node_id}",
+                hint="the Kafka jars in the cache may be incomplete; delete "
+                     f"{cache_dir('kafka', KAFKA)} and retry", log=node_dir / "format.log")
+            process = ManagedProcess(f"kafka-{node.node_id}", [*jvm, "kafka.Kafka", str(config)],
+                                     node_dir / "kafka.log")
+            self.processes.append(process.start())
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self._write_state()
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        for node, process in zip(self.nodes, self.processes, strict=True):
+            wait_until(lambda n=node: port_in_use(n.port), timeout=timeout,
+                       what=f"Kafka node {node.node_id} on port {node.port}", process=process)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
+
+        def all_brokers_registered() -> bool:
+            for process in self.processes:
+                process.check_alive()
+            try:
+                return len(admin.list_topics(timeout=2).brokers) == len(self.nodes)
+            except Exception:
+                return False
+
+        wait_until(all_brokers_registered, timeout=timeout, what=f"Kafka brokers at {self.bootstrap}")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.stop()
+        self.processes.clear()
+
+    def _write_state(self) -> None:
+        state = {"bootstrap": self.bootstrap, "pids": [p.pid for p in self.processes]}
+        (self.state_dir / "state.json").write_text(json.dumps(state))
+        (self.state_dir / "bootstrap").write_text(self.bootstrap + "\n")
+
+
+def read_state(state_dir: Path) -> dict | None:
+    try:
+        return json.loads((state_dir / "state.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def local_up(state_dir: Path, size: int = 1) -> str:
+    """Start (or find running) the developer broker in `state_dir`, detached; return its bootstrap."""
+    state = read_state(state_dir)
+    if state and all(pid_alive(pid) for pid in state["pids"]):
+        return state["bootstrap"]
+    local_down(state_dir)
+    if size == 1:
+        nodes = [KafkaNode(1, pick_port(LOCAL_PORT), pick_port(LOCAL_CONTROLLER_PORT))]
+    else:
+        # The 3-broker mode sits on other ports so it can run beside the single broker.
+        nodes = [KafkaNode(i + 1, pick_port(19092 + 2 * i), pick_port(19093 + 2 * i)) for i in range(size)]
+    return KafkaCluster(state_dir, nodes).start().bootstrap
+
+
+def local_down(state_dir: Path) -> bool:
+    state = read_state(state_dir)
+    for pid in state["pids"] if state else []:
+        stop_process_group(pid)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return state is not None
+
+
+def local_bootstrap(state_dir: Path) -> str | None:
+    state = read_state(state_dir)
+    if state and all(pid_alive(pid) for pid in state["pids"]):
+        return state["bootstrap"]
+    return None

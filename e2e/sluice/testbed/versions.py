@@ -1,0 +1,12 @@
+"""Pinned versions of every real component the test bed provisions.
+
+One place for each version: cache keys, Maven coordinates and Go module versions all derive from
+these. The Spark Kafka connector is not pinned here: it always matches the installed pyspark.
+"""
+
+KAFKA = "4.1.1"
+SCALA_BINARY = "2.13"
+
+KUBERNETES = "1.34.4"
+ETCD = "3.5.35"
+HELM = "3.22.0"

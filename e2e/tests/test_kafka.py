@@ -1,0 +1,61 @@
+"""The real KRaft broker: bulk round trip, ordering per partition, and clean provisioning errors."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from sluice.testbed import kafka as kafka_mod
+from sluice.testbed.common import ProvisionError
+from sluice.testbed.kafka_io import consume_all, end_offsets, produce
+
+pytestmark = pytest.mark.kafka
+
+N = 100_000
+
+
+def test_100k_records_round_trip(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=4)
+    records = [(f"k{i % 97}".encode(), f"value-{i}-{hashlib.sha1(str(i).encode()).hexdigest()}".encode())
+               for i in range(N)]
+    assert produce(kafka_bootstrap, topic, records) == N
+    assert sum(end_offsets(kafka_bootstrap, topic).values()) == N
+
+    consumed = consume_all(kafka_bootstrap, topic, expected=N)
+
+    assert len(consumed) == N
+    assert sorted((r.key, r.value) for r in consumed) == sorted(records)
+    # Same key -> same partition, in produce order.
+    for key in (b"k0", b"k42"):
+        sent = [v for k, v in records if k == key]
+        got = sorted((r for r in consumed if r.key == key), key=lambda r: r.offset)
+        assert {r.partition for r in got} == {got[0].partition}
+        assert [r.value for r in got] == sent
+
+
+def test_port_in_use_is_a_clear_error(kafka_broker, tmp_path):
+    taken = kafka_broker.nodes[0]
+    clash = kafka_mod.KafkaCluster(tmp_path, [kafka_mod.KafkaNode(1, taken.port, taken.controller_port)])
+    with pytest.raises(ProvisionError, match=f"port {taken.port}.*in use"):
+        clash.start()
+
+
+def test_missing_java_is_one_clear_line(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ProvisionError) as err:
+        kafka_mod.java_binary()
+    assert "'java' is not on PATH" in str(err.value)
+    assert "openjdk" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_server_properties_for_three_nodes(tmp_path):
+    nodes = [kafka_mod.KafkaNode(i, 19000 + i, 19100 + i) for i in (1, 2, 3)]
+    props = dict(line.split("=", 1) for line in
+                 kafka_mod.server_properties(nodes[1], nodes, tmp_path).splitlines())
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:19101,2@127.0.0.1:19102,3@127.0.0.1:19103"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19002,CONTROLLER://127.0.0.1:19102"
+    assert props["offsets.topic.replication.factor"] == "3"
+    assert props["min.insync.replicas"] == "2"
