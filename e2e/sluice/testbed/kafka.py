@@ -138,7 +138,8 @@ class KafkaCluster:
                 raise ProvisionError(f"Kafka port {node.port} or {node.controller_port} is already in use")
             node_dir = self.state_dir / f"node-{node.node_id}"
             config = node_dir / "server.properties"
-            node_dir.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(node_dir, ignore_errors=True)  # a fresh cluster id needs fresh storage
+            node_dir.mkdir(parents=True)
             config.write_text(server_properties(node, self.nodes, node_dir / "data"))
             run([*jvm, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
                  "--config", config, "--ignore-formatted"],

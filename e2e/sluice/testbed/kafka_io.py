@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 Record = tuple[bytes | None, bytes | None]
@@ -76,30 +76,32 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def consume_all(bootstrap: str, topic: str, *, expected: int | None = None, idle_s: float = 5.0,
+def consume_all(bootstrap: str, topic: str, *, expected: int | None = None,
                 timeout_s: float = 120.0) -> list[ConsumedRecord]:
-    """Read a topic from the beginning until `expected` records arrived or it stays idle for idle_s."""
+    """Every record of a topic from the beginning: up to the end offsets at call time, or, with
+    `expected`, until that many records arrived (waiting up to timeout_s for them)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sluice-read-{time.time_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "fetch.max.bytes": 52428800})
-    consumer.subscribe([topic])
+                         "enable.auto.commit": False, "fetch.max.bytes": 52428800})
     out: list[ConsumedRecord] = []
-    deadline = time.monotonic() + timeout_s
-    last_data = time.monotonic()
     try:
-        while time.monotonic() < deadline:
-            if expected is not None and len(out) >= expected:
-                break
-            if expected is None and time.monotonic() - last_data > idle_s:
-                break
-            batch = consumer.consume(num_messages=10_000, timeout=0.5)
-            for msg in batch:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        position = dict.fromkeys(partitions, 0)
+        deadline = time.monotonic() + timeout_s
+
+        def done() -> bool:
+            if expected is not None:
+                return len(out) >= expected
+            return all(position[p] >= ends[p] for p in partitions)
+
+        while not done() and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
                 if msg.error():
                     raise KafkaException(msg.error())
+                position[msg.partition()] = msg.offset() + 1
                 out.append(ConsumedRecord(msg.key(), msg.value(), msg.partition(), msg.offset(),
                                           msg.timestamp()[1]))
-            if batch:
-                last_data = time.monotonic()
     finally:
         consumer.close()
     return out

@@ -1,0 +1,394 @@
+"""Compile a PipelineSpec into Spark Structured Streaming queries built from native SQL expressions.
+
+Every sink becomes one streaming query. Built-in operations are Spark SQL only (no per-record Python).
+Operations that Structured Streaming cannot run on an unbounded stream (top-N per window) run per
+micro-batch inside foreachBatch, after the stateful part of the query.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from .metrics import OBSERVED_QUALITY
+from .spec import (
+    SINK_OPS,
+    DeadLetter,
+    FromKafka,
+    Node,
+    PipelineSpec,
+    duration_to_spark,
+)
+from .validation import PipelineInvalid, Problem, join_path
+
+BatchStep = Callable[[DataFrame], DataFrame]
+ERROR_COLUMN = "_sluice_error"
+CORRUPT_COLUMN = "_sluice_corrupt"
+RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A node's output while compiling, with what later operations need to know about it."""
+
+    df: DataFrame
+    event_time: str | None = None
+    watermarked: bool = False
+    windowed: bool = False  # output of a windowed aggregation: final rows per window (append mode)
+    aggregated: bool = False  # a streaming aggregation without a window: needs update/complete mode
+    batch_steps: tuple[BatchStep, ...] = ()  # applied per micro-batch (after top-N)
+
+    def then(self, step: BatchStep, **changes: Any) -> Stream:
+        """Apply a stateless step now, or per micro-batch once the stream has batch-only steps."""
+        if self.batch_steps:
+            return replace(self, batch_steps=(*self.batch_steps, step), **changes)
+        return replace(self, df=step(self.df), **changes)
+
+
+@dataclass
+class SourceRecords:
+    """A Kafka source's rows with the parse result, before good and bad rows are split."""
+
+    node: Node
+    checked: DataFrame  # raw Kafka columns + parsed fields + ERROR_COLUMN
+    fields: list[str]
+
+
+@dataclass
+class QueryPlan:
+    name: str
+    df: DataFrame
+    sink_op: str
+    sink: Any
+    output_mode: str
+    batch_steps: tuple[BatchStep, ...] = ()
+    late_rule: LateRule | None = None
+
+
+@dataclass(frozen=True)
+class LateRule:
+    """Route records older than (max event time seen before the batch - delay) to the dead letters."""
+
+    event_time: str
+    delay: str
+
+
+@dataclass
+class CompiledPipeline:
+    queries: list[QueryPlan] = field(default_factory=list)
+    sources: dict[str, FromKafka] = field(default_factory=dict)
+
+
+class Compiler:
+    def __init__(self, spark: SparkSession, spec: PipelineSpec, *, bootstrap_servers: str | None,
+                 prefix: str = "", app_name: str = "app") -> None:
+        self.spark = spark
+        self.spec = spec
+        self.bootstrap_servers = bootstrap_servers
+        self.prefix = prefix
+        self.app_name = app_name
+        self.index = {node.name: i for i, node in enumerate(spec.nodes)}
+        self.nodes = {node.name: node for node in spec.nodes}
+        self.streams: dict[str, Stream] = {}
+        self.source_records: dict[str, SourceRecords] = {}
+
+    # ---------------------------------------------------------------------------- entry point
+    def compile(self) -> CompiledPipeline:
+        compiled = CompiledPipeline()
+        for node in self.spec.nodes:
+            if node.kind == "sink":
+                compiled.queries.append(self._guarded(node, lambda n=node: self._sink(n)))
+            elif node.fromKafka is not None:
+                compiled.sources[node.name] = node.fromKafka
+        if self.spec.deadLetter is not None:
+            for name in compiled.sources:
+                self.stream(name)  # make sure every source was compiled
+                compiled.queries.append(self._dead_letter_query(self.source_records[name],
+                                                                self.spec.deadLetter))
+        return compiled
+
+    def stream(self, name: str) -> Stream:
+        if name not in self.streams:
+            node = self.nodes[name]
+            self.streams[name] = self._guarded(node, lambda: self._build(node))
+        return self.streams[name]
+
+    def _guarded(self, node: Node, build: Callable[[], Any]) -> Any:
+        """Turn Spark's analysis errors into a problem naming the node."""
+        try:
+            return build()
+        except (AnalysisException, ParseException) as exc:
+            message = str(exc).split("\n")[0].strip()
+            raise PipelineInvalid([Problem(self.path(node, node.operation), message)]) from exc
+
+    def path(self, node: Node, *parts: str | int) -> str:
+        return join_path(self.prefix, "nodes", self.index[node.name], *parts)
+
+    def fail(self, node: Node, message: str, *parts: str | int) -> PipelineInvalid:
+        return PipelineInvalid([Problem(self.path(node, node.operation, *parts), message)])
+
+    def _build(self, node: Node) -> Stream:
+        if node.fromKafka is not None:
+            return self._source(node, node.fromKafka)
+        inputs = [self.stream(name) for name in node.inputs or []]
+        return getattr(self, f"_op_{node.operation}")(node, node.config, *inputs)
+
+    # -------------------------------------------------------------------------------- sources
+    def _source(self, node: Node, src: FromKafka) -> Stream:
+        records = self.source_records[node.name] = self._read_kafka(node, src)
+        malformed = F.sum(F.when(F.col(ERROR_COLUMN).isNotNull(), 1).otherwise(0)).alias("malformed")
+        observed = records.checked.observe(f"{OBSERVED_QUALITY}_{node.name}", malformed)
+        good = observed.where(F.col(ERROR_COLUMN).isNull())
+        meta = [F.col(m).alias(f"kafka_{m}") for m in src.metadata]
+        if src.eventTime == "kafka_timestamp" and "timestamp" not in src.metadata:
+            meta.append(F.col("timestamp").alias("kafka_timestamp"))
+        df = good.select(*records.fields, *meta)
+        if src.watermark:
+            df = df.withWatermark(src.eventTime, duration_to_spark(src.watermark))
+        return Stream(df, event_time=src.eventTime, watermarked=bool(src.watermark))
+
+    def _read_kafka(self, node: Node, src: FromKafka) -> SourceRecords:
+        bootstrap = src.bootstrapServers or self.bootstrap_servers
+        if not bootstrap:
+            raise self.fail(node, "no Kafka bootstrap servers: set spec.kafka.bootstrapServers, "
+                                  "fromKafka.bootstrapServers or --bootstrap-servers", "bootstrapServers")
+        reader = (self.spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", bootstrap)
+                  .option("startingOffsets", src.startingOffsets)
+                  .option("includeHeaders", str("headers" in src.metadata).lower()))
+        reader = reader.option("subscribe", src.topic) if src.topic else reader.option("subscribePattern",
+                                                                                        src.pattern)
+        if src.maxRecordsPerTrigger:
+            reader = reader.option("maxOffsetsPerTrigger", src.maxRecordsPerTrigger)
+        if src.minPartitions:
+            reader = reader.option("minPartitions", src.minPartitions)
+        for key, value in src.options.items():
+            reader = reader.option(key, value)
+        raw = reader.load()
+        text = F.col("value").cast("string")
+        if src.format == "text":
+            parsed, fields, malformed = raw.withColumn("value", text), ["value"], F.lit(False)
+        else:
+            schema = f"{src.schema_}, {CORRUPT_COLUMN} STRING"
+            options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
+            if src.format == "json":
+                parse = F.from_json(text, schema, options)
+            else:
+                parse = F.from_csv(text, schema, {**options, "sep": src.csvDelimiter})
+            parsed = raw.withColumn("_sluice_parsed", parse)
+            fields = [f for f in parsed.select("_sluice_parsed.*").columns if f != CORRUPT_COLUMN]
+            parsed = parsed.select(*RAW_COLUMNS, *(["headers"] if "headers" in src.metadata else []),
+                                   "_sluice_parsed.*")
+            malformed = F.col(CORRUPT_COLUMN).isNotNull()
+        error = (F.when(F.col("value").isNull(), F.lit("record has no value"))
+                 .when(malformed, F.lit(f"malformed {src.format}: does not match schema ({src.schema_})")))
+        if src.eventTime and src.eventTime != "kafka_timestamp":
+            error = error.when(F.col(src.eventTime).isNull(),
+                               F.lit(f"missing or invalid event time '{src.eventTime}'"))
+        checked = parsed.withColumn(ERROR_COLUMN, error)
+        return SourceRecords(node, checked, fields)
+
+    # ----------------------------------------------------------------------------- transforms
+    def _op_select(self, node: Node, exprs: list[str], stream: Stream) -> Stream:
+        return self._stateless(stream, lambda df: df.selectExpr(*exprs))
+
+    def _op_filter(self, node: Node, condition: str, stream: Stream) -> Stream:
+        return self._stateless(stream, lambda df: df.where(condition))
+
+    def _op_withColumns(self, node: Node, columns: dict[str, str], stream: Stream) -> Stream:
+        return self._stateless(stream, lambda df: df.withColumns({k: F.expr(v) for k, v in columns.items()}))
+
+    def _op_explode(self, node: Node, cfg, stream: Stream) -> Stream:
+        explode = F.explode_outer if cfg.outer else F.explode
+        return self._stateless(stream, lambda df: df.withColumn(cfg.column, explode(F.expr(cfg.from_)))
+                               .drop(*cfg.drop))
+
+    def _op_python(self, node: Node, cfg, stream: Stream) -> Stream:
+        module_name, function_name = cfg.function.split(":")
+        try:
+            function = getattr(importlib.import_module(module_name), function_name)
+        except (ImportError, AttributeError) as exc:
+            raise self.fail(node, f"cannot load {cfg.function}: {exc}", "function") from exc
+
+        def step(df: DataFrame) -> DataFrame:
+            out = function(df, **cfg.args)
+            if not isinstance(out, DataFrame):
+                raise self.fail(node, f"{cfg.function} returned {type(out).__name__}, not a DataFrame")
+            return out
+
+        return self._stateless(stream, step)
+
+    def _stateless(self, stream: Stream, step: BatchStep) -> Stream:
+        out = stream.then(step)
+        if not out.batch_steps and out.event_time not in out.df.columns:
+            out = replace(out, event_time=None, watermarked=False)  # the projection dropped it
+        return out
+
+    def _op_aggregate(self, node: Node, cfg, stream: Stream) -> Stream:
+        if stream.batch_steps:
+            raise self.fail(node, "an aggregation cannot follow topN")
+        keys: list[Column] = [F.expr(k) for k in cfg.groupBy]
+        window = cfg.window
+        if window is not None:
+            on = window.on or stream.event_time
+            if on is None:
+                raise self.fail(node, "needs an event-time column: set eventTime on the source or "
+                                      "window.on", "window")
+            if stream.windowed:
+                raise self.fail(node, "windows over the output of a windowed aggregation are not "
+                                      "supported", "window")
+            if window.tumbling:
+                keys.insert(0, F.window(on, duration_to_spark(window.tumbling)).alias("window"))
+            elif window.sliding:
+                keys.insert(0, F.window(on, duration_to_spark(window.sliding.size),
+                                        duration_to_spark(window.sliding.slide)).alias("window"))
+            else:
+                keys.insert(0, F.session_window(on, duration_to_spark(window.session)).alias("window"))
+        aggregated = stream.df.groupBy(*keys).agg(*[F.expr(e).alias(n) for n, e in cfg.aggregations.items()])
+        if window is None:
+            return Stream(aggregated, aggregated=True)
+        others = [c for c in aggregated.columns if c != "window"]
+        flat = aggregated.select(F.col("window.start").alias("window_start"),
+                                 F.col("window.end").alias("window_end"), *others)
+        return Stream(flat, windowed=stream.watermarked, aggregated=not stream.watermarked)
+
+    def _op_join(self, node: Node, cfg, left: Stream, right: Stream) -> Stream:
+        left_name, right_name = node.inputs or []
+        for side_name, side in ((left_name, left), (right_name, right)):
+            if not (side.event_time and side.watermarked):
+                raise self.fail(node, f"input '{side_name}' needs an event time with a watermark "
+                                      "(set eventTime and watermark on its source)", "within")
+            if side.batch_steps:
+                raise self.fail(node, f"input '{side_name}' comes after topN and cannot be joined")
+        lq, rq = f"`{left_name}`", f"`{right_name}`"
+        l_time, r_time = F.col(f"{lq}.`{left.event_time}`"), F.col(f"{rq}.`{right.event_time}`")
+        condition = (F.expr(cfg.on) & (r_time >= l_time)
+                     & (r_time <= l_time + F.expr(f"INTERVAL {duration_to_spark(cfg.within)}")))
+        joined = left.df.alias(left_name).join(right.df.alias(right_name), condition, cfg.type)
+        if cfg.select:
+            out = joined.selectExpr(*cfg.select)
+        else:
+            taken = set(left.df.columns)
+            prefix = right_name.replace("-", "_")
+            out = joined.select(*[F.col(f"{lq}.`{c}`").alias(c) for c in left.df.columns],
+                                *[F.col(f"{rq}.`{c}`").alias(f"{prefix}_{c}" if c in taken else c)
+                                  for c in right.df.columns])
+        event_time = left.event_time if left.event_time in out.columns else None
+        return Stream(out, event_time=event_time, watermarked=event_time is not None)
+
+    def _op_lookup(self, node: Node, cfg, stream: Stream) -> Stream:
+        reader = self.spark.read.format(cfg.format)
+        if cfg.format == "csv":
+            reader = reader.option("header", "true")
+        reader = reader.schema(cfg.schema_) if cfg.schema_ else reader.option("inferSchema", "true")
+        try:
+            table = reader.load(cfg.path)
+        except AnalysisException as exc:
+            raise self.fail(node, f"cannot read {cfg.path}: {str(exc).splitlines()[0]}", "path") from exc
+        missing = [c for c in cfg.on if c not in table.columns]
+        if missing:
+            raise self.fail(node, f"table {cfg.path} has no column(s) {', '.join(missing)} "
+                                  f"(it has {', '.join(table.columns)})", "on")
+        table = F.broadcast(table) if cfg.broadcast else table
+        return stream.then(lambda df: df.join(table, on=list(cfg.on), how=cfg.type))
+
+    def _op_dedupe(self, node: Node, cfg, stream: Stream) -> Stream:
+        if not stream.watermarked or stream.batch_steps:
+            raise self.fail(node, "needs a watermarked input (set eventTime and watermark on the source)")
+        return replace(stream, df=stream.df.dropDuplicatesWithinWatermark(list(cfg.keys)))
+
+    def _op_union(self, node: Node, cfg, *streams: Stream) -> Stream:
+        if any(s.batch_steps for s in streams):
+            raise self.fail(node, "inputs after topN cannot be unioned")
+        df = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=cfg.allowMissingColumns),
+                              [s.df for s in streams])
+        times = {s.event_time for s in streams}
+        event_time = times.pop() if len(times) == 1 else None
+        return Stream(df, event_time=event_time, watermarked=event_time is not None
+                      and all(s.watermarked for s in streams))
+
+    def _op_topN(self, node: Node, cfg, stream: Stream) -> Stream:
+        if not stream.windowed:
+            raise self.fail(node, "needs a windowed aggregation with a watermark upstream (each window's "
+                                  "rows are final only then)")
+        missing = [c for c in cfg.partitionBy if c not in stream.df.columns]
+        if missing:
+            raise self.fail(node, f"unknown column(s) {', '.join(missing)}", "partitionBy")
+        order = [F.expr(e) for e in cfg.orderBy]  # "x DESC" parses as a sort-order expression
+        rank = Window.partitionBy(*cfg.partitionBy).orderBy(*order)
+
+        def top(df: DataFrame) -> DataFrame:
+            return df.withColumn("_rank", F.row_number().over(rank)).where(f"_rank <= {cfg.n}").drop("_rank")
+
+        top(self.spark.createDataFrame([], stream.df.schema))  # analyses the expressions now, not mid-stream
+        return replace(stream, batch_steps=(*stream.batch_steps, top))
+
+    # ---------------------------------------------------------------------------------- sinks
+    def _sink(self, node: Node) -> QueryPlan:
+        stream = self.stream((node.inputs or [""])[0])
+        cfg = node.config
+        mode = cfg.outputMode or ("update" if stream.aggregated else "append")
+        if node.operation == "toFiles" and mode != "append":
+            raise self.fail(node, "file sinks take append mode only: aggregate over a window with a "
+                                  "watermark so each window is written once", "outputMode")
+        df = stream.df
+        if node.operation == "toKafka" and not stream.batch_steps:
+            df = kafka_record(df, cfg)
+        return QueryPlan(node.name, df, node.operation, cfg, mode, stream.batch_steps)
+
+    def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:
+        src = records.node.fromKafka
+        assert src is not None
+        df = records.checked.select(
+            F.lit(records.node.name).alias("source"), F.col(ERROR_COLUMN).alias("error"),
+            "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"), "key", "value",
+            *([F.col(src.eventTime).alias("_event_time")] if src.eventTime and src.eventTime != "kafka_timestamp"
+              else [F.col("timestamp").alias("_event_time")] if src.eventTime else []))
+        late = None
+        if dead.lateRecords and src.watermark and src.eventTime:
+            late = LateRule("_event_time", duration_to_spark(src.watermark))
+        else:
+            df = df.where(F.col("error").isNotNull())
+        if "_event_time" in df.columns and late is None:
+            df = df.drop("_event_time")
+        sink_op = dead.sink_operation
+        return QueryPlan(f"{records.node.name}-dead-letters", df, sink_op, getattr(dead, sink_op), "append",
+                         late_rule=late)
+
+
+def kafka_record(df: DataFrame, cfg) -> DataFrame:
+    """The key/value/headers columns Spark's Kafka sink expects, from the sink's expressions."""
+    columns = [F.expr(cfg.value).alias("value")]
+    if cfg.key:
+        columns.append(F.expr(cfg.key).alias("key"))
+    if cfg.headers:
+        columns.append(F.expr(cfg.headers).alias("headers"))
+    out = df.select(*columns)
+    casts = {c: F.col(c).cast("string") for c, t in out.dtypes if c in ("key", "value") and t != "binary"}
+    return out.withColumns(casts) if casts else out
+
+
+def dead_letter_kafka_record(df: DataFrame) -> DataFrame:
+    """Original key and value bytes, with the error and the record's origin in headers."""
+    header = lambda name, column: F.struct(F.lit(name).alias("key"),  # noqa: E731
+                                          F.col(column).cast("string").cast("binary").alias("value"))
+    return df.select("key", "value", F.array(header("sluice.error", "error"), header("sluice.source", "source"),
+                                             header("sluice.topic", "topic"),
+                                             header("sluice.partition", "partition"),
+                                             header("sluice.offset", "offset")).alias("headers"))
+
+
+def compile_pipeline(spark: SparkSession, spec: PipelineSpec, *, bootstrap_servers: str | None,
+                     prefix: str = "", app_name: str = "app") -> CompiledPipeline:
+    return Compiler(spark, spec, bootstrap_servers=bootstrap_servers, prefix=prefix,
+                    app_name=app_name).compile()
+
+
+__all__ = ["SINK_OPS", "CompiledPipeline", "Compiler", "QueryPlan", "compile_pipeline"]

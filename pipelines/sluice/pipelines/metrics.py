@@ -1,0 +1,108 @@
+"""Prometheus metrics of a running pipeline, fed by Spark's streaming query progress events."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from pyspark.sql.streaming import StreamingQueryListener
+
+OBSERVED_QUALITY = "sluice_quality"  # observe() name prefix for per-source record checks
+
+
+class PipelineMetrics:
+    def __init__(self, app: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.app = app
+        q = ["app", "query"]
+        r = self.registry
+        self.input_rate = Gauge("sluice_input_rows_per_second", "Input rows/s of the last batch", q, registry=r)
+        self.processed_rate = Gauge("sluice_processed_rows_per_second", "Processed rows/s of the last batch",
+                                    q, registry=r)
+        self.batch_duration = Gauge("sluice_batch_duration_seconds", "Duration of the last batch", q, registry=r)
+        self.input_rows = Counter("sluice_input_rows", "Rows read", q, registry=r)
+        self.batches = Counter("sluice_batches", "Micro-batches completed", q, registry=r)
+        self.lag = Gauge("sluice_kafka_records_behind_latest",
+                         "Kafka records behind the latest offset (Spark's offsetsBehindLatest)",
+                         [*q, "source", "stat"], registry=r)
+        self.watermark = Gauge("sluice_watermark_timestamp_seconds", "Event-time watermark", q, registry=r)
+        self.state_rows = Gauge("sluice_state_rows", "Rows held in state stores", q, registry=r)
+        self.late_dropped = Counter("sluice_late_records_dropped", "Rows dropped as later than the watermark",
+                                    q, registry=r)
+        self.malformed = Counter("sluice_malformed_records", "Records that failed parsing or checks",
+                                 [*q, "source"], registry=r)
+        self.dead_letters = Counter("sluice_dead_letter_records", "Records written to the dead-letter sink",
+                                    ["app", "source"], registry=r)
+        self.executors = Gauge("sluice_executors", "Live Spark executors", ["app"], registry=r)
+        self.up = Gauge("sluice_query_active", "1 while the query runs", q, registry=r)
+
+    def record_progress(self, progress: dict[str, Any]) -> None:
+        labels = {"app": self.app, "query": progress.get("name") or progress.get("id", "?")}
+        self.batches.labels(**labels).inc()
+        self.input_rows.labels(**labels).inc(progress.get("numInputRows", 0) or 0)
+        self.input_rate.labels(**labels).set(_number(progress.get("inputRowsPerSecond")))
+        self.processed_rate.labels(**labels).set(_number(progress.get("processedRowsPerSecond")))
+        self.batch_duration.labels(**labels).set(
+            _number(progress.get("batchDuration", progress.get("durationMs", {}).get("triggerExecution"))) / 1000)
+        for source in progress.get("sources", []):
+            name = source_label(source.get("description", "?"))
+            for stat in ("avg", "max", "min"):
+                value = (source.get("metrics") or {}).get(f"{stat}OffsetsBehindLatest")
+                if value is not None:
+                    self.lag.labels(**labels, source=name, stat=stat).set(_number(value))
+        watermark = (progress.get("eventTime") or {}).get("watermark")
+        if watermark:
+            self.watermark.labels(**labels).set(parse_spark_time(watermark))
+        operators = progress.get("stateOperators", [])
+        self.state_rows.labels(**labels).set(sum(op.get("numRowsTotal", 0) for op in operators))
+        self.late_dropped.labels(**labels).inc(sum(op.get("numRowsDroppedByWatermark", 0) for op in operators))
+        for name, values in (progress.get("observedMetrics") or {}).items():
+            if name.startswith(OBSERVED_QUALITY + "_"):
+                source = name.removeprefix(OBSERVED_QUALITY + "_")
+                malformed = values[0] if isinstance(values, list) and values else (values or {})
+                if isinstance(malformed, dict):
+                    malformed = malformed.get("malformed")
+                self.malformed.labels(**labels, source=source).inc(_number(malformed))
+
+
+def source_label(description: str) -> str:
+    """'KafkaV2[Subscribe[lines]]' -> 'lines'; other descriptions unchanged."""
+    match = re.search(r"Subscribe(?:Pattern)?\[(.*)\]\]", description)
+    return match.group(1) if match else description
+
+
+def parse_spark_time(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _number(value: Any) -> float:
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if result != result else result  # NaN from Spark means "no rate yet"
+
+
+class ProgressListener(StreamingQueryListener):
+    """Forwards every query progress (as the JSON dict Spark logs) to the callbacks."""
+
+    def __init__(self, *callbacks: Callable[[dict[str, Any]], None]) -> None:
+        self.callbacks = callbacks
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = json.loads(event.progress.json)
+        for callback in self.callbacks:
+            callback(progress)
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass

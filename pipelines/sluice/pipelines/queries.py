@@ -1,0 +1,149 @@
+"""Start the compiled queries: sink writers, triggers, checkpoints, per-batch steps and late records."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from .compiler import QueryPlan, dead_letter_kafka_record, kafka_record
+from .spec import ProcessingTime, duration_to_spark
+
+
+class UnsupportedTrigger(ValueError):
+    pass
+
+
+def apply_trigger(writer: DataStreamWriter, trigger: ProcessingTime, spark_version: str) -> DataStreamWriter:
+    if trigger.availableNow:
+        return writer.trigger(availableNow=True)
+    if trigger.realTime:
+        major, minor = (int(x) for x in spark_version.split(".")[:2])
+        if (major, minor) < (4, 1):
+            raise UnsupportedTrigger(f"trigger.realTime needs Spark >= 4.1 (this is Spark {spark_version}); "
+                                     "use processingTime")
+        return writer.trigger(realTime=duration_to_spark(trigger.realTime))  # type: ignore[call-arg]
+    return writer.trigger(processingTime=duration_to_spark(trigger.processingTime or "1s"))
+
+
+class MemoryTables:
+    """Memory sinks fed from foreachBatch (after top-N) keep their rows here, as temp views."""
+
+    _rows: dict[str, list] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def append(cls, spark: SparkSession, table: str, batch: DataFrame) -> None:
+        with cls._lock:
+            rows = cls._rows.setdefault(table, [])
+            rows.extend(batch.collect())
+            spark.createDataFrame(rows, batch.schema).createOrReplaceTempView(table)
+
+
+def _native_writer(df: DataFrame, plan: QueryPlan, bootstrap: str | None) -> DataStreamWriter:
+    sink = plan.sink
+    op = plan.sink_op
+    if op == "toKafka":
+        writer = df.writeStream.format("kafka").option("topic", sink.topic)
+        writer = writer.option("kafka.bootstrap.servers", sink.bootstrapServers or bootstrap)
+        for key, value in sink.options.items():
+            writer = writer.option(key, value)
+        return writer
+    if op == "toConsole":
+        return (df.writeStream.format("console").option("numRows", sink.numRows)
+                .option("truncate", str(sink.truncate).lower()))
+    if op == "toFiles":
+        writer = df.writeStream.format(sink.format).option("path", sink.path)
+        return writer.partitionBy(*sink.partitionBy) if sink.partitionBy else writer
+    return df.writeStream.format("memory").queryName(sink.table)
+
+
+def write_batch(batch: DataFrame, plan: QueryPlan, bootstrap: str | None) -> None:
+    sink, op = plan.sink, plan.sink_op
+    if op == "toKafka":
+        writer = batch.write.format("kafka").option("topic", sink.topic)
+        writer = writer.option("kafka.bootstrap.servers", sink.bootstrapServers or bootstrap)
+        for key, value in sink.options.items():
+            writer = writer.option(key, value)
+        writer.save()
+    elif op == "toConsole":
+        batch.show(sink.numRows, truncate=sink.truncate)
+    elif op == "toFiles":
+        writer = batch.write.mode("append").format(sink.format)
+        (writer.partitionBy(*sink.partitionBy) if sink.partitionBy else writer).save(sink.path)
+    else:
+        MemoryTables.append(batch.sparkSession, sink.table, batch)
+
+
+class LateTracker:
+    """Spark's watermark rule, replayed for the dead-letter query: a record is late when its event time
+    is older than (max event time of earlier batches - delay). State survives restarts in the checkpoint.
+    """
+
+    def __init__(self, state_file: Path, delay: str) -> None:
+        self.state_file = state_file
+        self.delay = delay
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {"batch_id": -1, "max": None, "previous_max": None}
+
+    def mark(self, batch: DataFrame, batch_id: int) -> DataFrame:
+        state = self._load()
+        # A replayed batch (after a crash) must use the max from before its first run.
+        max_before = state["previous_max"] if state["batch_id"] == batch_id else state["max"]
+        marked = batch
+        if max_before is not None:
+            watermark = F.timestamp_micros(F.lit(max_before)) - F.expr(f"INTERVAL {self.delay}")
+            late = F.col("error").isNull() & (F.col("_event_time") < watermark)
+            message = F.concat(F.lit("late: event time "), F.col("_event_time").cast("string"),
+                               F.lit(" is before the watermark "), watermark.cast("string"))
+            marked = batch.withColumn("error", F.when(late, message).otherwise(F.col("error")))
+        seen = batch.where(F.col("error").isNull()).agg(F.max(F.unix_micros("_event_time"))).first()[0]
+        newest = max(x for x in (max_before, seen) if x is not None) if (max_before or seen) else None
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file.write_text(json.dumps({"batch_id": batch_id, "max": newest,
+                                               "previous_max": max_before}))
+        return marked.where(F.col("error").isNotNull()).drop("_event_time")
+
+
+def start_query(plan: QueryPlan, *, checkpoint_root: str, trigger: ProcessingTime, bootstrap: str | None,
+                spark_version: str) -> StreamingQuery:
+    checkpoint = f"{checkpoint_root.rstrip('/')}/{plan.name}"
+    is_dead_letter = plan.name.endswith("-dead-letters")
+    needs_batch = bool(plan.batch_steps) or plan.late_rule is not None or (
+        is_dead_letter and plan.sink_op == "toMemory")
+    df = plan.df
+    if is_dead_letter and plan.sink_op == "toKafka" and not needs_batch:
+        df = dead_letter_kafka_record(df)
+    if needs_batch:
+        tracker = (LateTracker(Path(checkpoint) / "sluice-late-state.json", plan.late_rule.delay)
+                   if plan.late_rule else None)
+
+        def each_batch(batch: DataFrame, batch_id: int) -> None:
+            batch = batch.persist()  # read the source once even when this batch runs several jobs
+            try:
+                if tracker is not None:
+                    batch = tracker.mark(batch, batch_id)
+                for step in plan.batch_steps:
+                    batch = step(batch)
+                if plan.sink_op == "toKafka":
+                    batch = dead_letter_kafka_record(batch) if is_dead_letter else kafka_record(batch, plan.sink)
+                write_batch(batch, plan, bootstrap)
+            finally:
+                batch.unpersist()
+
+        writer = df.writeStream.foreachBatch(each_batch)
+    else:
+        writer = _native_writer(df, plan, bootstrap)
+    query_name = plan.sink.table if plan.sink_op == "toMemory" and not needs_batch else plan.name
+    writer = (writer.queryName(query_name).outputMode(plan.output_mode)
+              .option("checkpointLocation", checkpoint))
+    return apply_trigger(writer, trigger, spark_version).start()

@@ -1,0 +1,314 @@
+"""The pipeline spec: `spec.pipeline` of a StreamingApp.
+
+This model is the single source of truth: it validates manifests, its JSON schema becomes the CRD's
+OpenAPI schema, and the compiler reads it. Field names are camelCase as in every Kubernetes manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+DURATION_PATTERN = r"^[0-9]+(ms|s|m|h|d)$"
+_UNIT_WORDS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN),
+                     Field(description="A duration such as 500ms, 5s, 10m, 2h or 1d.")]
+SqlExpr = Annotated[str, StringConstraints(min_length=1),
+                    Field(description="A Spark SQL expression, e.g. upper(word) or price * qty AS revenue.")]
+Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+NodeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63),
+                     Field(description="Unique node name (DNS label: lower case, digits, '-').")]
+
+
+def duration_to_spark(value: str) -> str:
+    """'5s' -> '5 seconds' (Spark interval syntax)."""
+    number, unit = _split_duration(value)
+    return f"{number} {_UNIT_WORDS[unit]}"
+
+
+def duration_ms(value: str) -> int:
+    number, unit = _split_duration(value)
+    return number * _UNIT_MS[unit]
+
+
+def _split_duration(value: str) -> tuple[int, str]:
+    match = re.fullmatch(r"([0-9]+)(ms|s|m|h|d)", value)
+    if not match:
+        raise ValueError(f"invalid duration {value!r}: use a number and a unit (ms, s, m, h, d), e.g. 5s")
+    return int(match.group(1)), match.group(2)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# --------------------------------------------------------------------------------------- sources
+
+KAFKA_METADATA_COLUMNS = ("key", "timestamp", "headers", "topic", "partition", "offset")
+
+
+class FromKafka(Strict):
+    """Read a Kafka topic (or topics matching a pattern) as a stream."""
+
+    topic: str | None = Field(None, description="Topic name (or a comma-separated list).")
+    pattern: str | None = Field(None, description="Java regex of topics to subscribe to.")
+    format: Literal["text", "json", "csv"] = Field("text", description="How record values are parsed.")
+    schema_: str | None = Field(None, alias="schema",
+                                description="Spark DDL of the value for json/csv, e.g. 'id STRING, ts TIMESTAMP'.")
+    csvDelimiter: str = Field(",", min_length=1, max_length=1)
+    metadata: list[Literal["key", "timestamp", "headers", "topic", "partition", "offset"]] = Field(
+        default_factory=list,
+        description="Kafka record fields to keep, as columns kafka_<field> (kafka_key, kafka_timestamp, ...).")
+    eventTime: str | None = Field(
+        None, description="Column holding event time (a schema field, or kafka_timestamp).")
+    watermark: Duration | None = Field(None, description="How late events may arrive (needs eventTime).")
+    startingOffsets: Literal["earliest", "latest"] = "earliest"
+    maxRecordsPerTrigger: int | None = Field(None, ge=1)
+    minPartitions: int | None = Field(None, ge=1, description="Split Kafka partitions into more Spark tasks.")
+    bootstrapServers: str | None = Field(None, description="Overrides the app's Kafka for this source.")
+    options: dict[str, str] = Field(default_factory=dict, description="Extra Spark Kafka source options.")
+
+    @model_validator(mode="after")
+    def _check(self) -> FromKafka:
+        if (self.topic is None) == (self.pattern is None):
+            raise ValueError("set exactly one of 'topic' or 'pattern'")
+        if self.format in ("json", "csv") and not self.schema_:
+            raise ValueError(f"format {self.format} needs 'schema' (Spark DDL, e.g. 'id STRING, ts TIMESTAMP')")
+        if self.watermark and not self.eventTime:
+            raise ValueError("'watermark' needs 'eventTime'")
+        return self
+
+
+# ------------------------------------------------------------------------------------ transforms
+
+class Explode(Strict):
+    """One output row per element of an array expression; other columns are kept."""
+
+    column: Identifier = Field(description="Name of the new column holding each element.")
+    from_: SqlExpr = Field(alias="from", description="Array expression, e.g. split(value, ' ').")
+    drop: list[str] = Field(default_factory=list, description="Columns to drop afterwards.")
+    outer: bool = Field(False, description="Keep rows whose array is empty or null.")
+
+
+class Sliding(Strict):
+    size: Duration
+    slide: Duration
+
+
+class Window(Strict):
+    """An event-time window; exactly one of tumbling, sliding or session."""
+
+    tumbling: Duration | None = None
+    sliding: Sliding | None = None
+    session: Duration | None = Field(None, description="Session gap.")
+    on: str | None = Field(None, description="Event-time column (default: the input's event time).")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Window:
+        kinds = [k for k in ("tumbling", "sliding", "session") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("set exactly one of 'tumbling', 'sliding' or 'session'")
+        return self
+
+
+class Aggregate(Strict):
+    """Group-by aggregation, optionally over event-time windows (adds window_start, window_end)."""
+
+    groupBy: list[SqlExpr] = Field(default_factory=list)
+    window: Window | None = None
+    aggregations: dict[Identifier, SqlExpr] = Field(
+        min_length=1, description="Output column -> aggregate expression: count(*), sum(x), avg(x), "
+        "min(x), max(x), approx_count_distinct(x), percentile_approx(x, 0.99), ...")
+
+
+class Join(Strict):
+    """Stream-stream join of the node's two inputs, bounded in event time."""
+
+    on: SqlExpr = Field(description="Join condition; refer to the inputs by node name, e.g. req.id = resp.id.")
+    within: Duration = Field(description="The right side's event time lies within this after the left's.")
+    type: Literal["inner", "leftOuter", "rightOuter"] = "inner"
+    select: list[SqlExpr] = Field(default_factory=list,
+                                  description="Output columns (default: all, clashes prefixed with the node name).")
+
+
+class Lookup(Strict):
+    """Stream-static join: enrich the stream from a table read from files once at start."""
+
+    path: str
+    format: Literal["csv", "json", "parquet"] = "csv"
+    schema_: str | None = Field(None, alias="schema", description="Spark DDL (csv/json; default: inferred).")
+    on: list[Identifier] = Field(min_length=1, description="Columns present in both stream and table.")
+    type: Literal["inner", "left"] = "left"
+    broadcast: bool = True
+
+
+class Dedupe(Strict):
+    """Drop duplicate rows by key within the input's watermark."""
+
+    keys: list[str] = Field(min_length=1)
+
+
+class Union(Strict):
+    """Union of all inputs by column name."""
+
+    allowMissingColumns: bool = False
+
+
+class TopN(Strict):
+    """The first n rows per group (default: per window) after a windowed aggregation."""
+
+    n: int = Field(ge=1)
+    orderBy: list[SqlExpr] = Field(min_length=1, description="e.g. ['revenue DESC']")
+    partitionBy: list[str] = Field(default_factory=lambda: ["window_start", "window_end"])
+
+
+class PythonTransform(Strict):
+    """Escape hatch: `module:function` taking (DataFrame, **args) and returning a DataFrame."""
+
+    function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------- sinks
+
+class SinkBase(Strict):
+    outputMode: Literal["append", "update", "complete"] | None = Field(
+        None, description="Default: append, or update for aggregations without a window.")
+
+
+class ToKafka(SinkBase):
+    topic: str
+    key: SqlExpr | None = Field(None, description="Key expression (default: no key).")
+    value: SqlExpr = Field("to_json(struct(*))", description="Value expression (default: the row as JSON).")
+    headers: SqlExpr | None = Field(None, description="array<struct<key: string, value: binary>> expression.")
+    bootstrapServers: str | None = None
+    options: dict[str, str] = Field(default_factory=dict)
+
+
+class ToConsole(SinkBase):
+    numRows: int = Field(20, ge=1)
+    truncate: bool = False
+
+
+class ToFiles(SinkBase):
+    path: str
+    format: Literal["parquet", "json", "csv"] = "parquet"
+    partitionBy: list[str] = Field(default_factory=list)
+
+
+class ToMemory(SinkBase):
+    table: Identifier
+
+
+# ------------------------------------------------------------------------------------------ nodes
+
+SOURCE_OPS = ("fromKafka",)
+TRANSFORM_OPS = ("select", "filter", "withColumns", "explode", "aggregate", "join", "lookup", "dedupe",
+                 "union", "topN", "python")
+SINK_OPS = ("toKafka", "toConsole", "toFiles", "toMemory")
+OPERATIONS = SOURCE_OPS + TRANSFORM_OPS + SINK_OPS
+
+
+class Node(Strict):
+    """One step of the DAG: a name, its inputs (none for sources) and exactly one operation."""
+
+    name: NodeName
+    inputs: list[str] | None = Field(None, description="Names of upstream nodes (absent for sources).")
+
+    fromKafka: FromKafka | None = None
+
+    select: list[SqlExpr] | None = Field(None, min_length=1, description="Projection, e.g. ['upper(w) AS w'].")
+    filter: SqlExpr | None = Field(None, description="Keep rows where this SQL condition is true.")
+    withColumns: dict[Identifier, SqlExpr] | None = Field(None, min_length=1)
+    explode: Explode | None = None
+    aggregate: Aggregate | None = None
+    join: Join | None = None
+    lookup: Lookup | None = None
+    dedupe: Dedupe | None = None
+    union: Union | None = None
+    topN: TopN | None = None
+    python: PythonTransform | None = None
+
+    toKafka: ToKafka | None = None
+    toConsole: ToConsole | None = None
+    toFiles: ToFiles | None = None
+    toMemory: ToMemory | None = None
+
+    # How many inputs each operation takes: (min, max); None = unbounded.
+    ARITY: ClassVar[dict[str, tuple[int, int | None]]] = {
+        **{op: (0, 0) for op in SOURCE_OPS},
+        **{op: (1, 1) for op in TRANSFORM_OPS},
+        "join": (2, 2), "union": (2, None),
+        **{op: (1, 1) for op in SINK_OPS},
+    }
+
+    @model_validator(mode="after")
+    def _exactly_one_operation(self) -> Node:
+        present = self.operations()
+        if len(present) != 1:
+            found = ", ".join(present) if present else "none"
+            raise ValueError(f"a node needs exactly one operation key ({', '.join(OPERATIONS)}); found {found}")
+        return self
+
+    def operations(self) -> list[str]:
+        return [op for op in OPERATIONS if getattr(self, op) is not None]
+
+    @property
+    def operation(self) -> str:
+        return self.operations()[0]
+
+    @property
+    def config(self) -> Any:
+        return getattr(self, self.operation)
+
+    @property
+    def kind(self) -> Literal["source", "transform", "sink"]:
+        if self.operation in SOURCE_OPS:
+            return "source"
+        return "sink" if self.operation in SINK_OPS else "transform"
+
+
+class ProcessingTime(Strict):
+    processingTime: Duration | None = None
+    availableNow: bool | None = None
+    realTime: Duration | None = Field(None, description="Spark real-time mode checkpoint interval (Spark >= 4.1).")
+
+    @model_validator(mode="after")
+    def _one(self) -> ProcessingTime:
+        set_ = [k for k in ("processingTime", "availableNow", "realTime") if getattr(self, k)]
+        if len(set_) != 1:
+            raise ValueError("set exactly one of 'processingTime', 'availableNow' or 'realTime'")
+        return self
+
+
+class DeadLetter(Strict):
+    """Where malformed records (and, if asked, late records) go, with the error and the original bytes."""
+
+    toKafka: ToKafka | None = None
+    toFiles: ToFiles | None = None
+    toConsole: ToConsole | None = None
+    toMemory: ToMemory | None = None
+    lateRecords: bool = Field(False, description="Also send records later than the watermark.")
+
+    @model_validator(mode="after")
+    def _one_sink(self) -> DeadLetter:
+        sinks = [k for k in SINK_OPS if getattr(self, k) is not None]
+        if len(sinks) != 1:
+            raise ValueError(f"set exactly one of {', '.join(SINK_OPS)}")
+        return self
+
+    @property
+    def sink_operation(self) -> str:
+        return next(k for k in SINK_OPS if getattr(self, k) is not None)
+
+
+class PipelineSpec(Strict):
+    """A streaming DAG: sources, transforms and sinks, compiled to Spark Structured Streaming."""
+
+    nodes: list[Node] = Field(min_length=1)
+    trigger: ProcessingTime = Field(default_factory=lambda: ProcessingTime(processingTime="1s"))
+    deadLetter: DeadLetter | None = None
