@@ -32,10 +32,23 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replicas: int =
                 raise
 
 
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    """Delete topics that exist (others are ignored) and wait until they are gone."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = [n for n in names if n in admin.list_topics(timeout=10).topics]
+    for future in admin.delete_topics(existing).values() if existing else []:
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while existing and time.monotonic() < deadline:
+        if not set(existing) & set(admin.list_topics(timeout=10).topics):
+            return
+        time.sleep(0.2)
+
+
 def produce(bootstrap: str, topic: str, records: Iterable[Record | bytes], *,
             timestamps_ms: Iterable[int] | None = None, partition: int | None = None) -> int:
     """Produce records (value or (key, value)) and flush; returns how many were delivered."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "linger.ms": 20, "batch.size": 1 << 20,
                          "compression.type": "lz4", "enable.idempotence": True})
     errors: list[str] = []
 

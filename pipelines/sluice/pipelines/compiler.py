@@ -24,6 +24,7 @@ from .spec import (
     FromKafka,
     Node,
     PipelineSpec,
+    duration_ms,
     duration_to_spark,
 )
 from .validation import PipelineInvalid, Problem, join_path
@@ -74,10 +75,16 @@ class QueryPlan:
 
 @dataclass(frozen=True)
 class LateRule:
-    """Route records older than (max event time seen before the batch - delay) to the dead letters."""
+    """When Spark would drop a record as late, mirrored for the dead-letter query.
 
-    event_time: str
-    delay: str
+    The watermark is (max event time of earlier batches - delay). A windowed aggregation drops a record
+    only once its latest window has closed (window end <= watermark); other stateful operations drop
+    it when its event time is at or before the watermark.
+    """
+
+    delay_ms: int
+    window_ms: int = 0  # tumbling/sliding size, or session gap
+    slide_ms: int | None = None  # None: the bound is event time + window_ms
 
 
 @dataclass
@@ -353,7 +360,7 @@ class Compiler:
               else [F.col("timestamp").alias("_event_time")] if src.eventTime else []))
         late = None
         if dead.lateRecords and src.watermark and src.eventTime:
-            late = LateRule("_event_time", duration_to_spark(src.watermark))
+            late = self._late_rule(records.node.name, duration_ms(src.watermark))
         else:
             df = df.where(F.col("error").isNotNull())
         if "_event_time" in df.columns and late is None:
@@ -361,6 +368,32 @@ class Compiler:
         sink_op = dead.sink_operation
         return QueryPlan(f"{records.node.name}-dead-letters", df, sink_op, getattr(dead, sink_op), "append",
                          late_rule=late)
+
+
+    def _late_rule(self, source: str, delay_ms: int) -> LateRule:
+        """The rule of the first stateful operation downstream of the source."""
+        consumers: dict[str, list[Node]] = {}
+        for node in self.spec.nodes:
+            for upstream in node.inputs or []:
+                consumers.setdefault(upstream, []).append(node)
+        queue, seen = [source], {source}
+        while queue:
+            for node in consumers.get(queue.pop(0), []):
+                if node.aggregate is not None and node.aggregate.window is not None:
+                    window = node.aggregate.window
+                    if window.tumbling:
+                        size = duration_ms(window.tumbling)
+                        return LateRule(delay_ms, size, size)
+                    if window.sliding:
+                        return LateRule(delay_ms, duration_ms(window.sliding.size),
+                                        duration_ms(window.sliding.slide))
+                    return LateRule(delay_ms, duration_ms(window.session or "0s"))
+                if node.operation in ("join", "dedupe", "aggregate"):
+                    return LateRule(delay_ms)
+                if node.name not in seen:
+                    seen.add(node.name)
+                    queue.append(node.name)
+        return LateRule(delay_ms)
 
 
 def kafka_record(df: DataFrame, cfg) -> DataFrame:

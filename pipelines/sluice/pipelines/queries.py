@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from .compiler import QueryPlan, dead_letter_kafka_record, kafka_record
+from .compiler import LateRule, QueryPlan, dead_letter_kafka_record, kafka_record
 from .spec import ProcessingTime, duration_to_spark
 
 
@@ -81,13 +81,12 @@ def write_batch(batch: DataFrame, plan: QueryPlan, bootstrap: str | None) -> Non
 
 
 class LateTracker:
-    """Spark's watermark rule, replayed for the dead-letter query: a record is late when its event time
-    is older than (max event time of earlier batches - delay). State survives restarts in the checkpoint.
-    """
+    """Applies a LateRule per micro-batch of the dead-letter query. The max event time seen so far is
+    kept in the query's checkpoint folder, so the rule survives restarts."""
 
-    def __init__(self, state_file: Path, delay: str) -> None:
+    def __init__(self, state_file: Path, rule: LateRule) -> None:
         self.state_file = state_file
-        self.delay = delay
+        self.rule = rule
 
     def _load(self) -> dict[str, Any]:
         try:
@@ -95,21 +94,31 @@ class LateTracker:
         except (FileNotFoundError, json.JSONDecodeError):
             return {"batch_id": -1, "max": None, "previous_max": None}
 
+    def late_condition(self, max_before_us: int):
+        rule = self.rule
+        watermark = F.lit(max_before_us - rule.delay_ms * 1000)
+        event_us = F.unix_micros("_event_time")
+        if rule.slide_ms:
+            slide = rule.slide_ms * 1000
+            bound = F.floor(event_us / slide) * slide + rule.window_ms * 1000
+        else:
+            bound = event_us + rule.window_ms * 1000
+        message = F.concat(F.lit("late: event time "), F.col("_event_time").cast("string"),
+                           F.lit(" is behind the watermark "), F.timestamp_micros(watermark).cast("string"))
+        return F.col("error").isNull() & (bound <= watermark), message
+
     def mark(self, batch: DataFrame, batch_id: int) -> DataFrame:
         state = self._load()
         # A replayed batch (after a crash) must use the max from before its first run.
         max_before = state["previous_max"] if state["batch_id"] == batch_id else state["max"]
         marked = batch
         if max_before is not None:
-            watermark = F.timestamp_micros(F.lit(max_before)) - F.expr(f"INTERVAL {self.delay}")
-            late = F.col("error").isNull() & (F.col("_event_time") < watermark)
-            message = F.concat(F.lit("late: event time "), F.col("_event_time").cast("string"),
-                               F.lit(" is before the watermark "), watermark.cast("string"))
+            late, message = self.late_condition(max_before)
             marked = batch.withColumn("error", F.when(late, message).otherwise(F.col("error")))
         seen = batch.where(F.col("error").isNull()).agg(F.max(F.unix_micros("_event_time"))).first()[0]
-        newest = max(x for x in (max_before, seen) if x is not None) if (max_before or seen) else None
+        known = [x for x in (max_before, seen) if x is not None]
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        self.state_file.write_text(json.dumps({"batch_id": batch_id, "max": newest,
+        self.state_file.write_text(json.dumps({"batch_id": batch_id, "max": max(known) if known else None,
                                                "previous_max": max_before}))
         return marked.where(F.col("error").isNotNull()).drop("_event_time")
 
@@ -124,7 +133,7 @@ def start_query(plan: QueryPlan, *, checkpoint_root: str, trigger: ProcessingTim
     if is_dead_letter and plan.sink_op == "toKafka" and not needs_batch:
         df = dead_letter_kafka_record(df)
     if needs_batch:
-        tracker = (LateTracker(Path(checkpoint) / "sluice-late-state.json", plan.late_rule.delay)
+        tracker = (LateTracker(Path(checkpoint) / "sluice-late-state.json", plan.late_rule)
                    if plan.late_rule else None)
 
         def each_batch(batch: DataFrame, batch_id: int) -> None:

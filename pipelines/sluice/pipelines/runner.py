@@ -53,7 +53,8 @@ def spark_ddl_parser(spark: SparkSession):
         try:
             return list(spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(ddl).fieldNames())
         except Exception as exc:  # py4j wraps the JVM's ParseException
-            message = getattr(getattr(exc, "java_exception", None), "getMessage", lambda: str(exc))()
+            java = getattr(exc, "java_exception", None)
+            message = java.getMessage() if java is not None else str(exc)
             return str(message).split("\n")[0].strip()
 
     return parse

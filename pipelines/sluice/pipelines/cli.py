@@ -1,0 +1,172 @@
+"""The `sluice` command: validate manifests, run an app locally with a live view."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from .validation import PipelineDocument, PipelineInvalid, load_documents, validate
+
+console = Console(stderr=True)
+
+
+def _spark_available() -> bool:
+    return shutil.which("java") is not None
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    sql = ddl = None
+    spark = None
+    if args.spark and _spark_available():
+        from .runner import spark_ddl_parser, spark_sql_parser
+        from .session import build_session
+
+        spark = build_session("sluice-validate", {"spark.ui.enabled": "false"}, master="local[1]")
+        sql, ddl = spark_sql_parser(spark), spark_ddl_parser(spark)
+    elif args.spark:
+        console.print("[yellow]note:[/] no Java found: SQL expressions are checked when the app starts")
+    failures = 0
+    try:
+        for path in args.files:
+            failures += _validate_file(path, sql, ddl)
+    finally:
+        if spark is not None:
+            spark.stop()
+    return 1 if failures else 0
+
+
+def _validate_file(path: str, sql, ddl) -> int:
+    try:
+        documents = load_documents(path)
+    except (OSError, PipelineInvalid) as exc:
+        print(f"{path}: {exc}")
+        return 1
+    failures = 0
+    for document in documents:
+        try:
+            validate(document.pipeline, document.prefix, sql=sql, ddl=ddl)
+            print(f"{path}: {document.app_name}: valid")
+        except PipelineInvalid as exc:
+            failures += 1
+            for problem in exc.problems:
+                print(f"{path}: {problem}")
+    return failures
+
+
+def default_bootstrap(document: PipelineDocument, flag: str | None) -> str | None:
+    """--bootstrap-servers, else the local broker (make local-kafka), else the manifest's."""
+    if flag:
+        return flag
+    try:
+        from sluice.testbed.__main__ import LOCAL_KAFKA_DIR
+        from sluice.testbed.kafka import local_bootstrap
+
+        local = local_bootstrap(LOCAL_KAFKA_DIR)
+    except ImportError:
+        local = None
+    return local
+
+
+def progress_table(run) -> Table:
+    table = Table(title=f"sluice run: {run.document.app_name}", expand=False)
+    for column in ("query", "status", "input rows/s", "processed rows/s", "lag (records)", "batch ms",
+                   "batch", "state rows"):
+        table.add_column(column, justify="left" if column in ("query", "status") else "right")
+    for state in run.states():
+        progress = state.progress or {}
+        lag = max((float((s.get("metrics") or {}).get("maxOffsetsBehindLatest", 0) or 0)
+                   for s in progress.get("sources", [])), default=0)
+        status = "[red]failed" if state.error else "[green]running" if state.active else "stopped"
+        table.add_row(state.name, status, f"{progress.get('inputRowsPerSecond', 0) or 0:,.0f}",
+                      f"{progress.get('processedRowsPerSecond', 0) or 0:,.0f}", f"{lag:,.0f}",
+                      str(progress.get("batchDuration", "-")), str(progress.get("batchId", "-")),
+                      f"{sum(op.get('numRowsTotal', 0) for op in progress.get('stateOperators', [])):,}")
+    return table
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runner import ControlServer, PipelineRun
+    from .session import local_session
+
+    try:
+        document = load_documents(args.file)[0]
+        validate(document.pipeline, document.prefix)
+    except (OSError, PipelineInvalid) as exc:
+        print(f"error: {args.file}:\n{exc}", file=sys.stderr)
+        return 2
+    bootstrap = default_bootstrap(document, args.bootstrap_servers)
+    checkpoint = args.checkpoint_dir or str(Path(".sluice/checkpoints") / document.app_name)
+    spark = local_session(f"sluice-{document.app_name}", cores=args.cores)
+    run = PipelineRun(spark, document, checkpoint_root=checkpoint, bootstrap_servers=bootstrap)
+    try:
+        run.start()
+    except PipelineInvalid as exc:
+        print(f"error: {args.file}:\n{exc}", file=sys.stderr)
+        spark.stop()
+        return 2
+    server = ControlServer(run, args.metrics_port).start() if args.metrics_port else None
+    signal.signal(signal.SIGTERM, lambda *_: run._stopping.set())
+    code = 0
+    try:
+        with Live(progress_table(run), console=console, refresh_per_second=2) as live:
+            stable_since = None
+            while not (run.failed() or run._stopping.is_set()):
+                time.sleep(1)
+                live.update(progress_table(run))
+                if not any(q.isActive for q in run.queries):
+                    break
+                if args.until_caught_up:
+                    if run.caught_up():
+                        stable_since = stable_since or time.monotonic()
+                        if time.monotonic() - stable_since > 3:
+                            break
+                    else:
+                        stable_since = None
+            live.update(progress_table(run))
+        code = 1 if run.failed() else 0
+    except KeyboardInterrupt:
+        console.print("stopping at the next batch boundary…")
+    finally:
+        failed = run.failed()
+        run.stop()
+        if server:
+            server.stop()
+        spark.stop()
+    for state in failed:
+        console.print(f"[red]query {state.name} failed:[/] {state.error}")
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sluice", description="sluice streaming apps")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("validate", help="check manifests; prints every error with its path")
+    v.add_argument("files", nargs="+")
+    v.add_argument("--no-spark", dest="spark", action="store_false",
+                   help="skip parsing SQL expressions with Spark (faster, less thorough)")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("run", help="run an app locally on PySpark (local[*])")
+    r.add_argument("file")
+    r.add_argument("--bootstrap-servers", help="Kafka to use (default: the local broker, else the manifest's)")
+    r.add_argument("--checkpoint-dir", help="default: .sluice/checkpoints/<app>")
+    r.add_argument("--until-caught-up", action="store_true", help="stop once every source is drained")
+    r.add_argument("--cores", default="*", help="local Spark cores (default: all)")
+    r.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz (0: off)")
+    r.set_defaults(func=cmd_run)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
