@@ -20,9 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pyspark.errors import ParseException
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from .compiler import compile_pipeline
@@ -35,27 +33,34 @@ log = logging.getLogger("sluice.runner")
 DEFAULT_METRICS_PORT = 9090
 
 
+def _java_message(exc: Exception) -> str:
+    java = getattr(exc, "java_exception", None)  # py4j wraps JVM exceptions
+    message = str(java.getMessage() if java is not None else exc)
+    return next((line.strip() for line in message.splitlines() if line.strip()), message)
+
+
 def spark_sql_parser(spark: SparkSession):
-    """A validation SqlParser backed by Spark's own expression parser (no per-record work)."""
+    """A validation SqlParser backed by Spark's own expression parser (F.expr parses lazily in Spark 4)."""
+    parser = spark._jsparkSession.sessionState().sqlParser()
 
     def parse(expression: str) -> str | None:
         try:
-            F.expr(expression)
-        except ParseException as exc:
-            return str(exc).split("\n")[0].strip()
+            parser.parseExpression(expression)
+        except Exception as exc:
+            return _java_message(exc)
         return None
 
     return parse
 
 
 def spark_ddl_parser(spark: SparkSession):
+    struct_type = spark._jvm.org.apache.spark.sql.types.StructType
+
     def parse(ddl: str) -> list[str] | str:
         try:
-            return list(spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(ddl).fieldNames())
-        except Exception as exc:  # py4j wraps the JVM's ParseException
-            java = getattr(exc, "java_exception", None)
-            message = java.getMessage() if java is not None else str(exc)
-            return str(message).split("\n")[0].strip()
+            return list(struct_type.fromDDL(ddl).fieldNames())
+        except Exception as exc:
+            return _java_message(exc)
 
     return parse
 
@@ -239,7 +244,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bootstrap-servers", default=None, help="Kafka bootstrap (overrides the manifest)")
     parser.add_argument("--metrics-port", type=int,
                         default=int(os.environ.get("SLUICE_METRICS_PORT", DEFAULT_METRICS_PORT)))
-    parser.add_argument("--master", default=None, help="Spark master (default: from spark-submit)")
+    parser.add_argument("--master", default=None,
+                        help="Spark master (default: from spark-submit); local[N] adds the Kafka connector jars")
     return parser.parse_args(argv)
 
 
@@ -252,9 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     document = documents[0]
-    from .session import build_session
+    from .session import build_session, local_session
 
-    spark = build_session(f"sluice-{document.app_name}", {}, master=args.master)
+    if args.master and args.master.startswith("local"):
+        spark = local_session(f"sluice-{document.app_name}", cores=args.master[6:-1] or "*")
+    else:
+        spark = build_session(f"sluice-{document.app_name}", {}, master=args.master)
     run = PipelineRun(spark, document, checkpoint_root=args.checkpoint_dir or f"/tmp/sluice/{document.app_name}",
                       bootstrap_servers=args.bootstrap_servers)
     signal.signal(signal.SIGTERM, lambda *_: run._stopping.set())

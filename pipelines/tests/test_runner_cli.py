@@ -1,0 +1,132 @@
+"""The runner as the driver runs it (a subprocess), and the `sluice` CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sluice.testbed.common import free_port
+from sluice.testbed.kafka_io import consume_all, produce
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _wordcount_manifest(tmp_path: Path, topics: dict[str, str]) -> Path:
+    manifest = yaml.safe_load((EXAMPLES / "wordcount.yaml").read_text())
+    nodes = manifest["spec"]["pipeline"]["nodes"]
+    nodes[0]["fromKafka"]["topic"] = topics["lines"]
+    nodes[-1]["toKafka"]["topic"] = topics["counts"]
+    manifest["spec"]["pipeline"]["deadLetter"]["toKafka"]["topic"] = topics["dead"]
+    path = tmp_path / "app.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return path
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"runner exited early with {proc.returncode}"
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_runner_serves_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, new_topic, tmp_path):
+    topics = {"lines": new_topic(2), "counts": new_topic(2), "dead": new_topic(1)}
+    manifest = _wordcount_manifest(tmp_path, topics)
+    base = 1_700_000_000_000
+    produce(kafka_bootstrap, topics["lines"], [b"a b", b"b c", b"c"], timestamps_ms=[base, base + 100, base + 60_000])
+    port = free_port()
+    log = tmp_path / "runner.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "sluice.pipelines.runner", str(manifest),
+                                 "--bootstrap-servers", kafka_bootstrap, "--checkpoint-dir", str(tmp_path / "chk"),
+                                 "--metrics-port", str(port), "--master", "local[2]"],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        _wait_for(lambda: _get(f"http://127.0.0.1:{port}/healthz")[0] == 200, 180, "/healthz", proc)
+        health = json.loads(_get(f"http://127.0.0.1:{port}/healthz")[1])
+        assert {q["name"] for q in health["queries"]} == {"out", "lines-dead-letters"}
+
+        _wait_for(lambda: len(consume_all(kafka_bootstrap, topics["counts"])) >= 3, 180, "window counts", proc)
+        counts = {(r["word"], r["count"]) for r in map(json.loads, (m.value for m in
+                                                                   consume_all(kafka_bootstrap, topics["counts"])))}
+        assert counts == {("a", 1), ("b", 2), ("c", 1)}
+
+        _, metrics = _get(f"http://127.0.0.1:{port}/metrics")
+        assert 'sluice_input_rows_total{app="wordcount",query="out"} 3.0' in metrics
+        assert "sluice_kafka_records_behind_latest" in metrics
+        assert 'sluice_executors{app="wordcount"}' in metrics
+        assert _get(f"http://127.0.0.1:{port}/nope")[0] == 404
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _sluice(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sluice.pipelines.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_validate_cli_accepts_every_example():
+    result = _sluice("validate", "--no-spark", *map(str, sorted(EXAMPLES.glob("*.yaml"))))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": valid") == len(list(EXAMPLES.glob("*.yaml")))
+
+
+def test_validate_cli_prints_every_error_with_its_path(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp",
+                                   "metadata": {"name": "bad"}, "spec": {"pipeline": {"nodes": [
+                                       {"name": "src", "fromKafka": {"topic": "t", "watermark": "soon"}},
+                                       {"name": "out", "inputs": ["srcc"], "toConsole": {}}]}}}))
+    result = _sluice("validate", "--no-spark", str(bad))
+    assert result.returncode == 1
+    assert f"{bad}: spec.pipeline.nodes[0].fromKafka.watermark: invalid duration 'soon'" in result.stdout
+    assert f"{bad}: spec.pipeline.nodes[1].inputs[0]: unknown node 'srcc'" in result.stdout
+    assert f"{bad}: spec.pipeline.nodes[0]: the output of 'src' is not used by any node" in result.stdout
+
+
+@pytest.mark.spark
+def test_validate_cli_parses_sql_with_spark(tmp_path):
+    manifest = yaml.safe_load((EXAMPLES / "wordcount.yaml").read_text())
+    manifest["spec"]["pipeline"]["nodes"][2]["filter"] = "word != '' AND ("
+    path = tmp_path / "sql.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = _sluice("validate", str(path))
+    assert result.returncode == 1
+    assert "spec.pipeline.nodes[2].filter: bad SQL expression" in result.stdout
+
+
+def test_validate_cli_reports_unreadable_yaml(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("nodes: [\n")
+    result = _sluice("validate", "--no-spark", str(path))
+    assert result.returncode == 1
+    assert "not valid YAML" in result.stdout
