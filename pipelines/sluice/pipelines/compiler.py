@@ -71,6 +71,7 @@ class QueryPlan:
     output_mode: str
     batch_steps: tuple[BatchStep, ...] = ()
     late_rule: LateRule | None = None
+    dead_letter_source: str | None = None  # set on a source's dead-letter query
 
 
 @dataclass(frozen=True)
@@ -367,7 +368,7 @@ class Compiler:
             df = df.drop("_event_time")
         sink_op = dead.sink_operation
         return QueryPlan(f"{records.node.name}-dead-letters", df, sink_op, getattr(dead, sink_op), "append",
-                         late_rule=late)
+                         late_rule=late, dead_letter_source=records.node.name)
 
 
     def _late_rule(self, source: str, delay_ms: int) -> LateRule:

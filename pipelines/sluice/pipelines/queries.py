@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,35 +125,38 @@ class LateTracker:
 
 
 def start_query(plan: QueryPlan, *, checkpoint_root: str, trigger: ProcessingTime, bootstrap: str | None,
-                spark_version: str) -> StreamingQuery:
+                spark_version: str, on_dead_letters: Callable[[str, int], None] | None = None) -> StreamingQuery:
     checkpoint = f"{checkpoint_root.rstrip('/')}/{plan.name}"
-    is_dead_letter = plan.name.endswith("-dead-letters")
-    needs_batch = bool(plan.batch_steps) or plan.late_rule is not None or (
-        is_dead_letter and plan.sink_op == "toMemory")
-    df = plan.df
-    if is_dead_letter and plan.sink_op == "toKafka" and not needs_batch:
-        df = dead_letter_kafka_record(df)
-    if needs_batch:
-        tracker = (LateTracker(Path(checkpoint) / "sluice-late-state.json", plan.late_rule)
-                   if plan.late_rule else None)
-
-        def each_batch(batch: DataFrame, batch_id: int) -> None:
-            batch = batch.persist()  # read the source once even when this batch runs several jobs
-            try:
-                if tracker is not None:
-                    batch = tracker.mark(batch, batch_id)
-                for step in plan.batch_steps:
-                    batch = step(batch)
-                if plan.sink_op == "toKafka":
-                    batch = dead_letter_kafka_record(batch) if is_dead_letter else kafka_record(batch, plan.sink)
-                write_batch(batch, plan, bootstrap)
-            finally:
-                batch.unpersist()
-
-        writer = df.writeStream.foreachBatch(each_batch)
+    if plan.dead_letter_source is None and not plan.batch_steps:
+        writer = _native_writer(plan.df, plan, bootstrap)
+        query_name = plan.sink.table if plan.sink_op == "toMemory" else plan.name
     else:
-        writer = _native_writer(df, plan, bootstrap)
-    query_name = plan.sink.table if plan.sink_op == "toMemory" and not needs_batch else plan.name
+        handler = _batch_handler(plan, checkpoint, bootstrap, on_dead_letters)
+        writer, query_name = plan.df.writeStream.foreachBatch(handler), plan.name
     writer = (writer.queryName(query_name).outputMode(plan.output_mode)
               .option("checkpointLocation", checkpoint))
     return apply_trigger(writer, trigger, spark_version).start()
+
+
+def _batch_handler(plan: QueryPlan, checkpoint: str, bootstrap: str | None,
+                   on_dead_letters: Callable[[str, int], None] | None) -> Callable[[DataFrame, int], None]:
+    """Per micro-batch work: top-N and what follows it, or the dead letters (late marking, counting)."""
+    source = plan.dead_letter_source
+    tracker = LateTracker(Path(checkpoint) / "sluice-late-state.json", plan.late_rule) if plan.late_rule else None
+
+    def each_batch(batch: DataFrame, batch_id: int) -> None:
+        cached = batch.persist()  # read the source once although this batch runs several jobs
+        try:
+            out = tracker.mark(cached, batch_id) if tracker else cached
+            for step in plan.batch_steps:
+                out = step(out)
+            dead = out.count() if source else 0
+            if plan.sink_op == "toKafka":
+                out = dead_letter_kafka_record(out) if source else kafka_record(out, plan.sink)
+            write_batch(out, plan, bootstrap)
+            if source and on_dead_letters:
+                on_dead_letters(source, dead)
+        finally:
+            cached.unpersist()
+
+    return each_batch

@@ -106,7 +106,8 @@ class PipelineRun:
             for plan in compiled.queries:
                 self.queries.append(start_query(plan, checkpoint_root=self.checkpoint_root,
                                                 trigger=self.spec.trigger, bootstrap=self.bootstrap,
-                                                spark_version=self.spark.version))
+                                                spark_version=self.spark.version,
+                                                on_dead_letters=self._count_dead_letters))
                 self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
         except UnsupportedTrigger as exc:
             self.stop()
@@ -115,6 +116,9 @@ class PipelineRun:
             self.stop()
             raise
         return self
+
+    def _count_dead_letters(self, source: str, count: int) -> None:
+        self.metrics.dead_letters.labels(app=self.metrics.app, source=source).inc(count)
 
     # ------------------------------------------------------------------------------- observing
     def states(self) -> list[QueryState]:
