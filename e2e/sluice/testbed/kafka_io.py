@@ -18,6 +18,7 @@ class ConsumedRecord(NamedTuple):
     partition: int
     offset: int
     timestamp_ms: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replicas: int = 1,
@@ -114,7 +115,7 @@ def consume_all(bootstrap: str, topic: str, *, expected: int | None = None,
                     raise KafkaException(msg.error())
                 position[msg.partition()] = msg.offset() + 1
                 out.append(ConsumedRecord(msg.key(), msg.value(), msg.partition(), msg.offset(),
-                                          msg.timestamp()[1]))
+                                          msg.timestamp()[1], tuple(msg.headers() or ())))
     finally:
         consumer.close()
     return out

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
 from sluice.testbed.__main__ import LOCAL_KAFKA_DIR
 from sluice.testbed.kafka import KafkaCluster, local_bootstrap
 from sluice.testbed.kafka_io import consume_all, create_topic, delete_topics, produce

@@ -46,6 +46,23 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+def cel(*rules: str | tuple[str, str], message: str | None = None) -> ConfigDict:
+    """Model config carrying CEL rules for the CRD (x-kubernetes-validations) beside the Python checks.
+
+    cel(rule, message) for one rule, or cel((rule, message), ...) for several.
+    """
+    if rules and isinstance(rules[0], str):
+        pairs = [(rules[0], rules[1] if len(rules) > 1 else message or rules[0])]
+    else:
+        pairs = list(rules)  # type: ignore[arg-type]
+    return ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={
+        "x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in pairs]})
+
+
+def _one_of(*fields: str) -> str:
+    return f"[{', '.join(f'has(self.{f})' for f in fields)}].exists_one(x, x)"
+
+
 # --------------------------------------------------------------------------------------- sources
 
 KAFKA_METADATA_COLUMNS = ("key", "timestamp", "headers", "topic", "partition", "offset")
@@ -53,6 +70,10 @@ KAFKA_METADATA_COLUMNS = ("key", "timestamp", "headers", "topic", "partition", "
 
 class FromKafka(Strict):
     """Read a Kafka topic (or topics matching a pattern) as a stream."""
+
+    model_config = cel(("has(self.topic) != has(self.pattern)", "set exactly one of 'topic' or 'pattern'"),
+                       ("self.format == 'text' || has(self.schema)", "json and csv need 'schema'"),
+                       ("!has(self.watermark) || has(self.eventTime)", "'watermark' needs 'eventTime'"))
 
     topic: str | None = Field(None, description="Topic name (or a comma-separated list).")
     pattern: str | None = Field(None, description="Java regex of topics to subscribe to.")
@@ -101,6 +122,9 @@ class Sliding(Strict):
 
 class Window(Strict):
     """An event-time window; exactly one of tumbling, sliding or session."""
+
+    model_config = cel(_one_of("tumbling", "sliding", "session"),
+                       "set exactly one of 'tumbling', 'sliding' or 'session'")
 
     tumbling: Duration | None = None
     sliding: Sliding | None = None
@@ -216,6 +240,10 @@ OPERATIONS = SOURCE_OPS + TRANSFORM_OPS + SINK_OPS
 class Node(Strict):
     """One step of the DAG: a name, its inputs (none for sources) and exactly one operation."""
 
+    model_config = cel((_one_of(*OPERATIONS), "a node needs exactly one operation key"),
+                       ("!has(self.fromKafka) || !has(self.inputs) || size(self.inputs) == 0",
+                        "a source takes no inputs"))
+
     name: NodeName
     inputs: list[str] | None = Field(None, description="Names of upstream nodes (absent for sources).")
 
@@ -273,6 +301,10 @@ class Node(Strict):
 
 
 class ProcessingTime(Strict):
+    model_config = cel("[has(self.processingTime), has(self.availableNow) && self.availableNow, "
+                       "has(self.realTime)].exists_one(x, x)",
+                       "set exactly one of 'processingTime', 'availableNow' or 'realTime'")
+
     processingTime: Duration | None = None
     availableNow: bool | None = None
     realTime: Duration | None = Field(None, description="Spark real-time mode checkpoint interval (Spark >= 4.1).")
@@ -287,6 +319,9 @@ class ProcessingTime(Strict):
 
 class DeadLetter(Strict):
     """Where malformed records (and, if asked, late records) go, with the error and the original bytes."""
+
+    model_config = cel(_one_of("toKafka", "toFiles", "toConsole", "toMemory"),
+                       "set exactly one of toKafka, toFiles, toConsole, toMemory")
 
     toKafka: ToKafka | None = None
     toFiles: ToFiles | None = None
@@ -309,6 +344,6 @@ class DeadLetter(Strict):
 class PipelineSpec(Strict):
     """A streaming DAG: sources, transforms and sinks, compiled to Spark Structured Streaming."""
 
-    nodes: list[Node] = Field(min_length=1)
+    nodes: list[Node] = Field(min_length=1, max_length=256)
     trigger: ProcessingTime = Field(default_factory=lambda: ProcessingTime(processingTime="1s"))
     deadLetter: DeadLetter | None = None

@@ -1,0 +1,194 @@
+"""The children of a StreamingApp, built as plain dicts by small pure functions.
+
+Owner references are added by the reconciler (kopf.adopt); everything else about a child is decided
+here, so tests can check a child without a cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+import yaml
+
+from .model import StreamingAppSpec, TopicSpec
+
+MANAGED_BY = "sluice-operator"
+APP_LABEL = "sluice.dev/app"
+REVISION_LABEL = "sluice.dev/revision"
+METRICS_PORT = 9090
+RUNNER_FILE = "local:///opt/sluice/runner.py"
+PIPELINE_MOUNT = "/etc/sluice"
+SPARK_APPLICATION_API = "sparkoperator.k8s.io/v1beta2"
+KAFKA_TOPIC_API = "kafka.strimzi.io/v1"
+
+
+def labels(app: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "sluice-app",
+        "app.kubernetes.io/instance": app,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        APP_LABEL: app,
+    }
+
+
+def revision(spec: StreamingAppSpec) -> str:
+    """Identifies what the driver runs: the pipeline and the image. Changes roll out a new revision."""
+    identity = {"pipeline": spec.pipeline.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "image": spec.spark.image}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def configmap_name(app: str, rev: str) -> str:
+    return f"{app}-pipeline-{rev}"
+
+
+def service_account_name(app: str, spec: StreamingAppSpec) -> str:
+    return spec.spark.serviceAccount or f"{app}-spark"
+
+
+def runner_manifest(app: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
+    """What the runner reads: the app's pipeline with the Kafka address resolved."""
+    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp", "metadata": {"name": app},
+            "spec": {"kafka": {"bootstrapServers": bootstrap},
+                     "pipeline": spec.pipeline.model_dump(mode="json", by_alias=True, exclude_none=True)}}
+
+
+def pipeline_configmap(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
+    rev = revision(spec)
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": configmap_name(app, rev), "namespace": namespace,
+                     "labels": {**labels(app, "pipeline"), REVISION_LABEL: rev}},
+        "data": {"app.yaml": yaml.safe_dump(runner_manifest(app, spec, bootstrap), sort_keys=False)},
+    }
+
+
+def _pod_spec(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
+    resources = spec.spark.driver if role == "driver" else spec.spark.executor
+    pod = spec.spark.pod
+    out: dict[str, Any] = {
+        "cores": resources.cores,
+        "memory": resources.memory,
+        "labels": {**pod.labels, **labels(app, role)},
+        "serviceAccount": service_account_name(app, spec),
+    }
+    for key in ("coreLimit", "memoryOverhead"):
+        if getattr(resources, key):
+            out[key] = getattr(resources, key)
+    if pod.annotations:
+        out["annotations"] = dict(pod.annotations)
+    if pod.nodeSelector:
+        out["nodeSelector"] = dict(pod.nodeSelector)
+    if pod.env:
+        out["env"] = [{"name": k, "value": v} for k, v in sorted(pod.env.items())]
+    mounts = []
+    if spec.checkpoint.volumeClaim:
+        mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.location})
+    if mounts:
+        out["volumeMounts"] = mounts
+    return out
+
+
+def spark_application(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
+    rev = revision(spec)
+    driver = _pod_spec(app, spec, "driver")
+    driver["configMaps"] = [{"name": configmap_name(app, rev), "path": PIPELINE_MOUNT}]
+    driver["labels"][REVISION_LABEL] = rev
+    executor = {**_pod_spec(app, spec, "executor"), "instances": spec.executors.instances}
+    executor.pop("serviceAccount")
+    body: dict[str, Any] = {
+        "apiVersion": SPARK_APPLICATION_API, "kind": "SparkApplication",
+        "metadata": {"name": app, "namespace": namespace,
+                     "labels": {**labels(app, "driver"), REVISION_LABEL: rev}},
+        "spec": {
+            "type": "Python",
+            "pythonVersion": "3",
+            "mode": "cluster",
+            "image": spec.spark.image,
+            "imagePullPolicy": spec.spark.imagePullPolicy,
+            "sparkVersion": spec.spark.version,
+            "mainApplicationFile": RUNNER_FILE,
+            "arguments": [f"{PIPELINE_MOUNT}/app.yaml",
+                          "--checkpoint-dir", f"{spec.checkpoint.location.rstrip('/')}/{app}",
+                          "--metrics-port", str(METRICS_PORT)],
+            "sparkConf": {"spark.sql.streaming.metricsEnabled": "true", **spec.spark.sparkConf},
+            # A streaming driver should always come back, with back-off between attempts.
+            "restartPolicy": {"type": "Always", "onFailureRetryInterval": 10,
+                              "onSubmissionFailureRetryInterval": 20},
+            "driver": driver,
+            "executor": executor,
+        },
+    }
+    if spec.checkpoint.volumeClaim:
+        body["spec"]["volumes"] = [{"name": "checkpoints",
+                                    "persistentVolumeClaim": {"claimName": spec.checkpoint.volumeClaim}}]
+    return body
+
+
+def service_account(app: str, namespace: str, spec: StreamingAppSpec) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": service_account_name(app, spec), "namespace": namespace,
+                         "labels": labels(app, "driver")}}
+
+
+# Exactly what a Spark driver needs to run its executors (Spark on Kubernetes' documented RBAC).
+DRIVER_RULES = [
+    {"apiGroups": [""], "resources": ["pods"],
+     "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["configmaps"],
+     "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
+     "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
+]
+
+
+def driver_role(app: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": f"{app}-spark", "namespace": namespace, "labels": labels(app, "driver")},
+            "rules": DRIVER_RULES}
+
+
+def driver_role_binding(app: str, namespace: str, spec: StreamingAppSpec) -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": f"{app}-spark", "namespace": namespace, "labels": labels(app, "driver")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{app}-spark"},
+            "subjects": [{"kind": "ServiceAccount", "name": service_account_name(app, spec),
+                          "namespace": namespace}]}
+
+
+def driver_service(app: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": f"{app}-driver", "namespace": namespace, "labels": labels(app, "driver")},
+            "spec": {"selector": {APP_LABEL: app, "app.kubernetes.io/component": "driver", "spark-role": "driver"},
+                     "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT}]}}
+
+
+def kafka_topic_name(topic: str) -> str:
+    """Kubernetes names are DNS-1123: lower case, '-' and '.'; a hash keeps mapped names unique."""
+    name = re.sub(r"[^a-z0-9.-]", "-", topic.lower()).strip("-.")[:50] or "topic"
+    if name != topic:
+        name = f"{name}-{hashlib.sha256(topic.encode()).hexdigest()[:8]}"
+    return name
+
+
+def kafka_topic(app: str, namespace: str, topic: TopicSpec, cluster: str) -> dict[str, Any]:
+    return {"apiVersion": KAFKA_TOPIC_API, "kind": "KafkaTopic",
+            "metadata": {"name": kafka_topic_name(topic.name), "namespace": namespace,
+                         "labels": {**labels(app, "topic"), "strimzi.io/cluster": cluster}},
+            "spec": {"topicName": topic.name, "partitions": topic.partitions, "replicas": topic.replicas,
+                     "config": dict(topic.config)}}
+
+
+def children(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> list[dict[str, Any]]:
+    """Every child the app should have now (topics are handled on their own: they outlive the driver)."""
+    out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
+    out += [driver_role(app, namespace), driver_role_binding(app, namespace, spec),
+            pipeline_configmap(app, namespace, spec, bootstrap), driver_service(app, namespace)]
+    if not spec.suspend:
+        out.append(spark_application(app, namespace, spec, bootstrap))
+    return out

@@ -1,0 +1,150 @@
+"""Generate the StreamingApp CRD from the pydantic models (the single source of truth).
+
+`python -m sluice.operator.crd` prints it; `make crds` writes crds/ and the chart's copy; a test fails
+when the committed files differ from what this produces.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .model import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, StreamingAppSpec, StreamingAppStatus
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CRD_FILE = REPO_ROOT / "crds" / "sluice.dev_streamingapps.yaml"
+
+# JSON-schema keywords that carry over to a Kubernetes structural schema as they are.
+_COPIED = ("description", "pattern", "minLength", "maxLength", "minimum", "maximum", "minItems", "maxItems",
+           "enum", "format", "x-kubernetes-validations")
+
+
+class UnsupportedSchema(ValueError):
+    pass
+
+
+def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Pydantic's JSON schema -> an OpenAPI v3 structural schema (refs inlined, no null types)."""
+    if "$ref" in schema:
+        target = defs[schema["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return structural(merged, defs)
+    if "anyOf" in schema:
+        variants = [v for v in schema["anyOf"] if v.get("type") != "null"]
+        if len(variants) != 1:
+            raise UnsupportedSchema(f"a union of several types cannot be structural: {schema['anyOf']}")
+        outer = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+        if schema.get("default") is not None:
+            outer["default"] = schema["default"]
+        return structural({**variants[0], **outer}, defs)
+
+    out: dict[str, Any] = {k: schema[k] for k in _COPIED if k in schema}
+    if "const" in schema:
+        out["enum"] = [schema["const"]]
+    if schema.get("default") is not None:
+        out["default"] = schema["default"]
+    if "exclusiveMinimum" in schema:
+        out.update(minimum=schema["exclusiveMinimum"], exclusiveMinimum=True)
+    if "exclusiveMaximum" in schema:
+        out.update(maximum=schema["exclusiveMaximum"], exclusiveMaximum=True)
+
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        out["type"] = "object"
+        extra = schema.get("additionalProperties")
+        if "properties" in schema:
+            out["properties"] = {name: structural(sub, defs) for name, sub in schema["properties"].items()}
+            if schema.get("required"):
+                out["required"] = list(schema["required"])
+        elif isinstance(extra, dict) and extra:
+            out["additionalProperties"] = structural(extra, defs)
+        else:
+            out["x-kubernetes-preserve-unknown-fields"] = True  # free-form (e.g. python transform args)
+    elif kind == "array":
+        out["type"] = "array"
+        out["items"] = structural(schema.get("items", {}), defs)
+    elif kind in ("string", "integer", "number", "boolean"):
+        out["type"] = kind
+    elif not kind:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    else:
+        raise UnsupportedSchema(f"unsupported JSON schema type {kind!r}")
+    return out
+
+
+def model_schema(model) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    return structural(schema, schema.get("$defs", {}))
+
+
+def crd() -> dict[str, Any]:
+    spec_schema = model_schema(StreamingAppSpec)
+    spec_schema["description"] = "A streaming app: pipeline, Kafka topics, Spark resources and policies."
+    status_schema = model_schema(StreamingAppStatus)
+    status_schema["x-kubernetes-preserve-unknown-fields"] = True  # kopf keeps its progress here
+    columns = [
+        ("Phase", "string", ".status.phase"),
+        ("Revision", "string", ".status.revision"),
+        ("Executors", "integer", ".status.executors"),
+        ("Lag", "integer", ".status.lag"),
+        ("Rate", "string", ".status.inputRate"),
+        ("Age", "date", ".metadata.creationTimestamp"),
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR, "shortNames": SHORT_NAMES,
+                      "listKind": f"{KIND}List", "categories": ["sluice"]},
+            "versions": [{
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "required": ["spec"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec_schema,
+                        "status": status_schema,
+                    },
+                }},
+                "subresources": {
+                    "status": {},
+                    "scale": {"specReplicasPath": ".spec.executors.instances",
+                              "statusReplicasPath": ".status.executors"},
+                },
+                "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p} for n, t, p in columns],
+            }],
+        },
+    }
+
+
+def render() -> str:
+    header = "# Generated by `python -m sluice.operator.crd` from sluice.operator.model: do not edit.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    if args and args[0] == "--write":
+        targets = [Path(a) for a in args[1:]] or [CRD_FILE]
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(render())
+            print(f"wrote {target}")
+    else:
+        sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
