@@ -1,0 +1,45 @@
+"""`python -m sluice.operator`: run the StreamingApp operator (kopf) against the current kubeconfig."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+
+import kopf
+from prometheus_client import start_http_server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sluice.operator")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", action="append", dest="namespaces",
+                       help="watch this namespace (repeatable); default: all namespaces")
+    scope.add_argument("--all-namespaces", "-A", action="store_true")
+    parser.add_argument("--peering", help="kopf peering name for HA (several replicas, one active); "
+                                          "default: standalone")
+    parser.add_argument("--priority", type=int, default=None, help="peering priority (default: random)")
+    parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics (0: off)")
+    parser.add_argument("--liveness", default="http://0.0.0.0:8081/healthz", help="kopf liveness endpoint")
+    parser.add_argument("--log-format", choices=["json", "plain", "full"], default="json")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+
+    from . import handlers  # noqa: F401  (registers the handlers)
+
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    kopf.run(
+        clusterwide=not args.namespaces,
+        namespaces=args.namespaces or [],
+        standalone=not args.peering,
+        peering_name=args.peering,
+        priority=args.priority if args.priority is not None else random.randint(1, 10_000),
+        liveness_endpoint=args.liveness or None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Pure decisions of the operator: what an app should look like, and what its status says.
+
+Nothing here talks to Kubernetes or Kafka; the reconciler feeds it what it observed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.pipelines.validation import PipelineInvalid, Problem, model_problems, validate
+
+from . import children as ch
+from .model import StreamingAppSpec, TopicSpec
+
+
+@dataclass
+class DesiredState:
+    spec: StreamingAppSpec
+    bootstrap: str
+    revision: str
+    children: list[dict[str, Any]]
+    admin_topics: list[TopicSpec]
+    strimzi_topics: list[dict[str, Any]]
+
+
+@dataclass
+class Invalid:
+    problems: list[Problem]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(map(str, self.problems))
+
+
+def parse_spec(raw: dict[str, Any]) -> StreamingAppSpec | Invalid:
+    """The app's spec, or every problem with its path (spec.pipeline.nodes[2].inputs[0]: ...)."""
+    spec, problems = model_problems(raw, "spec", StreamingAppSpec)
+    problems += _pipeline_problems((raw or {}).get("pipeline"))
+    return Invalid(sorted(set(problems))) if problems else spec
+
+
+def _pipeline_problems(pipeline: Any) -> list[Problem]:
+    try:
+        validate(pipeline, "spec.pipeline")
+    except PipelineInvalid as exc:
+        return exc.problems
+    return []
+
+
+def bootstrap_for(spec: StreamingAppSpec, namespace: str) -> str:
+    if spec.kafka.bootstrapServers:
+        return spec.kafka.bootstrapServers
+    cluster = spec.kafka.strimziCluster
+    assert cluster is not None
+    port = 9093 if cluster.listener == "tls" else 9092
+    return f"{cluster.name}-kafka-bootstrap.{cluster.namespace or namespace}.svc:{port}"
+
+
+def desired_state(app: str, namespace: str, spec: StreamingAppSpec) -> DesiredState:
+    bootstrap = bootstrap_for(spec, namespace)
+    by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
+    for topic in spec.topics:
+        by_mode[spec.topic_management(topic)].append(topic)
+    cluster = spec.kafka.strimziCluster
+    strimzi = [ch.kafka_topic(app, cluster.namespace or namespace if cluster else namespace, t,
+                              cluster.name if cluster else "")
+               for t in by_mode["strimzi"]]
+    return DesiredState(spec, bootstrap, ch.revision(spec), ch.children(app, namespace, spec, bootstrap),
+                        by_mode["admin"], strimzi)
+
+
+# ------------------------------------------------------------------------------------- status
+
+CONDITION_TYPES = ("Valid", "TopicsReady", "DriverSubmitted", "Running")
+
+
+@dataclass
+class Observation:
+    """What the reconciler saw, in plain values."""
+
+    valid: Invalid | None = None
+    topics_error: str | None = None
+    topics_refused: dict[str, str] = field(default_factory=dict)
+    apply_error: str | None = None
+    suspended: bool = False
+    spark_state: str | None = None  # SparkApplication .status.applicationState.state
+    spark_error: str | None = None
+    executors: int | None = None
+    driver_metrics: dict[str, float] | None = None
+
+
+def phase_of(obs: Observation) -> str:
+    if obs.valid is not None:
+        return "Invalid"
+    if obs.suspended:
+        return "Suspended"
+    state = (obs.spark_state or "").upper()
+    if state == "RUNNING":
+        return "Running"
+    if state in ("FAILED", "SUBMISSION_FAILED", "INVALIDATING") or obs.apply_error:
+        return "Failed"
+    if state == "COMPLETED":
+        return "Completed"
+    return "Submitted" if state else "Pending"
+
+
+def conditions_for(obs: Observation) -> list[dict[str, str]]:
+    def cond(kind: str, ok: bool | None, reason: str, message: str = "") -> dict[str, str]:
+        status = "Unknown" if ok is None else str(ok)
+        return {"type": kind, "status": status, "reason": reason, "message": message}
+
+    if obs.valid is not None:
+        return [cond("Valid", False, "InvalidSpec", obs.valid.message[:4000])]
+    topics_ok = not (obs.topics_error or obs.topics_refused)
+    topics_message = obs.topics_error or "; ".join(obs.topics_refused.values())
+    reason = "TopicError" if obs.topics_error else "PartitionShrinkRefused" if obs.topics_refused else "Ready"
+    state = (obs.spark_state or "").upper()
+    if obs.suspended:
+        submitted = cond("DriverSubmitted", False, "Suspended", "spec.suspend is true")
+        running = cond("Running", False, "Suspended")
+    elif obs.apply_error:
+        submitted = cond("DriverSubmitted", False, "ApplyFailed", obs.apply_error[:4000])
+        running = cond("Running", False, "NotSubmitted")
+    else:
+        submitted = cond("DriverSubmitted", True, "Submitted")
+        running = cond("Running", state == "RUNNING" if state else None, state.title().replace("_", "") or "Pending",
+                       obs.spark_error or "")
+    return [cond("Valid", True, "Valid"), cond("TopicsReady", topics_ok, reason, topics_message), submitted,
+            running]
+
+
+def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, str]], now: str) -> list[dict[str, Any]]:
+    """Keep lastTransitionTime when a condition's status did not change."""
+    before = {c.get("type"): c for c in old or []}
+    merged = []
+    for condition in new:
+        previous = before.get(condition["type"])
+        changed = previous is None or previous.get("status") != condition["status"]
+        merged.append({**condition, "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now)})
+    return merged
+
+
+def status_for(obs: Observation, *, generation: int | None, revision: str | None, requested_executors: int | None,
+               children: list[dict[str, Any]], old_status: dict[str, Any], now: str) -> dict[str, Any]:
+    metrics = obs.driver_metrics or {}
+    status: dict[str, Any] = {
+        "phase": phase_of(obs),
+        "observedGeneration": generation,
+        "conditions": merge_conditions(old_status.get("conditions", []), conditions_for(obs), now),
+        "children": [{"apiVersion": c["apiVersion"], "kind": c["kind"], "name": c["metadata"]["name"]}
+                     for c in children],
+        "message": (obs.valid.message[:4000] if obs.valid else obs.apply_error or obs.topics_error
+                    or "; ".join(obs.topics_refused.values()) or None),
+    }
+    if revision is not None:
+        status["revision"] = revision
+    executors = next((x for x in (metrics.get("executors"), obs.executors, requested_executors) if x is not None),
+                     None)
+    if executors is not None and obs.valid is None:
+        status["executors"] = 0 if obs.suspended else int(executors)
+    if "lag" in metrics:
+        status["lag"] = int(metrics["lag"])
+    if "input_rate" in metrics:
+        status["inputRate"] = f"{metrics['input_rate']:.1f}/s"
+    return status
+
+
+def parse_driver_metrics(text: str) -> dict[str, float]:
+    """Sum the runner's Prometheus samples into the few figures the status shows."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "sluice_input_rows_per_second":
+                out["input_rate"] = out.get("input_rate", 0.0) + sample.value
+            elif sample.name == "sluice_kafka_records_behind_latest" and sample.labels.get("stat") == "max":
+                out["lag"] = out.get("lag", 0.0) + sample.value
+            elif sample.name == "sluice_executors":
+                out["executors"] = sample.value
+    return out
