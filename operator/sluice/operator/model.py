@@ -15,8 +15,8 @@ PLURAL = "streamingapps"
 SINGULAR = "streamingapp"
 SHORT_NAMES = ["sapp"]
 
-Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"),
-                     Field(description="A Kubernetes quantity, e.g. 500m, 2, 1g or 512Mi.")]
+Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?([kmgtpKMGTP]i?|[kmgtp]b)?$"),
+                     Field(description="An amount in Spark or Kubernetes notation: 500m, 2, 1g, 512Mi.")]
 TopicName = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9._-]{1,249}$")]
 
 
