@@ -36,6 +36,7 @@ def cluster_command(args: argparse.Namespace) -> int:
 
 def prefetch_command(args: argparse.Namespace) -> int:
     """Fetch and build every real component the tests use, so test time is test time."""
+    from .external_crds import prefetch_external_crds
     from .kafka import java_binary, kafka_jars
     from .kube import prefetch_kubernetes
     from .spark import spark_kafka_jars
@@ -44,6 +45,7 @@ def prefetch_command(args: argparse.Namespace) -> int:
     steps = [("Kafka jars", kafka_jars), ("Spark Kafka connector", spark_kafka_jars)]
     if not args.skip_kubernetes:
         steps.append(("Kubernetes, etcd and helm binaries", prefetch_kubernetes))
+        steps.append(("spark-operator and Strimzi CRDs", prefetch_external_crds))
     for label, step in steps:
         print(f"prefetch: {label} …", flush=True)
         step()

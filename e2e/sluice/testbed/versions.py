@@ -10,3 +10,6 @@ SCALA_BINARY = "2.13"
 KUBERNETES = "1.34.4"
 ETCD = "3.5.35"
 HELM = "3.22.0"
+
+SPARK_OPERATOR = "2.5.2"  # kubeflow spark-operator: SparkApplication CRD and Helm chart (Go module)
+STRIMZI = "1.2.0"  # Strimzi api + crd-generator (Maven Central): KafkaTopic/Kafka/KafkaNodePool CRDs

@@ -333,7 +333,7 @@ class Compiler:
         rank = Window.partitionBy(*cfg.partitionBy).orderBy(*order)
 
         def top(df: DataFrame) -> DataFrame:
-            return df.withColumn("_rank", F.row_number().over(rank)).where(f"_rank <= {cfg.n}").drop("_rank")
+            return df.withColumn("_rank", F.row_number().over(rank)).where(f"_rank <= {cfg.limit}").drop("_rank")
 
         top(self.spark.createDataFrame([], stream.df.schema))  # analyses the expressions now, not mid-stream
         return replace(stream, batch_steps=(*stream.batch_steps, top))

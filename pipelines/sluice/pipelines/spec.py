@@ -183,9 +183,9 @@ class Union(Strict):
 
 
 class TopN(Strict):
-    """The first n rows per group (default: per window) after a windowed aggregation."""
+    """The first `limit` rows per group (default: per window) after a windowed aggregation."""
 
-    n: int = Field(ge=1)
+    limit: int = Field(ge=1, description="Rows kept per group.")
     orderBy: list[SqlExpr] = Field(min_length=1, description="e.g. ['revenue DESC']")
     partitionBy: list[str] = Field(default_factory=lambda: ["window_start", "window_end"])
 

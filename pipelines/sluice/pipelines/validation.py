@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .spec import DURATION_PATTERN, OPERATIONS, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
 
@@ -102,9 +102,9 @@ def _friendly(error: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
     return loc, message
 
 
-def model_problems(data: Any, prefix: str) -> tuple[PipelineSpec | None, list[Problem]]:
+def model_problems(data: Any, prefix: str, model: type[BaseModel] = PipelineSpec) -> tuple[Any, list[Problem]]:
     try:
-        return PipelineSpec.model_validate(data), []
+        return model.model_validate(data), []
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

@@ -1,0 +1,90 @@
+"""Fixtures for operator tests against a real control plane: CRDs installed, the operator running."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.operator.crd import CRD_FILE
+from sluice.testbed.common import free_ports, tail
+
+RESYNC_SECONDS = 2
+
+
+@pytest.fixture(scope="session")
+def crds_installed(kube_cluster):
+    from sluice.testbed.external_crds import install_external_crds
+
+    install_external_crds(kube_cluster.kubectl)
+    kube_cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+    kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                         "crd/streamingapps.sluice.dev")
+    return kube_cluster
+
+
+class OperatorProcess:
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.metrics_port, self.health_port = free_ports(2)
+        self.log = log
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": str(RESYNC_SECONDS)}
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sluice.operator", "--all-namespaces", "--log-format", "plain",
+                 "--metrics-port", str(self.metrics_port),
+                 "--liveness", f"http://127.0.0.1:{self.health_port}/healthz"],
+                stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def wait_alive(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "operator exited:\n" + "\n".join(tail(self.log, 30))
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise AssertionError("operator liveness endpoint never answered")
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def operator_process(crds_installed, tmp_path_factory) -> Iterator[OperatorProcess]:
+    operator = OperatorProcess(crds_installed.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log")
+    try:
+        operator.wait_alive()
+        yield operator
+    finally:
+        operator.stop()
+        print("---- operator log (tail) ----\n" + "\n".join(tail(operator.log, 40)))
+
+
+_namespaces = itertools.count()
+
+
+@pytest.fixture
+def namespace(crds_installed) -> Iterator[str]:
+    name = f"t{os.getpid()}-{next(_namespaces)}"
+    crds_installed.kubectl("create", "namespace", name)
+    yield name
+    crds_installed.kubectl("delete", "namespace", name, "--wait=false")
+
+

@@ -1,0 +1,235 @@
+"""The operator for real: a kube-apiserver with the CRDs, the operator as a process, a Kafka broker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from cluster_helpers import example, wait_for
+
+from sluice.testbed.kafka_io import create_topic
+
+pytestmark = [pytest.mark.kube, pytest.mark.kafka]
+
+EXAMPLE_NAMES = ["wordcount", "frequency-count", "latency-correlation", "adtech"]
+
+
+def get(cluster, kind: str, name: str, namespace: str) -> dict | None:
+    result = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def apply(cluster, manifest: dict, namespace: str, check: bool = True):
+    return cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=check)
+
+
+def condition(app: dict | None, kind: str) -> dict:
+    return next((c for c in ((app or {}).get("status") or {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def topic_partitions(bootstrap: str, topic: str) -> int | None:
+    from confluent_kafka.admin import AdminClient
+
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    return len(topics[topic].partitions) if topic in topics else None
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_example_gets_its_children_and_loses_them_on_delete(name, operator_process, kube_cluster, namespace,
+                                                            kafka_bootstrap):
+    manifest = example(name, kafka_bootstrap, namespace)
+    apply(kube_cluster, manifest, namespace)
+
+    spark = wait_for(lambda: get(kube_cluster, "sparkapplication", name, namespace), what="SparkApplication")
+    assert spark["spec"]["type"] == "Python"
+    assert spark["spec"]["executor"]["instances"] == manifest["spec"].get("executors", {}).get("instances", 1)
+    owner = spark["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("StreamingApp", name, True)
+    configmap_name = spark["spec"]["driver"]["configMaps"][0]["name"]
+    configmap = get(kube_cluster, "configmap", configmap_name, namespace)
+    shipped = yaml.safe_load(configmap["data"]["app.yaml"])["spec"]["pipeline"]["nodes"]
+    assert [n["name"] for n in shipped] == [n["name"] for n in manifest["spec"]["pipeline"]["nodes"]]
+    for kind, child in (("service", f"{name}-driver"), ("serviceaccount", f"{name}-spark"),
+                        ("role", f"{name}-spark"), ("rolebinding", f"{name}-spark")):
+        assert get(kube_cluster, kind, child, namespace), f"{kind}/{child} missing"
+    app = wait_for(lambda: (a := get(kube_cluster, "sapp", name, namespace)) and a.get("status", {}).get("phase")
+                   and a, what="status")
+    assert condition(app, "Valid")["status"] == "True"
+    assert condition(app, "TopicsReady")["status"] == "True", condition(app, "TopicsReady")
+    for topic in manifest["spec"]["topics"]:
+        assert topic_partitions(kafka_bootstrap, topic["name"]) == topic.get("partitions", 1)
+
+    kube_cluster.kubectl("delete", "sapp", name, "-n", namespace)
+    wait_for(lambda: get(kube_cluster, "sparkapplication", name, namespace) is None
+             and get(kube_cluster, "configmap", configmap_name, namespace) is None, timeout=60,
+             what="garbage collection of the children")
+    assert all(topic_partitions(kafka_bootstrap, t["name"]) for t in manifest["spec"]["topics"]), \
+        "topics with deletionPolicy retain must outlive the app"
+
+
+def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kube_cluster, namespace,
+                                                           kafka_bootstrap):
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    apply(kube_cluster, manifest, namespace)
+    first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
+    old_cm = first["spec"]["driver"]["configMaps"][0]["name"]
+
+    manifest["spec"]["pipeline"]["nodes"][2]["filter"] = "word != '' AND length(word) > 2"
+    manifest["spec"]["executors"]["instances"] = 3
+    apply(kube_cluster, manifest, namespace)
+
+    def updated():
+        spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
+        cm = spark["spec"]["driver"]["configMaps"][0]["name"]
+        return cm != old_cm and spark["spec"]["executor"]["instances"] == 3 and spark
+
+    spark = wait_for(updated, what="the new revision")
+    new_cm = spark["spec"]["driver"]["configMaps"][0]["name"]
+    assert "length(word) > 2" in get(kube_cluster, "configmap", new_cm, namespace)["data"]["app.yaml"]
+    wait_for(lambda: get(kube_cluster, "configmap", old_cm, namespace) is None, what="old revision pruned")
+    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"].get("revision")
+                   == new_cm.rsplit("-", 1)[-1] and a, what="status.revision")
+    assert app["status"]["observedGeneration"] == app["metadata"]["generation"]
+
+    # Drift: a child deleted by hand comes back; a field edited by hand is restored.
+    kube_cluster.kubectl("delete", "configmap", new_cm, "-n", namespace)
+    kube_cluster.kubectl("patch", "sparkapplication", "wordcount", "-n", namespace, "--type=merge",
+                         "-p", json.dumps({"spec": {"executor": {"instances": 9}}}))
+    wait_for(lambda: get(kube_cluster, "configmap", new_cm, namespace), timeout=30, what="ConfigMap restored")
+    wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"]["executor"]["instances"]
+             == 3, timeout=30, what="executor instances restored")
+
+
+def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kafka_bootstrap):
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    apply(kube_cluster, manifest, namespace)
+    wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
+
+    kube_cluster.kubectl("scale", "sapp", "wordcount", "-n", namespace, "--replicas=4")
+    wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"]["executor"]["instances"]
+             == 4, what="scaled executors")
+    too_many = kube_cluster.kubectl("scale", "sapp", "wordcount", "-n", namespace, "--replicas=400", check=False)
+    assert too_many.returncode != 0 and "instances must not exceed max" in too_many.stderr
+
+    kube_cluster.kubectl("patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p",
+                         '{"spec": {"suspend": true}}')
+    wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace) is None, what="driver removed")
+    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"]["phase"]
+                   == "Suspended" and a, what="Suspended")
+    assert app["status"]["executors"] == 0
+    assert get(kube_cluster, "service", "wordcount-driver", namespace), "suspend keeps everything but the driver"
+    assert topic_partitions(kafka_bootstrap, manifest["spec"]["topics"][0]["name"])
+
+    kube_cluster.kubectl("patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p",
+                         '{"spec": {"suspend": false}}')
+    spark = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver back")
+    # The same checkpoint location, so the driver resumes where it stopped.
+    assert "/checkpoints/wordcount" in spark["spec"]["arguments"]
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda s: s["pipeline"]["nodes"][0].update(bogus=1), 'unknown field "spec.pipeline.nodes[0].bogus"'),
+    (lambda s: s["executors"].update(min=5, max=2), "min must not exceed max"),
+    (lambda s: s["pipeline"]["nodes"][3]["aggregate"]["window"].update(tumbling="5 sec"),
+     "spec.pipeline.nodes[3].aggregate.window.tumbling"),
+    (lambda s: s["pipeline"]["nodes"][0]["fromKafka"].update(maxRecordsPerTrigger="lots"),
+     "spec.pipeline.nodes[0].fromKafka.maxRecordsPerTrigger"),
+    (lambda s: s["pipeline"]["nodes"][1].update(select=["x"]), "a node needs exactly one operation key"),
+])
+def test_invalid_manifests_are_rejected_at_apply_time(mutate, message, crds_installed, namespace,
+                                                      kafka_bootstrap):
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    mutate(manifest["spec"])
+    result = apply(crds_installed, manifest, namespace, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("mutate", "path"), [
+    (lambda s: s["pipeline"]["nodes"][1].update(inputs=["lnes"]), "spec.pipeline.nodes[1].inputs[0]: unknown node"),
+    (lambda s: s["pipeline"]["nodes"][1].update(inputs=["non-empty"]), "cycle"),
+])
+def test_semantic_errors_are_reported_in_status_and_nothing_is_created(mutate, path, operator_process,
+                                                                       kube_cluster, namespace, kafka_bootstrap):
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    mutate(manifest["spec"])
+    apply(kube_cluster, manifest, namespace)
+    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)) and
+                   a.get("status", {}).get("phase") == "Invalid" and a, what="Invalid status")
+    assert condition(app, "Valid")["status"] == "False"
+    assert path in condition(app, "Valid")["message"]
+    assert get(kube_cluster, "sparkapplication", "wordcount", namespace) is None
+    events = kube_cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "InvalidSpec" in events
+
+    # The operator keeps serving other apps.
+    other = example("frequency-count", kafka_bootstrap, namespace)
+    apply(kube_cluster, other, namespace)
+    wait_for(lambda: get(kube_cluster, "sparkapplication", other["metadata"]["name"], namespace), what="other app")
+
+
+def test_admin_topics_grow_and_refuse_to_shrink(operator_process, kube_cluster, namespace, kafka_bootstrap):
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    topic = manifest["spec"]["topics"][0]
+    topic.update(partitions=2, config={"retention.ms": "3600000"})
+    apply(kube_cluster, manifest, namespace)
+    wait_for(lambda: topic_partitions(kafka_bootstrap, topic["name"]) == 2, what="topic created")
+
+    topic["partitions"] = 5
+    apply(kube_cluster, manifest, namespace)
+    wait_for(lambda: topic_partitions(kafka_bootstrap, topic["name"]) == 5, what="partitions grown")
+
+    topic["partitions"] = 1
+    apply(kube_cluster, manifest, namespace)
+    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)) and
+                   condition(a, "TopicsReady").get("status") == "False" and a, what="shrink refused")
+    assert condition(app, "TopicsReady")["reason"] == "PartitionShrinkRefused"
+    assert topic["name"] in condition(app, "TopicsReady")["message"]
+    assert topic_partitions(kafka_bootstrap, topic["name"]) == 5
+
+
+def test_existing_topic_is_adopted_without_recreating(operator_process, kube_cluster, namespace, kafka_bootstrap):
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    name = manifest["spec"]["topics"][0]["name"]
+    create_topic(kafka_bootstrap, name, partitions=6)
+    manifest["spec"]["topics"][0]["partitions"] = 6
+    apply(kube_cluster, manifest, namespace)
+    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)) and
+                   condition(a, "TopicsReady").get("status") == "True" and a, what="TopicsReady")
+    assert app and topic_partitions(kafka_bootstrap, name) == 6
+
+
+def test_strimzi_topics_are_kafkatopic_resources(operator_process, kube_cluster, namespace, kafka_bootstrap):
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    manifest["spec"]["kafka"] = {"strimziCluster": {"name": "events"}}
+    manifest["spec"]["topics"][1]["deletionPolicy"] = "delete"
+    apply(kube_cluster, manifest, namespace)
+    items = wait_for(lambda: json.loads(kube_cluster.kubectl("get", "kafkatopics", "-n", namespace, "-o",
+                                                             "json").stdout)["items"], what="KafkaTopics")
+    wait_for(lambda: len(json.loads(kube_cluster.kubectl("get", "kafkatopics", "-n", namespace, "-o",
+                                                         "json").stdout)["items"]) == 3, what="3 KafkaTopics")
+    items = json.loads(kube_cluster.kubectl("get", "kafkatopics", "-n", namespace, "-o", "json").stdout)["items"]
+    by_topic = {i["spec"]["topicName"]: i for i in items}
+    assert set(by_topic) == {t["name"] for t in manifest["spec"]["topics"]}
+    for item in items:
+        assert item["metadata"]["labels"]["strimzi.io/cluster"] == "events"
+    # Only a topic the app may delete is owned by it (garbage collection of a KafkaTopic deletes the topic).
+    assert "ownerReferences" not in by_topic[manifest["spec"]["topics"][0]["name"]]["metadata"]
+    assert by_topic[manifest["spec"]["topics"][1]["name"]]["metadata"]["ownerReferences"][0]["name"] == "wordcount"
+    spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
+    cm = get(kube_cluster, "configmap", spark["spec"]["driver"]["configMaps"][0]["name"], namespace)
+    assert f"events-kafka-bootstrap.{namespace}.svc:9092" in cm["data"]["app.yaml"]
+
+
+def test_operator_metrics(operator_process):
+    text = operator_process.metrics()
+    assert "sluice_operator_reconciles_total" in text
+    assert "sluice_operator_reconcile_duration_seconds_bucket" in text
+
+
+def test_examples_are_valid_for_the_crd(crds_installed, namespace):
+    for path in sorted(Path(__file__).resolve().parents[2].glob("pipelines/examples/*.yaml")):
+        result = crds_installed.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path), check=False)
+        assert result.returncode == 0, f"{path.name}: {result.stderr}"
