@@ -1,0 +1,643 @@
+"""A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on loopback.
+
+Binaries are built from source through the Go module proxy and cached by version; the processes run
+envtest-style as plain local processes with a throwaway PKI. No nodes: nothing schedules pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    REPO_ROOT,
+    ManagedProcess,
+    ProvisionError,
+    cache_dir,
+    free_ports,
+    locked,
+    pick_port,
+    pid_alive,
+    require_tool,
+    run,
+    stop_process_group,
+    wait_until,
+)
+from .versions import ETCD, KUBERNETES
+
+# --- Go builds -------------------------------------------------------------------------------------
+
+GO_HINT = ("install Go >= {min} (https://go.dev/dl or your package manager) and put it on PATH, "
+           "or set GOTOOLCHAIN=auto to let an older Go fetch it")
+
+
+MIN_GO = "1.26"  # the newest `go` directive among the pinned modules (helm, etcd)
+
+
+def go_binary() -> str:
+    return require_tool("go", GO_HINT.format(min=MIN_GO))
+
+
+@functools.cache
+def _go_env_values() -> tuple[str, str, str]:
+    out = subprocess.run([go_binary(), "env", "GOVERSION", "GOTOOLCHAIN", "GOPROXY"],
+                         capture_output=True, text=True).stdout.splitlines()
+    version, toolchain, proxy = [*out, "", "", ""][:3]
+    return version, toolchain, proxy
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def require_go(minimum: str, needed_by: str) -> None:
+    """Fail early and clearly when the local Go is older than a module's `go` directive."""
+    version, toolchain, _ = _go_env_values()
+    # Any GOTOOLCHAIN other than "local" lets go switch to a newer toolchain by itself.
+    if toolchain.startswith("local") and _version_tuple(version) < _version_tuple(minimum):
+        raise ProvisionError(f"{needed_by} needs Go >= {minimum} but found {version or 'unknown'}: "
+                             + GO_HINT.format(min=minimum))
+
+
+def go_env(**extra: str) -> dict[str, str]:
+    # Static binaries like the official builds; no C toolchain needed.
+    return {**os.environ, "CGO_ENABLED": "0", "GOWORK": "off", "GO111MODULE": "on", **extra}
+
+
+def go_directive(gomod: str) -> str:
+    match = re.search(r"^go\s+(\S+)", gomod, re.MULTILINE)
+    return match.group(1) if match else "1.21"
+
+
+def required_version(gomod: str, module: str) -> str | None:
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", gomod, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+@dataclass(frozen=True)
+class GoModule:
+    path: str
+    version: str
+    gomod: str
+    time: str  # commit time from the proxy, used as a reproducible build date
+
+
+def fetch_go_module(path: str, version: str, log: Path) -> GoModule:
+    """Download a module through GOPROXY and check the local Go can build it."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run([go_binary(), "mod", "download", "-json", f"{path}@{version}"],
+                            capture_output=True, text=True, env=go_env(), cwd=log.parent)
+    with open(log, "a") as out:
+        out.write(f"\n$ go mod download -json {path}@{version}\n{result.stdout}{result.stderr}")
+    try:
+        info = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        info = {"Error": result.stderr.strip() or "no output"}
+    if result.returncode != 0 or "Error" in info:
+        first_line = str(info.get("Error", "")).strip().splitlines()[:1] or ["unknown error"]
+        raise ProvisionError(f"could not fetch Go module {path}@{version} through GOPROXY="
+                             f"{_go_env_values()[2]}: {first_line[0]}; check access to the Go module proxy")
+    gomod = Path(info["GoMod"]).read_text()
+    require_go(go_directive(gomod), f"{path}@{version}")
+    published = json.loads(Path(info["Info"]).read_text()).get("Time", "")
+    return GoModule(path, version, gomod, published)
+
+
+def xflags(package: str, values: dict[str, str]) -> list[str]:
+    return [f"-X {package}.{key}={value}" for key, value in values.items() if value]
+
+
+def announce(message: str) -> None:
+    print(f"sluice: {message}", file=sys.stderr, flush=True)
+
+
+def cached_binaries(root: Path, names: Sequence[str],
+                    build: Callable[[Path, list[str]], None]) -> dict[str, Path]:
+    """`root`/bin/<name> for each name, building the missing ones once (under a lock) via build(out, names).
+
+    build() writes into a scratch dir; finished binaries are moved into bin/ so a failed or interrupted
+    build never leaves a half-written binary that would be mistaken for a cached one.
+    """
+    bin_dir = root / "bin"
+
+    def missing() -> list[str]:
+        return [name for name in names if not (bin_dir / name).is_file()]
+
+    if missing():
+        with locked(root / ".lock"):
+            todo = missing()
+            if todo:
+                scratch = root / "bin.partial"
+                shutil.rmtree(scratch, ignore_errors=True)
+                scratch.mkdir(parents=True)
+                build(scratch, todo)
+                bin_dir.mkdir(exist_ok=True)
+                for name in todo:
+                    os.replace(scratch / name, bin_dir / name)
+                shutil.rmtree(scratch, ignore_errors=True)
+    return {name: bin_dir / name for name in names}
+
+
+# --- Kubernetes and etcd binaries ------------------------------------------------------------------
+
+K8S_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kubectl", "kube-scheduler", "kubelet",
+                  "kube-proxy")
+DEFAULT_COMPONENTS = K8S_COMPONENTS[:3]  # what the control plane and tests need
+K8S_BUILD_TAGS = "selinux,notest,grpcnotrace"  # what hack/lib/golang.sh uses for release builds
+STAGING_VERSION = f"v0.{KUBERNETES.split('.', 1)[1]}"  # staging modules are published as v0.<minor>.<patch>
+_STAGING_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?:\s+v\S+)?\s*=>\s*\./staging/\S+\s*$")
+
+
+def staging_modules(gomod: str) -> list[str]:
+    """Modules that kubernetes' go.mod replaces with its own ./staging tree (block or single-line form)."""
+    return [m.group(1) for line in gomod.splitlines() if (m := _STAGING_REPLACE.match(line.split("//")[0]))]
+
+
+def staging_replacements(gomod: str, version: str = STAGING_VERSION) -> list[str]:
+    return [f"{module} => {module} {version}" for module in staging_modules(gomod)]
+
+
+def wrapper_gomod(kubernetes_gomod: str) -> str:
+    """go.mod of a module that can build k8s.io/kubernetes commands from the module proxy."""
+    keep = [line for line in kubernetes_gomod.splitlines() if re.match(r"(go|godebug)\s", line)]
+    replaces = "".join(f"\t{line}\n" for line in staging_replacements(kubernetes_gomod))
+    return ("module sluice.local/kubernetes-build\n\n" + "\n".join(keep) + "\n\n"
+            f"require k8s.io/kubernetes v{KUBERNETES}\n\nreplace (\n{replaces})\n")
+
+
+def kubernetes_binaries(*names: str) -> dict[str, Path]:
+    """Paths of the pinned Kubernetes binaries (default: apiserver, controller-manager, kubectl), built once."""
+    names = names or DEFAULT_COMPONENTS
+    unknown = sorted(set(names) - set(K8S_COMPONENTS))
+    if unknown:
+        raise ValueError(f"unknown Kubernetes components {unknown}; choose from {K8S_COMPONENTS}")
+    return cached_binaries(cache_dir("kubernetes", f"v{KUBERNETES}"), names, _build_kubernetes)
+
+
+def _build_kubernetes(out: Path, names: list[str]) -> None:
+    root = out.parent
+    log = root / "build.log"
+    module = fetch_go_module("k8s.io/kubernetes", f"v{KUBERNETES}", log)
+    workdir = root / "module"
+    workdir.mkdir(exist_ok=True)
+    (workdir / "go.mod").write_text(wrapper_gomod(module.gomod))
+    major, minor = KUBERNETES.split(".")[:2]
+    version = {"gitVersion": f"v{KUBERNETES}", "gitMajor": major, "gitMinor": minor,
+               "gitTreeState": "clean", "buildDate": module.time}
+    ldflags = ["-s", "-w", *xflags("k8s.io/component-base/version", version),
+               *xflags("k8s.io/client-go/pkg/version", version)]
+    announce(f"building {', '.join(names)} v{KUBERNETES} from source (once; ~6 min cold on 2 cores); log: {log}")
+    # -mod=mod lets go complete go.mod/go.sum for the generated module from the proxy.
+    run([go_binary(), "build", "-mod=mod", "-trimpath", "-buildvcs=false", f"-tags={K8S_BUILD_TAGS}",
+         f"-ldflags={' '.join(ldflags)}", "-o", f"{out}/", *(f"k8s.io/kubernetes/cmd/{n}" for n in names)],
+        what=f"building Kubernetes {', '.join(names)} v{KUBERNETES} with Go",
+        hint="needs the Go module proxy (GOPROXY) and a few GB of disk", log=log, cwd=workdir, env=go_env())
+
+
+ETCD_MAIN = REPO_ROOT / "e2e" / "toolchain" / "etcd" / "main.go"
+
+
+def etcd_binary() -> Path:
+    return cached_binaries(cache_dir("etcd", f"v{ETCD}"), ["etcd"], _build_etcd)["etcd"]
+
+
+def _build_etcd(out: Path, names: list[str]) -> None:
+    root = out.parent
+    log = root / "build.log"
+    if not ETCD_MAIN.is_file():
+        raise ProvisionError(f"{ETCD_MAIN} is missing: run from a sluice source checkout")
+    module = fetch_go_module("go.etcd.io/etcd/server/v3", f"v{ETCD}", log)
+    workdir = root / "module"
+    workdir.mkdir(exist_ok=True)
+    shutil.copyfile(ETCD_MAIN, workdir / "main.go")
+    (workdir / "go.mod").write_text(f"module sluice.local/etcd\n\ngo {go_directive(module.gomod)}\n\n"
+                                    f"require go.etcd.io/etcd/server/v3 v{ETCD}\n")
+    announce(f"building etcd v{ETCD} from source (once); log: {log}")
+    hint = "needs the Go module proxy (GOPROXY)"
+    run([go_binary(), "mod", "tidy"], what=f"resolving etcd v{ETCD} dependencies", hint=hint, log=log,
+        cwd=workdir, env=go_env())
+    run([go_binary(), "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out / "etcd", "."],
+        what=f"building etcd v{ETCD} with Go", hint=hint, log=log, cwd=workdir, env=go_env())
+
+
+def prefetch_kubernetes() -> None:
+    """Build everything the Kubernetes tests need, so the first test does not pay for it."""
+    from .helm import helm_binary
+
+    kubernetes_binaries(*DEFAULT_COMPONENTS)
+    etcd_binary()
+    helm_binary()
+
+
+# --- PKI and kubeconfigs ---------------------------------------------------------------------------
+
+SERVICE_CIDR = "10.0.0.0/24"
+KUBERNETES_SERVICE_IP = "10.0.0.1"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def _apiserver_sans() -> list[Any]:
+    from ipaddress import ip_address
+
+    from cryptography import x509
+
+    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+             "kubernetes.default.svc.cluster.local"]
+    ips = ["127.0.0.1", "::1", KUBERNETES_SERVICE_IP]
+    return [*map(x509.DNSName, names), *(x509.IPAddress(ip_address(ip)) for ip in ips)]
+
+
+def _issue(common_name: str, key: Any, *, signer: tuple[Any, Any] | None, usage: str,
+           organization: str | None = None, sans: Sequence[Any] = ()) -> Any:
+    """An X.509 certificate; usage is "ca", "server" or "client". signer None means self-signed."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    subject = x509.Name(attributes)
+    issuer_cert, issuer_key = signer if signer else (None, key)
+    is_ca = usage == "ca"
+    now = datetime.now(UTC)
+    builder = (x509.CertificateBuilder().subject_name(subject)
+               .issuer_name(issuer_cert.subject if issuer_cert else subject)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - timedelta(hours=1))
+               .not_valid_after(now + timedelta(days=3650 if is_ca else 825))
+               .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                            key_encipherment=not is_ca, data_encipherment=False,
+                                            key_agreement=False, key_cert_sign=is_ca, crl_sign=is_ca,
+                                            encipher_only=False, decipher_only=False), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+    if not is_ca:
+        purpose = ExtendedKeyUsageOID.SERVER_AUTH if usage == "server" else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = builder.add_extension(x509.ExtendedKeyUsage([purpose]), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _write_key_pair(directory: Path, name: str, cert: Any, key: Any) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_private_key(directory / f"{name}.key", key)
+
+
+def _write_private_key(path: Path, key: Any) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    path.chmod(0o600)
+
+
+def write_pki(directory: Path) -> None:
+    """Cluster and front-proxy CAs, apiserver serving cert, client certs and the service-account keys."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def new_key() -> Any:
+        return ec.generate_private_key(ec.SECP256R1())
+
+    signers = {}
+    for name in ("ca", "front-proxy-ca"):
+        key = new_key()
+        signers[name] = (_issue(f"sluice-local-{name}", key, signer=None, usage="ca"), key)
+        _write_key_pair(directory, name, *signers[name])
+    leaves = [("apiserver", "kube-apiserver", None, "server", _apiserver_sans(), "ca"),
+              ("admin", "kubernetes-admin", "system:masters", "client", [], "ca"),
+              ("controller-manager", "system:kube-controller-manager", None, "client", [], "ca"),
+              ("front-proxy-client", "front-proxy-client", None, "client", [], "front-proxy-ca")]
+    for name, common_name, organization, usage, sans, signer in leaves:
+        key = new_key()
+        cert = _issue(common_name, key, signer=signers[signer], usage=usage, organization=organization,
+                      sans=sans)
+        _write_key_pair(directory, name, cert, key)
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_private_key(directory / "sa.key", sa_key)
+    (directory / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def kubeconfig_text(server: str, pki: Path, user: str) -> str:
+    """A self-contained kubeconfig (certs embedded) for the client cert pki/<user>.crt. JSON is valid YAML."""
+    def data(name: str) -> str:
+        return base64.b64encode((pki / name).read_bytes()).decode()
+
+    config = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {}, "current-context": "sluice-local",
+        "clusters": [{"name": "sluice-local",
+                      "cluster": {"server": server, "certificate-authority-data": data("ca.crt")}}],
+        "users": [{"name": user, "user": {"client-certificate-data": data(f"{user}.crt"),
+                                          "client-key-data": data(f"{user}.key")}}],
+        "contexts": [{"name": "sluice-local", "context": {"cluster": "sluice-local", "user": user}}],
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
+# --- the control plane -----------------------------------------------------------------------------
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")  # start order
+
+
+class KubectlError(RuntimeError):
+    """kubectl exited non-zero; the message carries its stderr."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(*free_ports(4))
+
+    @classmethod
+    def preferred(cls) -> Ports:
+        """The usual ports when free, others where they are taken."""
+        return cls(*(pick_port(port) for port in (2379, 2380, 6443, 10257)))
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager with all state (PKI, data, logs) under state_dir."""
+
+    def __init__(self, state_dir: Path, ports: Ports | None = None) -> None:
+        self.state_dir = state_dir.resolve()
+        self.ports = ports or Ports.free()
+        self._processes: dict[str, ManagedProcess] = {}
+
+    @classmethod
+    def attach(cls, state_dir: Path) -> ControlPlane | None:
+        """The control plane recorded in state_dir by an earlier start(), possibly by another process."""
+        try:
+            ports = json.loads((state_dir / "cluster.json").read_text())["ports"]
+            return cls(state_dir, Ports(**ports))
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+            return None
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def pki(self) -> Path:
+        return self.state_dir / "pki"
+
+    def start(self, timeout: float = 180.0) -> ControlPlane:
+        binaries = {**kubernetes_binaries(*DEFAULT_COMPONENTS), "etcd": etcd_binary()}
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "cluster.json").write_text(json.dumps({"ports": asdict(self.ports)}))
+        try:
+            write_pki(self.pki)
+            self.kubeconfig.write_text(kubeconfig_text(self.server, self.pki, "admin"))
+            (self.state_dir / "controller-manager.kubeconfig").write_text(
+                kubeconfig_text(self.server, self.pki, "controller-manager"))
+            checks = {"etcd": self._etcd_healthy, "kube-apiserver": self._apiserver_ready,
+                      "kube-controller-manager": self._controller_manager_healthy}
+            for name in COMPONENTS:
+                process = self._launch(name, [str(binaries[name]), *self._args(name)])
+                wait_until(checks[name], timeout=timeout, what=f"{name} to become healthy", process=process)
+            # The service-account controller creating "default" proves the controllers are working.
+            wait_until(lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") == 200,
+                       timeout=timeout, what="the default service account",
+                       process=self._processes["kube-controller-manager"])
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every component (own children, or via pidfiles after attach()); safe to call repeatedly.
+
+        The etcd data (64 MB of preallocated WAL) goes too; PKI, kubeconfig and logs stay for debugging.
+        """
+        for name in reversed(COMPONENTS):
+            process = self._processes.pop(name, None)
+            if process is not None:
+                process.stop()
+            elif (pid := self._recorded_pid(name)) is not None:
+                stop_process_group(pid)
+            self._pidfile(name).unlink(missing_ok=True)
+        shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+
+    def pids(self) -> dict[str, int]:
+        return {name: pid for name in COMPONENTS if (pid := self._recorded_pid(name)) is not None}
+
+    def healthy(self) -> bool:
+        return len(self.pids()) == len(COMPONENTS) and self._apiserver_ready()
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        kubectl = kubernetes_binaries("kubectl")["kubectl"]
+        cmd = [str(kubectl), f"--kubeconfig={self.kubeconfig}",
+               f"--cache-dir={self.state_dir / 'kubectl-cache'}", *args]
+        result = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise KubectlError(f"kubectl {' '.join(args)} failed (exit {result.returncode}): "
+                               f"{result.stderr.strip()}")
+        return result
+
+    def get_json(self, path: str) -> Any:
+        """GET an API path as the cluster admin (e.g. "/version")."""
+        with urllib.request.urlopen(self.server + path, context=self._admin_tls, timeout=10) as response:
+            return json.load(response)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- internals --
+
+    def _args(self, name: str) -> list[str]:
+        p, pki, state = self.ports, self.pki, self.state_dir
+        if name == "etcd":
+            peer, client = f"http://127.0.0.1:{p.etcd_peer}", f"http://127.0.0.1:{p.etcd_client}"
+            # --unsafe-no-fsync: scratch clusters trade durability for speed.
+            return ["--name=sluice", f"--data-dir={state / 'etcd'}", f"--listen-client-urls={client}",
+                    f"--advertise-client-urls={client}", f"--listen-peer-urls={peer}",
+                    f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=sluice={peer}",
+                    "--unsafe-no-fsync", "--log-level=warn"]
+        if name == "kube-apiserver":
+            return [f"--etcd-servers=http://127.0.0.1:{p.etcd_client}", "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1", f"--secure-port={p.apiserver}",
+                    f"--cert-dir={state / 'apiserver'}", f"--tls-cert-file={pki / 'apiserver.crt'}",
+                    f"--tls-private-key-file={pki / 'apiserver.key'}", f"--client-ca-file={pki / 'ca.crt'}",
+                    "--authorization-mode=Node,RBAC", f"--service-account-issuer={SA_ISSUER}",
+                    f"--service-account-key-file={pki / 'sa.pub'}",
+                    f"--service-account-signing-key-file={pki / 'sa.key'}",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+                    "--profiling=false", *self._aggregation_args(),
+                    # Endpoints may not point at loopback, and nothing in-cluster could reach it anyway.
+                    "--endpoint-reconciler-type=none"]
+        kubeconfig = state / "controller-manager.kubeconfig"
+        return [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
+                "--bind-address=127.0.0.1", f"--secure-port={p.controller_manager}",
+                f"--cert-dir={state / 'controller-manager'}", "--controllers=*",
+                f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--profiling=false"]
+
+    def _aggregation_args(self) -> list[str]:
+        """Front-proxy (request-header) auth, as in kubeadm clusters; controllers expect its CA bundle."""
+        return [f"--requestheader-client-ca-file={self.pki / 'front-proxy-ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={self.pki / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={self.pki / 'front-proxy-client.key'}"]
+
+    def _launch(self, name: str, cmd: list[str]) -> ManagedProcess:
+        process = ManagedProcess(name, cmd, self.state_dir / "logs" / f"{name}.log").start()
+        self._processes[name] = process
+        self._pidfile(name).write_text(f"{process.pid}\n")
+        return process
+
+    def _pidfile(self, name: str) -> Path:
+        return self.state_dir / f"{name}.pid"
+
+    def _recorded_pid(self, name: str) -> int | None:
+        """The pid in name's pidfile if that process is alive and still ours (pids get reused)."""
+        try:
+            pid = int(self._pidfile(name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        if not pid_alive(pid):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return pid  # no procfs: trust the pidfile
+        return pid if os.fsencode(self.state_dir) in cmdline else None
+
+    @functools.cached_property
+    def _admin_tls(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        context.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
+        return context
+
+    def _get(self, url_or_path: str, context: ssl.SSLContext | None = None) -> int:
+        """HTTP status of a GET (0 when the server is not answering yet); API paths go as the admin."""
+        url = url_or_path if "://" in url_or_path else self.server + url_or_path
+        try:
+            if context is None and url.startswith(self.server):
+                context = self._admin_tls
+            with urllib.request.urlopen(url, context=context, timeout=3) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except (OSError, ssl.SSLError):
+            return 0
+
+    def _etcd_healthy(self) -> bool:
+        return self._get(f"http://127.0.0.1:{self.ports.etcd_client}/health") == 200
+
+    def _apiserver_ready(self) -> bool:
+        return self._get("/readyz") == 200
+
+    def _controller_manager_healthy(self) -> bool:
+        # Its serving cert is self-signed; only liveness matters here.
+        insecure = ssl._create_unverified_context()
+        return self._get(f"https://127.0.0.1:{self.ports.controller_manager}/healthz", insecure) == 200
+
+
+# --- local developer cluster -----------------------------------------------------------------------
+
+LOCAL_STATE_DIR = REPO_ROOT / ".local-cluster"
+
+
+def _cluster_lock(state_dir: Path) -> Path:
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
+    return cache_dir("locks") / f"cluster-{digest}.lock"
+
+
+def cluster_up(state_dir: Path = LOCAL_STATE_DIR) -> ControlPlane:
+    """Start a detached control plane in state_dir, or return the healthy one already running there."""
+    with locked(_cluster_lock(state_dir)):
+        running = ControlPlane.attach(state_dir)
+        if running is not None and running.healthy():
+            return running
+        cluster_down(state_dir)
+        plane = ControlPlane(state_dir, Ports.preferred())
+        # Left running on purpose: the processes are in their own sessions and outlive this one.
+        return plane.start()
+
+
+def cluster_down(state_dir: Path = LOCAL_STATE_DIR) -> bool:
+    """Stop the control plane recorded in state_dir and delete its state; False when there was none."""
+    plane = ControlPlane.attach(state_dir)
+    if plane is not None:
+        plane.stop()
+    existed = state_dir.exists()
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return existed
+
+
+def cluster_status(state_dir: Path = LOCAL_STATE_DIR) -> ControlPlane | None:
+    plane = ControlPlane.attach(state_dir)
+    return plane if plane is not None and plane.healthy() else None
+
+
+def _print_running(plane: ControlPlane) -> None:
+    print(f"Kubernetes v{KUBERNETES} control plane at {plane.server} (no nodes; logs in "
+          f"{plane.state_dir / 'logs'})\nkubeconfig: {plane.kubeconfig}\n"
+          f"  export KUBECONFIG={plane.kubeconfig}")
+
+
+def cluster_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sluice.testbed cluster",
+                                     description="Local Kubernetes control plane for development.")
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("--state-dir", type=Path, default=LOCAL_STATE_DIR,
+                        help=f"where PKI, data, logs and the kubeconfig live (default: {LOCAL_STATE_DIR})")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            _print_running(cluster_up(args.state_dir))
+            print("stop it with: make local-cluster-down")
+        elif args.action == "down":
+            print("local cluster stopped" if cluster_down(args.state_dir) else "no local cluster was running")
+        else:
+            plane = cluster_status(args.state_dir)
+            if plane is None:
+                print(f"no healthy local cluster in {args.state_dir} (start one with: make local-cluster)")
+                return 1
+            _print_running(plane)
+    except ProvisionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
