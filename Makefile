@@ -35,8 +35,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: $(STAMP) ## benchmarks (figures printed, never asserted as timings in tests)
-	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench
+bench: $(STAMP) ## benchmarks: figures printed and written to .sluice/bench/ (SLUICE_BENCH_RECORDS, default 10M)
+	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench operator/tests
 
 local-kafka: $(STAMP) ## single-node KRaft broker on localhost (prints the bootstrap address)
 	$(PY) -m sluice.testbed kafka up

@@ -31,10 +31,10 @@ def crds_installed(kube_cluster):
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, resync_seconds: float = RESYNC_SECONDS) -> None:
         self.metrics_port, self.health_port = free_ports(2)
         self.log = log
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": str(RESYNC_SECONDS)}
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": str(resync_seconds)}
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "sluice.operator", "--all-namespaces", "--log-format", "plain",
@@ -56,6 +56,12 @@ class OperatorProcess:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
             return response.read().decode()
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS for the operator process")
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -53,3 +53,14 @@ def spark_session():
         yield session
     finally:
         session.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Benchmarks run only when asked for (`make bench` = `pytest -m bench …`); they take many minutes and
+    report figures rather than pass/fail on speed, so the test suite leaves them out."""
+    if "bench" in (config.getoption("markexpr") or ""):
+        return
+    benchmarks = [item for item in items if item.get_closest_marker("bench") is not None]
+    if benchmarks:
+        config.hook.pytest_deselected(items=benchmarks)
+        items[:] = [item for item in items if item.get_closest_marker("bench") is None]
