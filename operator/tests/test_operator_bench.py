@@ -103,6 +103,7 @@ def test_operator_latency_and_memory(crds_installed, tmp_path):
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)
     OUTPUT.write_text(json.dumps(result, indent=2))
     median = result["apply_to_sparkapplication_s"]["median"]
-    print(f"\napply -> SparkApplication over {TIMED_APPS} apps: median {median:.2f} s, p99 {p99:.2f} s (target <= 2 s)\noperator RSS: idle {rss_idle / 2**20:.0f} MB, "
+    print(f"\napply -> SparkApplication over {TIMED_APPS} apps: median {median:.2f} s, p99 {p99:.2f} s (target <= 2 s)"
+          f"\noperator RSS: idle {rss_idle / 2**20:.0f} MB, "
           f"with {TOTAL_APPS} apps {rss / 2**20:.0f} MB (target <= 150 MB)\nwritten to {OUTPUT}")
     assert len(created.seen) >= TOTAL_APPS
