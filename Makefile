@@ -7,7 +7,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export SLUICE_CACHE ?= $(HOME)/.cache/sluice
 
-.PHONY: help venv demo test lint format bench local-kafka local-kafka-down local-cluster local-cluster-down clean
+# The operator talks to $KUBECONFIG, else to the local cluster when one is up.
+LOCAL_KUBECONFIG := $(CURDIR)/.local-cluster/kubeconfig
+KUBECONFIG ?= $(if $(wildcard $(LOCAL_KUBECONFIG)),$(LOCAL_KUBECONFIG),$(HOME)/.kube/config)
+export KUBECONFIG
+
+.PHONY: help venv demo test lint format bench local-kafka local-kafka-down local-cluster local-cluster-down \
+	operator crds clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 22
@@ -49,6 +55,12 @@ local-cluster: $(STAMP) ## local Kubernetes control plane; kubeconfig in .local-
 
 local-cluster-down: $(STAMP)
 	$(PY) -m sluice.testbed cluster down
+
+operator: $(STAMP) ## run the operator in the foreground against KUBECONFIG (default: the local cluster)
+	$(PY) -m sluice.operator --all-namespaces --log-format plain
+
+crds: $(STAMP) ## regenerate crds/ from the model (sluice.operator.model)
+	$(PY) -m sluice.operator.crd --write
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

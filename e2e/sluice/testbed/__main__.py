@@ -31,7 +31,24 @@ def kafka_command(args: argparse.Namespace) -> int:
 def cluster_command(args: argparse.Namespace) -> int:
     from .kube import cluster_cli
 
-    return cluster_cli([args.action])
+    code = cluster_cli([args.action])
+    if code == 0 and args.action == "up":
+        install_crds()
+    return code
+
+
+def install_crds() -> None:
+    """The CRDs a user of the local cluster needs: StreamingApp, spark-operator's and Strimzi's."""
+    from sluice.operator.crd import CRD_FILE
+
+    from .external_crds import install_external_crds
+    from .kube import LOCAL_STATE_DIR, ControlPlane
+
+    plane = ControlPlane.attach(LOCAL_STATE_DIR)
+    assert plane is not None
+    install_external_crds(plane.kubectl)
+    plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    print("installed CRDs: streamingapps.sluice.dev, sparkoperator.k8s.io, kafka.strimzi.io")
 
 
 def prefetch_command(args: argparse.Namespace) -> int:
