@@ -223,13 +223,60 @@ def test_strimzi_topics_are_kafkatopic_resources(operator_process, kube_cluster,
     assert f"events-kafka-bootstrap.{namespace}.svc:9092" in cm["data"]["app.yaml"]
 
 
-def test_operator_metrics(operator_process):
-    text = operator_process.metrics()
-    assert "sluice_operator_reconciles_total" in text
+def test_operator_metrics(operator_process, kube_cluster, namespace, kafka_bootstrap):
+    apply(kube_cluster, example("wordcount", kafka_bootstrap, namespace), namespace)
+    wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
+    text = wait_for(lambda: (t := operator_process.metrics()) and 'sluice_operator_reconciles_total{' in t and t,
+                    what="reconcile metrics")
+    assert 'trigger="create"' in text or 'trigger="resync"' in text
     assert "sluice_operator_reconcile_duration_seconds_bucket" in text
+    assert 'sluice_operator_apps{phase="Pending"}' in text
 
 
 def test_examples_are_valid_for_the_crd(crds_installed, namespace):
     for path in sorted(Path(__file__).resolve().parents[2].glob("pipelines/examples/*.yaml")):
         result = crds_installed.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path), check=False)
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
+
+
+def test_two_replicas_with_peering_one_active_then_failover(operator_process, crds_installed, kafka_bootstrap,
+                                                            tmp_path):
+    from conftest import HA_NAMESPACE_PREFIX, OperatorProcess
+
+    namespace = f"{HA_NAMESPACE_PREFIX}{tmp_path.name[-8:].strip('_').lower()}".replace("_", "-")
+    crds_installed.kubectl("create", "namespace", namespace)
+
+    def replica(priority: int) -> OperatorProcess:
+        return OperatorProcess(crds_installed.kubeconfig, tmp_path / f"op-{priority}.log",
+                               extra_args=("--peering", "sluice-ha", "--priority", str(priority)),
+                               scope=("--namespace", namespace))
+
+    def peers() -> dict:
+        result = crds_installed.kubectl("get", "kopfpeering", "sluice-ha", "-n", namespace, "-o", "json", check=False)
+        return json.loads(result.stdout).get("status", {}) if result.returncode == 0 else {}
+
+    active = replica(200)
+    standby = None
+    try:
+        active.wait_alive()
+        wait_for(lambda: [p for p in peers().values() if p["priority"] == 200], what="the first replica's lease")
+        standby = replica(100)
+        standby.wait_alive()
+        wait_for(lambda: len(peers()) == 2, what="both replicas in the peering")
+        first = example("wordcount", kafka_bootstrap, f"{namespace}-a")
+        apply(crds_installed, first, namespace)
+        wait_for(lambda: get(crds_installed, "sparkapplication", "wordcount", namespace), what="the active replica")
+        assert "Creation is processed" in active.log.read_text()
+        assert "Creation is processed" not in standby.log.read_text(), "the standby must not act"
+
+        active.stop()
+        second = example("frequency-count", kafka_bootstrap, f"{namespace}-b")
+        apply(crds_installed, second, namespace)
+        wait_for(lambda: get(crds_installed, "sparkapplication", second["metadata"]["name"], namespace),
+                 timeout=120, what="the standby to take over")
+        assert "Creation is processed" in standby.log.read_text()
+    finally:
+        active.stop()
+        if standby is not None:
+            standby.stop()
+        crds_installed.kubectl("delete", "namespace", namespace, "--wait=false")

@@ -10,6 +10,28 @@ import kopf
 from prometheus_client import start_http_server
 
 
+def ensure_peering(name: str, namespaces: list[str]) -> None:
+    """kopf needs the peering object to exist; create it once (clusterwide, or in each namespace)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from .reconciler import api_client
+
+    api = client.CustomObjectsApi(api_client())
+    body = {"apiVersion": "kopf.dev/v1", "metadata": {"name": name}}
+    try:
+        if namespaces:
+            for namespace in namespaces:
+                api.create_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings",
+                                                    {**body, "kind": "KopfPeering"})
+        else:
+            api.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings",
+                                             {**body, "kind": "ClusterKopfPeering"})
+    except ApiException as exc:
+        if exc.status != 409:  # 409: it exists already
+            raise
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sluice.operator")
     scope = parser.add_mutually_exclusive_group()
@@ -28,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from . import handlers  # noqa: F401  (registers the handlers)
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    if args.peering:
+        ensure_peering(args.peering, args.namespaces or [])
     if args.metrics_port:
         start_http_server(args.metrics_port)
     kopf.run(
