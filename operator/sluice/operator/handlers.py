@@ -58,7 +58,7 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.
     _reconcile(str(reason), body, patch, memo, logger)
 
 
-@kopf.timer(*RESOURCE, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+@kopf.timer(*RESOURCE, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, backoff=min(RESYNC_SECONDS, 10))
 def resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Repairs drift and refreshes the status from the driver."""
     _reconcile("resync", body, patch, memo, logger)

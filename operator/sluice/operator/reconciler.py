@@ -139,7 +139,11 @@ class Reconciler:
         selector = f"{ch.APP_LABEL}={app},app.kubernetes.io/component=pipeline"
         for item in self.core.list_namespaced_config_map(namespace, label_selector=selector).items:
             if (item.metadata.labels or {}).get(ch.REVISION_LABEL) != revision:
-                self.core.delete_namespaced_config_map(item.metadata.name, namespace)
+                try:
+                    self.core.delete_namespaced_config_map(item.metadata.name, namespace)
+                except ApiException as exc:
+                    if exc.status != 404:  # a concurrent pass (update handler vs resync) got there first
+                        raise
 
     def _observe(self, desired: DesiredState, namespace: str, app: str, obs: Observation) -> None:
         if desired.spec.suspend:

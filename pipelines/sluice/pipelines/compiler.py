@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.errors import AnalysisException, ParseException
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .metrics import OBSERVED_QUALITY
@@ -245,10 +245,10 @@ class Compiler:
         keys: list[Column] = [F.expr(k) for k in cfg.groupBy]
         window = cfg.window
         if window is not None:
-            on = window.on or stream.event_time
+            on = window.timeColumn or stream.event_time
             if on is None:
                 raise self.fail(node, "needs an event-time column: set eventTime on the source or "
-                                      "window.on", "window")
+                                      "window.timeColumn", "window")
             if stream.windowed:
                 raise self.fail(node, "windows over the output of a windowed aggregation are not "
                                       "supported", "window")
@@ -277,7 +277,7 @@ class Compiler:
                 raise self.fail(node, f"input '{side_name}' comes after topN and cannot be joined")
         lq, rq = f"`{left_name}`", f"`{right_name}`"
         l_time, r_time = F.col(f"{lq}.`{left.event_time}`"), F.col(f"{rq}.`{right.event_time}`")
-        condition = (F.expr(cfg.on) & (r_time >= l_time)
+        condition = (F.expr(cfg.condition) & (r_time >= l_time)
                      & (r_time <= l_time + F.expr(f"INTERVAL {duration_to_spark(cfg.within)}")))
         joined = left.df.alias(left_name).join(right.df.alias(right_name), condition, cfg.type)
         if cfg.select:
@@ -300,12 +300,12 @@ class Compiler:
             table = reader.load(cfg.path)
         except AnalysisException as exc:
             raise self.fail(node, f"cannot read {cfg.path}: {str(exc).splitlines()[0]}", "path") from exc
-        missing = [c for c in cfg.on if c not in table.columns]
+        missing = [c for c in cfg.keys if c not in table.columns]
         if missing:
             raise self.fail(node, f"table {cfg.path} has no column(s) {', '.join(missing)} "
-                                  f"(it has {', '.join(table.columns)})", "on")
+                                  f"(it has {', '.join(table.columns)})", "keys")
         table = F.broadcast(table) if cfg.broadcast else table
-        return stream.then(lambda df: df.join(table, on=list(cfg.on), how=cfg.type))
+        return stream.then(lambda df: df.join(table, on=list(cfg.keys), how=cfg.type))
 
     def _op_dedupe(self, node: Node, cfg, stream: Stream) -> Stream:
         if not stream.watermarked or stream.batch_steps:
@@ -329,11 +329,14 @@ class Compiler:
         missing = [c for c in cfg.partitionBy if c not in stream.df.columns]
         if missing:
             raise self.fail(node, f"unknown column(s) {', '.join(missing)}", "partitionBy")
-        order = [F.expr(e) for e in cfg.orderBy]  # "x DESC" parses as a sort-order expression
-        rank = Window.partitionBy(*cfg.partitionBy).orderBy(*order)
+        # One SQL window expression: only in ORDER BY does Spark read "x DESC" as a sort order
+        # (F.expr("x DESC") is x aliased as DESC, which would sort ascending).
+        partition = ", ".join(f"`{c}`" for c in cfg.partitionBy)
+        over = (f"PARTITION BY {partition} " if partition else "") + f"ORDER BY {', '.join(cfg.orderBy)}"
+        rank = F.expr(f"row_number() OVER ({over})")
 
         def top(df: DataFrame) -> DataFrame:
-            return df.withColumn("_rank", F.row_number().over(rank)).where(f"_rank <= {cfg.limit}").drop("_rank")
+            return df.withColumn("_rank", rank).where(f"_rank <= {cfg.limit}").drop("_rank")
 
         top(self.spark.createDataFrame([], stream.df.schema))  # analyses the expressions now, not mid-stream
         return replace(stream, batch_steps=(*stream.batch_steps, top))

@@ -129,7 +129,7 @@ class Window(Strict):
     tumbling: Duration | None = None
     sliding: Sliding | None = None
     session: Duration | None = Field(None, description="Session gap.")
-    on: str | None = Field(None, description="Event-time column (default: the input's event time).")
+    timeColumn: str | None = Field(None, description="Event-time column (default: the input's event time).")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Window:
@@ -152,7 +152,7 @@ class Aggregate(Strict):
 class Join(Strict):
     """Stream-stream join of the node's two inputs, bounded in event time."""
 
-    on: SqlExpr = Field(description="Join condition; refer to the inputs by node name, e.g. req.id = resp.id.")
+    condition: SqlExpr = Field(description="Join condition; refer to the inputs by node name: req.id = resp.id.")
     within: Duration = Field(description="The right side's event time lies within this after the left's.")
     type: Literal["inner", "leftOuter", "rightOuter"] = "inner"
     select: list[SqlExpr] = Field(default_factory=list,
@@ -165,7 +165,7 @@ class Lookup(Strict):
     path: str
     format: Literal["csv", "json", "parquet"] = "csv"
     schema_: str | None = Field(None, alias="schema", description="Spark DDL (csv/json; default: inferred).")
-    on: list[Identifier] = Field(min_length=1, description="Columns present in both stream and table.")
+    keys: list[Identifier] = Field(min_length=1, description="Join columns present in both stream and table.")
     type: Literal["inner", "left"] = "left"
     broadcast: bool = True
 

@@ -233,7 +233,7 @@ def node_expressions(node: Node) -> Iterator[tuple[tuple[str | int, ...], str]]:
         yield from (((op, "groupBy", k), e) for k, e in enumerate(cfg.groupBy))
         yield from (((op, "aggregations", k), e) for k, e in cfg.aggregations.items())
     elif op == "join":
-        yield (op, "on"), cfg.on
+        yield (op, "condition"), cfg.condition
         yield from (((op, "select", k), e) for k, e in enumerate(cfg.select))
     elif op == "topN":
         yield from (((op, "orderBy", k), _ORDER_SUFFIX.sub("", e)) for k, e in enumerate(cfg.orderBy))
