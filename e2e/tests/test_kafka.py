@@ -8,7 +8,7 @@ import pytest
 
 from sluice.testbed import kafka as kafka_mod
 from sluice.testbed.common import ProvisionError
-from sluice.testbed.kafka_io import consume_all, end_offsets, produce
+from sluice.testbed.kafka_io import consume_all, create_topic, end_offsets, produce
 
 pytestmark = pytest.mark.kafka
 
@@ -59,3 +59,20 @@ def test_server_properties_for_three_nodes(tmp_path):
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:19002,CONTROLLER://127.0.0.1:19102"
     assert props["offsets.topic.replication.factor"] == "3"
     assert props["min.insync.replicas"] == "2"
+
+
+def test_three_broker_cluster_survives_losing_a_broker(tmp_path):
+    cluster = kafka_mod.KafkaCluster.on_free_ports(tmp_path / "kafka3", size=3)
+    cluster.heap = "384m"
+    try:
+        cluster.start()
+        create_topic(cluster.bootstrap, "replicated", partitions=3, replicas=3, config={"min.insync.replicas": "2"})
+        records = [f"r{i}".encode() for i in range(3_000)]
+        produce(cluster.bootstrap, "replicated", records)
+        cluster.processes[2].stop()  # broker 3 goes away
+        survivors = ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[:2])
+        produce(survivors, "replicated", [b"after"])
+        assert sorted(r.value for r in consume_all(survivors, "replicated", expected=3_001)) == sorted(
+            [*records, b"after"])
+    finally:
+        cluster.stop()

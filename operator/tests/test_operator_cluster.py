@@ -266,15 +266,15 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
         first = example("wordcount", kafka_bootstrap, f"{namespace}-a")
         apply(crds_installed, first, namespace)
         wait_for(lambda: get(crds_installed, "sparkapplication", "wordcount", namespace), what="the active replica")
-        assert "Creation is processed" in active.log.read_text()
-        assert "Creation is processed" not in standby.log.read_text(), "the standby must not act"
+        assert "Handler 'reconcile' succeeded" in active.log.read_text()
+        assert "Handler 'reconcile' succeeded" not in standby.log.read_text(), "the standby must not act"
 
         active.stop()
         second = example("frequency-count", kafka_bootstrap, f"{namespace}-b")
         apply(crds_installed, second, namespace)
         wait_for(lambda: get(crds_installed, "sparkapplication", second["metadata"]["name"], namespace),
                  timeout=120, what="the standby to take over")
-        assert "Creation is processed" in standby.log.read_text()
+        assert "Handler 'reconcile' succeeded" in standby.log.read_text()
     finally:
         active.stop()
         if standby is not None:

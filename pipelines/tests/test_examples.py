@@ -191,7 +191,8 @@ def test_restart_from_checkpoint_mid_stream_loses_nothing(harness: Harness) -> N
     source = app.node("words")["fromKafka"]
     source["maxRecordsPerTrigger"] = 200  # the backlog takes many batches
     rng = random.Random(3)
-    before, after = zipf_words(rng, 2400), zipf_words(rng, 700)
+    # 60 batches of backlog: far more than can complete between reaching 400 rows and stopping.
+    before, after = zipf_words(rng, 12_000), zipf_words(rng, 700)
     harness.produce(app, word_records(before))
     with harness.running(app, checkpoint="checkpoint") as run:
         wait_for(lambda: (sample(run, "sluice_input_rows_total", query="out") or 0) >= 400, harness.timeout,

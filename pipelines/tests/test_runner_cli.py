@@ -56,7 +56,7 @@ def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen) -> N
 def test_runner_serves_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, new_topic, tmp_path):
     topics = {"lines": new_topic(2), "counts": new_topic(2), "dead": new_topic(1)}
     manifest = _wordcount_manifest(tmp_path, topics)
-    base = 1_700_000_000_000
+    base = (int(time.time()) - 3600) * 1000  # recent: the broker's retention drops old timestamps
     produce(kafka_bootstrap, topics["lines"], [b"a b", b"b c", b"c"], timestamps_ms=[base, base + 100, base + 60_000])
     port = free_port()
     log = tmp_path / "runner.log"
@@ -130,3 +130,20 @@ def test_validate_cli_reports_unreadable_yaml(tmp_path):
     result = _sluice("validate", "--no-spark", str(path))
     assert result.returncode == 1
     assert "not valid YAML" in result.stdout
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_sluice_run_until_caught_up(kafka_bootstrap, new_topic, tmp_path):
+    topics = {"lines": new_topic(2), "counts": new_topic(2), "dead": new_topic(1)}
+    manifest = _wordcount_manifest(tmp_path, topics)
+    base = (int(time.time()) - 3600) * 1000
+    produce(kafka_bootstrap, topics["lines"], [b"x y", b"y", b"z"], timestamps_ms=[base, base + 10, base + 60_000])
+    result = subprocess.run([sys.executable, "-m", "sluice.pipelines.cli", "run", str(manifest), "--bootstrap-servers",
+                             kafka_bootstrap, "--checkpoint-dir", str(tmp_path / "chk"), "--cores", "2",
+                             "--until-caught-up"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "sluice run: wordcount" in result.stderr  # the live view
+    counts = {(r["word"], r["count"]) for r in (json.loads(m.value) for m in
+                                                consume_all(kafka_bootstrap, topics["counts"]))}
+    assert counts == {("x", 1), ("y", 2)}

@@ -31,23 +31,24 @@ def kafka_command(args: argparse.Namespace) -> int:
 def cluster_command(args: argparse.Namespace) -> int:
     from .kube import cluster_cli
 
-    code = cluster_cli([args.action])
+    code = cluster_cli([args.action, "--state-dir", args.state_dir])
     if code == 0 and args.action == "up":
-        install_crds()
+        install_crds(Path(args.state_dir))
     return code
 
 
-def install_crds() -> None:
+def install_crds(state_dir: Path) -> None:
     """The CRDs a user of the local cluster needs: StreamingApp, spark-operator's and Strimzi's."""
     from sluice.operator.crd import CRD_FILE
 
     from .external_crds import install_external_crds
-    from .kube import LOCAL_STATE_DIR, ControlPlane
+    from .kube import ControlPlane
 
-    plane = ControlPlane.attach(LOCAL_STATE_DIR)
+    plane = ControlPlane.attach(state_dir)
     assert plane is not None
     install_external_crds(plane.kubectl)
-    plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE),
+                  "-f", str(CRD_FILE.parent / "kopf-peering.yaml"))
     print("installed CRDs: streamingapps.sluice.dev, sparkoperator.k8s.io, kafka.strimzi.io")
 
 
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cluster_parser = sub.add_parser("cluster", help="local Kubernetes control plane")
     cluster_parser.add_argument("action", choices=["up", "down", "status"])
+    cluster_parser.add_argument("--state-dir", default=str(REPO_ROOT / ".local-cluster"))
     cluster_parser.set_defaults(func=cluster_command)
 
     prefetch_parser = sub.add_parser("prefetch", help="download/build every real component")
