@@ -202,7 +202,7 @@ def _build_kubernetes(out: Path, names: list[str]) -> None:
                "gitTreeState": "clean", "buildDate": module.time}
     ldflags = ["-s", "-w", *xflags("k8s.io/component-base/version", version),
                *xflags("k8s.io/client-go/pkg/version", version)]
-    announce(f"building {', '.join(names)} v{KUBERNETES} from source (once; ~6 min cold on 2 cores); log: {log}")
+    announce(f"building {', '.join(names)} v{KUBERNETES} from source (once; 6-20 min cold on 2 cores); log: {log}")
     # -mod=mod lets go complete go.mod/go.sum for the generated module from the proxy.
     run([go_binary(), "build", "-mod=mod", "-trimpath", "-buildvcs=false", f"-tags={K8S_BUILD_TAGS}",
          f"-ldflags={' '.join(ldflags)}", "-o", f"{out}/", *(f"k8s.io/kubernetes/cmd/{n}" for n in names)],
