@@ -64,3 +64,15 @@ crds: $(STAMP) ## regenerate crds/ from the model (sluice.operator.model)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# --- packaging: Helm chart, images, kind e2e ---------------------------------------------------------
+.PHONY: chart-crds images e2e
+
+chart-crds: crds ## regenerate crds/ and copy them into the Helm chart (charts/sluice/crds, kept identical)
+	cp crds/*.yaml charts/sluice/crds/
+
+images: $(STAMP) ## build the operator and Spark images (docker, podman or buildah; tags = the sluice version)
+	$(PY) images/build.py
+
+e2e: $(STAMP) ## kind e2e: cluster, images, Strimzi, spark-operator, sluice, apps, data (needs a Docker engine)
+	$(PY) -m pytest -p no:cacheprovider e2e/tests/test_e2e_kind.py $(PYTEST_ARGS)

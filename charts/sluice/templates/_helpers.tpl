@@ -1,0 +1,139 @@
+{{/* Names and labels. */}}
+{{- define "sluice.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sluice.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "sluice.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sluice.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sluice.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "sluice.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sluice
+{{- end }}
+
+{{- define "sluice.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sluice.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "sluice.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "sluice.ha" -}}
+{{- if gt (int .Values.replicaCount) 1 }}true{{ end }}
+{{- end }}
+
+{{/* Namespaces outside watchNamespaces where the operator only manages KafkaTopics. */}}
+{{- define "sluice.topicNamespaces" -}}
+{{- $extra := .Values.kafkaTopicNamespaces }}
+{{- if .Values.kafkaCluster.enabled }}{{ $extra = append $extra .Release.Namespace }}{{ end }}
+{{- $out := list }}
+{{- range uniq $extra }}{{ if not (has . $.Values.watchNamespaces) }}{{ $out = append $out . }}{{ end }}{{ end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+What the operator does in a namespace it watches, rule by rule (operator/sluice/operator: handlers,
+reconciler, children). Children are written with server-side apply, which needs patch, and create for
+a child that does not exist yet.
+*/}}
+{{- define "sluice.namespacedRules" -}}
+# kopf watches the apps and keeps its progress and finalizer on them; the handlers patch the status.
+- apiGroups: [sluice.dev]
+  resources: [streamingapps]
+  verbs: [get, list, watch, patch]
+- apiGroups: [sluice.dev]
+  resources: [streamingapps/status]
+  verbs: [patch]
+# Children are owned by their app with blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
+- apiGroups: [sluice.dev]
+  resources: [streamingapps/finalizers]
+  verbs: [update]
+# kopf posts events (e.g. InvalidSpec warnings).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+# The driver's ServiceAccount, Role and RoleBinding.
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [create, patch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [create, patch]
+# The driver Role grants pods, services, configmaps and persistentvolumeclaims verbs: Kubernetes lets
+# the operator create (and bind) it only with the same permissions held here. They also cover the
+# pipeline ConfigMaps (applied, listed and pruned) and the driver Service (applied).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [create, get, list, watch, delete, deletecollection, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create, get, list, watch, delete, patch]
+- apiGroups: [""]
+  resources: [configmaps, persistentvolumeclaims]
+  verbs: [create, get, list, watch, delete, deletecollection, patch]
+# The driver's metrics, read through the API server's service proxy.
+- apiGroups: [""]
+  resources: [services/proxy]
+  verbs: [get]
+# The driver itself: applied, read for its state, deleted on suspend.
+- apiGroups: [sparkoperator.k8s.io]
+  resources: [sparkapplications]
+  verbs: [get, create, patch, delete]
+{{ include "sluice.kafkaTopicRules" . }}
+{{- if and (include "sluice.ha" .) .Values.watchNamespaces }}
+{{ include "sluice.peeringRules" (dict "resource" "kopfpeerings") }}
+{{- end }}
+{{- end }}
+
+{{- define "sluice.kafkaTopicRules" -}}
+# Topics managed by Strimzi: applied and read (partitions only grow).
+- apiGroups: [kafka.strimzi.io]
+  resources: [kafkatopics]
+  verbs: [get, create, patch]
+{{- end }}
+
+{{/* kopf peering: the operator creates the peering object once, watches it and patches its presence. */}}
+{{- define "sluice.peeringRules" -}}
+- apiGroups: [kopf.dev]
+  resources: [{{ .resource }}]
+  verbs: [create, list, watch, patch]
+{{- end }}
+
+{{/* Cluster-scoped reads kopf needs: CRDs (to notice resources come and go) and, when it watches a
+namespace list, the namespaces. */}}
+{{- define "sluice.clusterRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- if .Values.watchNamespaces }}
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- else if include "sluice.ha" . }}
+{{ include "sluice.peeringRules" (dict "resource" "clusterkopfpeerings") }}
+{{- end }}
+{{- end }}
+
+{{- define "sluice.subject" -}}
+- kind: ServiceAccount
+  name: {{ include "sluice.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+{{- end }}

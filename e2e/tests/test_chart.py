@@ -1,0 +1,613 @@
+"""The Helm chart (charts/sluice) and the images' build contexts, against the real control plane.
+
+The chart is linted, rendered with several value sets and each rendering applied with
+`kubectl apply --dry-run=server` (spark-operator and Strimzi CRDs installed); values violating the schema
+are rejected. Installed and upgraded for real, its RBAC is checked verb by verb with `kubectl auth can-i`
+as the operator's ServiceAccount, and then proven sufficient by running the real operator with that
+ServiceAccount's token and the args the chart gives it, and watching it reconcile apps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sluice.operator import children
+from sluice.operator.crd import CRD_FILE
+from sluice.testbed.common import ProvisionError, free_ports, tail
+from sluice.testbed.e2e_suite import (
+    CHART_DIR,
+    IMAGES_DIR,
+    Helm,
+    HelmError,
+    Images,
+    Target,
+    image_builder,
+    service_account_kubeconfig,
+    wait_for,
+    wordcount_app,
+)
+from sluice.testbed.external_crds import install_external_crds
+from sluice.testbed.kube import ControlPlane
+
+Manifest = dict[str, Any]
+
+
+def unique(prefix: str) -> str:
+    # "ha-": the operator tests' shared operator leaves these namespaces alone, so only the operator
+    # under test reconciles there even when both run in one session.
+    return f"ha-{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def chart_helm(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm for rendering only (no cluster)."""
+    return Helm(helm, Path(os.devnull), tmp_path_factory.mktemp("helm"))
+
+
+@pytest.fixture(scope="module")
+def target(kube_cluster: ControlPlane, helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    try:
+        install_external_crds(kube_cluster.kubectl)
+    except ProvisionError as error:
+        pytest.fail(str(error), pytrace=False)
+    return Target(kube_cluster.kubeconfig, kube_cluster.kubectl,
+                  Helm(helm, kube_cluster.kubeconfig, tmp_path_factory.mktemp("helm")))
+
+
+def of_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
+    return [m for m in manifests if m["kind"] == kind]
+
+
+def operator_args(manifests: list[Manifest]) -> list[str]:
+    (deployment,) = of_kind(manifests, "Deployment")
+    return deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def rule_set(rules: list[Manifest]) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+# --- the chart's files ---------------------------------------------------------------------------
+
+def test_chart_crds_are_identical_to_crds_dir() -> None:
+    ours = {p.name: p.read_bytes() for p in (CHART_DIR / "crds").glob("*.yaml")}
+    source = {p.name: p.read_bytes() for p in CRD_FILE.parent.glob("*.yaml")}
+
+    assert ours == source, "charts/sluice/crds differs from crds/: run make chart-crds"
+
+
+def test_chart_app_version_is_the_sluice_version() -> None:
+    assert Images.release() == Images("sluice/operator:0.1.0", "sluice/spark:0.1.0")
+    assert yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())["appVersion"] == image_builder().version()
+
+
+def test_dashboard_shows_the_metrics_sluice_exports(chart_helm: Helm) -> None:
+    from prometheus_client import REGISTRY, CollectorRegistry
+
+    import sluice.operator.metrics  # noqa: F401  (registers the operator's metrics)
+    from sluice.pipelines.metrics import PipelineMetrics
+
+    exported = set()
+    for registry in (REGISTRY, PipelineMetrics("app", CollectorRegistry()).registry):
+        for family in registry.collect():
+            exported |= {family.name + suffix for suffix in ("", "_total", "_bucket", "_sum", "_count")}
+    (configmap,) = of_kind(chart_helm.template("r", "monitoring", {"grafanaDashboard": {"enabled": True}}),
+                           "ConfigMap")
+    dashboard = json.loads(configmap["data"]["sluice.json"])
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["data"]["sluice.json"] == (CHART_DIR / "dashboards" / "sluice.json").read_text().rstrip("\n")
+    assert {name for expr in exprs for name in re.findall(r"\bsluice_\w+", expr)} <= exported
+    for needed in ("sluice_input_rows_per_second", "sluice_processed_rows_per_second",
+                   'sluice_kafka_records_behind_latest{stat="max"', "sluice_batch_duration_seconds",
+                   "sluice_executors", "sluice_operator_reconciles_total",
+                   "sluice_operator_reconcile_duration_seconds_bucket"):
+        assert any(needed in expr for expr in exprs), needed
+
+
+# --- lint, render, schema ----------------------------------------------------------------------------
+
+VALUE_SETS: dict[str, Manifest] = {
+    "defaults": {},
+    "ha": {"replicaCount": 2},
+    "namespaces": {"watchNamespaces": ["{ns}-a", "{ns}-b"], "kafkaTopicNamespaces": ["{ns}-kafka"]},
+    "namespaces-ha": {"watchNamespaces": ["{ns}-a"], "replicaCount": 3},
+    "quick-start": {"kafkaCluster": {"enabled": True, "replicas": 3,
+                                     "storage": {"type": "persistent-claim", "size": "5Gi"}},
+                    "grafanaDashboard": {"enabled": True}, "monitoring": {"enabled": True},
+                    "operator": {"logFormat": "plain", "env": [{"name": "X", "value": "1"}]}},
+}
+
+
+def values_for(name: str, namespace: str) -> Manifest:
+    return json.loads(json.dumps(VALUE_SETS[name]).replace("{ns}", namespace))
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_helm_lint(chart_helm: Helm, name: str) -> None:
+    values = chart_helm._values_file(f"lint-{name}", values_for(name, "x"))
+    out = chart_helm("lint", "--strict", str(CHART_DIR), "-f", str(values))
+
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_rendering_is_accepted_by_the_api_server(target: Target, name: str) -> None:
+    namespace = unique("render")
+    values = values_for(name, namespace)
+    for ns in [namespace, *values.get("watchNamespaces", []), *values.get("kafkaTopicNamespaces", [])]:
+        target.kubectl("create", "namespace", ns)
+    manifests = target.helm.template("sluice", namespace, values)
+
+    result = target.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": manifests}), check=False)
+
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == len(manifests)
+
+
+def test_defaults_watch_all_namespaces_standalone(chart_helm: Helm) -> None:
+    manifests = chart_helm.template("sluice", "sys")
+    (role,) = of_kind(manifests, "ClusterRole")
+    (deployment,) = of_kind(manifests, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+
+    assert operator_args(manifests) == ["--log-format=json", "--all-namespaces", "--metrics-port=8080",
+                                        "--liveness=http://0.0.0.0:8081/healthz"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert not of_kind(manifests, "Role")
+    assert ("sparkoperator.k8s.io", "sparkapplications", "create") in rule_set(role["rules"])
+    assert not any(group == "kopf.dev" for group, _, _ in rule_set(role["rules"]))
+    assert container["image"] == "sluice/operator:0.1.0"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    labels = deployment["metadata"]["labels"]
+    assert {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance",
+                                   "app.kubernetes.io/version", "app.kubernetes.io/managed-by")} == {
+        "app.kubernetes.io/name": "sluice", "app.kubernetes.io/instance": "sluice",
+        "app.kubernetes.io/version": "0.1.0", "app.kubernetes.io/managed-by": "Helm"}
+
+
+def test_replicas_run_with_peering(chart_helm: Helm) -> None:
+    manifests = chart_helm.template("sluice", "sys", {"replicaCount": 2})
+    (role,) = of_kind(manifests, "ClusterRole")
+
+    assert "--peering=sluice" in operator_args(manifests)
+    assert of_kind(manifests, "Deployment")[0]["spec"]["replicas"] == 2
+    assert {(r, v) for g, r, v in rule_set(role["rules"]) if g == "kopf.dev"} == {
+        ("clusterkopfpeerings", verb) for verb in ("create", "list", "watch", "patch")}
+
+
+def test_namespace_list_gets_roles_and_minimal_cluster_rules(chart_helm: Helm) -> None:
+    manifests = chart_helm.template("sluice", "sys", {"watchNamespaces": ["a", "b"], "replicaCount": 2,
+                                                      "kafkaTopicNamespaces": ["kafka", "a"]})
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(manifests, "Role")}
+    bindings = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in of_kind(manifests, "RoleBinding")}
+    (cluster_role,) = of_kind(manifests, "ClusterRole")
+
+    assert [a for a in operator_args(manifests) if a.startswith("--namespace") or a.startswith("--peering")] == [
+        "--namespace=a", "--namespace=b", "--peering=sluice"]
+    assert "--all-namespaces" not in operator_args(manifests)
+    assert set(roles) == bindings == {("a", "sluice"), ("b", "sluice"), ("kafka", "sluice-kafkatopics")}
+    assert rule_set(cluster_role["rules"]) == {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+                                               ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+                                               ("", "namespaces", "list"), ("", "namespaces", "watch")}
+    assert ("kopf.dev", "kopfpeerings", "patch") in rule_set(roles["a", "sluice"]["rules"])
+    assert rule_set(roles["kafka", "sluice-kafkatopics"]["rules"]) == {
+        ("kafka.strimzi.io", "kafkatopics", verb) for verb in ("get", "create", "patch")}
+
+
+def test_monitors_only_where_the_prometheus_operator_api_is_served(chart_helm: Helm) -> None:
+    values = {"monitoring": {"enabled": True, "labels": {"release": "prom"}}}
+    without = chart_helm.template("sluice", "sys", values)
+    with_api = chart_helm.template("sluice", "sys", values, "--api-versions", "monitoring.coreos.com/v1")
+    (pod_monitor,) = of_kind(with_api, "PodMonitor")
+    (service_monitor,) = of_kind(with_api, "ServiceMonitor")
+
+    assert not {"PodMonitor", "ServiceMonitor"} & {m["kind"] for m in without}
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert pod_monitor["metadata"]["labels"]["release"] == "prom"
+    # The driver Services the operator creates are what the ServiceMonitor selects.
+    driver_service = children.driver_service("app", "ns")
+    selector = service_monitor["spec"]["selector"]
+    assert selector["matchLabels"].items() <= driver_service["metadata"]["labels"].items()
+    assert selector["matchExpressions"] == [{"key": children.APP_LABEL, "operator": "Exists"}]
+    assert service_monitor["spec"]["endpoints"][0]["port"] == driver_service["spec"]["ports"][0]["name"]
+    assert service_monitor["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_quick_start_kafka_cluster(chart_helm: Helm) -> None:
+    manifests = chart_helm.template("sluice", "sys", values_for("quick-start", "sys"))
+    (kafka,) = of_kind(manifests, "Kafka")
+    (pool,) = of_kind(manifests, "KafkaNodePool")
+
+    assert kafka["apiVersion"] == pool["apiVersion"] == "kafka.strimzi.io/v1"
+    assert pool["metadata"]["labels"]["strimzi.io/cluster"] == kafka["metadata"]["name"] == "sluice-kafka"
+    assert pool["spec"]["roles"] == ["controller", "broker"]
+    assert kafka["spec"]["kafka"]["config"]["min.insync.replicas"] == 2
+    assert "topicOperator" in kafka["spec"]["entityOperator"]
+    # The operator may manage KafkaTopics in the release namespace, where the cluster is.
+    assert not of_kind(chart_helm.template("sluice", "sys", {"kafkaCluster": {"enabled": True}}), "Role")
+    roles = of_kind(chart_helm.template("sluice", "sys", {"kafkaCluster": {"enabled": True},
+                                                          "watchNamespaces": ["apps"]}), "Role")
+    assert {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles} == {
+        ("apps", "sluice"), ("sys", "sluice-kafkatopics")}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--set", "replicaCount=two"], "at '/replicaCount': got string, want integer"),
+    (["--set", "replicaCount=0"], "at '/replicaCount': minimum: got 0, want 1"),
+    (["--set", "replicas=2"], "additional properties 'replicas' not allowed"),
+    (["--set", "watchNamespaces={Team_A}"], "'Team_A' does not match pattern"),
+    (["--set", "operator.logFormat=xml"], "at '/operator/logFormat': value must be one of 'json', 'plain', 'full'"),
+    (["--set", "image.pullPolicy=Sometimes"], "at '/image/pullPolicy'"),
+    (["--set", "kafkaCluster.storage.type=persistent-claim"], "at '/kafkaCluster/storage': missing property 'size'"),
+    (["--set", "monitoring.interval=often"], "at '/monitoring/interval'"),
+])
+def test_values_violating_the_schema_are_rejected(chart_helm: Helm, args: list[str], message: str) -> None:
+    with pytest.raises(HelmError) as caught:
+        chart_helm("template", "sluice", str(CHART_DIR), *args)
+
+    assert "values don't meet the specifications of the schema" in str(caught.value)
+    assert message in str(caught.value)
+
+
+# --- installed: RBAC and the real operator --------------------------------------------------------------
+
+APPS, SPARK_APPS, TOPICS = "streamingapps.sluice.dev", "sparkapplications.sparkoperator.k8s.io", \
+    "kafkatopics.kafka.strimzi.io"
+ROLES, BINDINGS = "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io"
+ALL_NAMESPACES_ONLY = [("list", "customresourcedefinitions.apiextensions.k8s.io", "")]
+
+
+def operator_uses() -> list[tuple[str, str, str]]:
+    """(verb, resource, subresource) of every API call the operator makes in a namespace it watches."""
+    uses = [(verb, APPS, "") for verb in ("get", "list", "watch", "patch")]
+    uses += [("patch", APPS, "status"), ("update", APPS, "finalizers"), ("create", "events", ""),
+             ("get", "services", "proxy")]
+    for resource in ("serviceaccounts", ROLES, BINDINGS, "configmaps", "services", SPARK_APPS, TOPICS):
+        uses += [("create", resource, ""), ("patch", resource, "")]  # server-side apply
+    uses += [("list", "configmaps", ""), ("delete", "configmaps", ""), ("get", SPARK_APPS, ""),
+             ("delete", SPARK_APPS, ""), ("get", TOPICS, "")]
+    # What the driver Role grants: RBAC lets the operator create it only with these held.
+    uses += [(verb, resource, "") for rule in children.DRIVER_RULES for resource in rule["resources"]
+             for verb in rule["verbs"]]
+    return uses
+
+
+NEVER = [("get", "secrets", ""), ("list", "secrets", ""), ("create", "pods", "exec"),
+         ("create", "deployments.apps", ""), ("create", APPS, ""), ("delete", APPS, ""), ("update", APPS, ""),
+         ("delete", TOPICS, ""), ("escalate", ROLES, ""), ("bind", ROLES, ""),
+         ("create", "clusterroles.rbac.authorization.k8s.io", ""), ("delete", "namespaces", ""), ("list", "nodes", ""),
+         ("create", "kopfpeerings.kopf.dev", ""), ("create", "clusterkopfpeerings.kopf.dev", "")]
+
+
+def can_i(target: Target, account: str, checks: list[tuple[str, str, str]], namespace: str) -> dict[tuple, bool]:
+    def allowed(verb: str, resource: str, subresource: str) -> bool:
+        args = ["auth", "can-i", verb, resource, "-n", namespace, f"--as={account}"]
+        return target.kubectl(*args, *([f"--subresource={subresource}"] if subresource else []),
+                              check=False).stdout.strip() == "yes"
+
+    return {check: allowed(*check) for check in checks}
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    manifests: list[Manifest]  # as installed (helm get manifest)
+    notes: str  # what `helm install` printed
+
+    @property
+    def account(self) -> str:
+        (service_account,) = of_kind(self.manifests, "ServiceAccount")
+        return service_account["metadata"]["name"]
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.account}"
+
+
+def install(target: Target, name: str, values: Manifest | None = None) -> Release:
+    namespace = unique(name)
+    notes = target.helm.install(name, CHART_DIR, namespace, values)
+    manifests = [m for m in yaml.safe_load_all(target.helm("get", "manifest", name, "-n", namespace)) if m]
+    return Release(name, namespace, manifests, notes)
+
+
+@contextlib.contextmanager
+def installed(target: Target, name: str, values: Manifest | None = None) -> Iterator[Release]:
+    release = install(target, name, values)
+    try:
+        yield release
+    finally:
+        target.helm("uninstall", name, "-n", release.namespace)
+
+
+@pytest.fixture(scope="module")
+def release(target: Target) -> Iterator[Release]:
+    """The chart installed with its defaults: all namespaces, one replica."""
+    with installed(target, "sluice") as release:
+        yield release
+
+
+@contextlib.contextmanager
+def operator_as(target: Target, release: Release, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The real operator, with the release's ServiceAccount token and the args its Deployment has
+    (ports, log format and a short resync overridden for the test)."""
+    kubeconfig = log.with_suffix(".kubeconfig")
+    kubeconfig.write_text(service_account_kubeconfig(target, release.namespace, release.account))
+    metrics_port, health_port = free_ports(2)
+    cmd = [sys.executable, "-m", "sluice.operator", *operator_args(release.manifests), "--log-format=plain",
+           "--verbose", f"--metrics-port={metrics_port}", f"--liveness=http://127.0.0.1:{health_port}/healthz"]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": "2"}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def alive() -> bool:
+        assert process.poll() is None, "operator exited:\n" + "\n".join(tail(log, 30))
+        with contextlib.suppress(OSError):
+            return urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2).status == 200
+        return False
+
+    try:
+        wait_for(alive, timeout=60, what="the operator's liveness endpoint", interval=0.3)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    text = log.read_text(errors="replace")
+    denied = [line for line in text.splitlines() if re.search(r"\(403\)|[Ff]orbidden|Not enough permissions", line)]
+    assert not denied, "the operator was denied:\n" + "\n".join(denied[:10])
+
+
+def status(target: Target, namespace: str, name: str) -> Manifest:
+    return (target.get("streamingapp", name, namespace) or {}).get("status") or {}
+
+
+def wait_phase(target: Target, namespace: str, name: str, phase: str) -> Manifest:
+    return wait_for(lambda: (s := status(target, namespace, name)).get("phase") == phase and s, timeout=90,
+                    what=f"{namespace}/{name} to be {phase}", interval=0.5)
+
+
+def app_in(target: Target, namespace: str, kafka_namespace: str) -> Manifest:
+    """The word count example, its topics KafkaTopics of a Strimzi cluster in kafka_namespace."""
+    app = wordcount_app(namespace, Images.release(),
+                        {"strimziCluster": {"name": "events", "namespace": kafka_namespace}})
+    target.kubectl("create", "namespace", namespace, check=False)
+    target.apply(app)
+    return app
+
+
+def pipeline_configmaps(target: Target, namespace: str, app: str) -> list[str]:
+    return target.kubectl("get", "configmaps", "-n", namespace, "-o", "name", "-l",
+                          f"{children.APP_LABEL}={app},app.kubernetes.io/component=pipeline").stdout.split()
+
+
+def test_install_and_upgrade(target: Target) -> None:
+    with installed(target, "upgrade") as release:
+        before = target.get("deployment", "upgrade-sluice", release.namespace)
+        target.helm.install("upgrade", CHART_DIR, release.namespace,
+                            {"replicaCount": 2, "operator": {"logFormat": "plain"}}, upgrade=True)
+        after = target.get("deployment", "upgrade-sluice", release.namespace)
+        history = json.loads(target.helm("history", "upgrade", "-n", release.namespace, "-o", "json"))
+
+    assert before is not None and after is not None
+    assert f"sluice 0.1.0 is installed as release upgrade in namespace {release.namespace}" in release.notes
+    assert "Not found in this cluster" not in release.notes  # the spark-operator and Strimzi CRDs are there
+    assert "--log-format=json" in before["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert after["spec"]["replicas"] == 2
+    assert {"--log-format=plain", "--peering=sluice"} <= set(after["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert [h["status"] for h in history] == ["superseded", "deployed"]
+    for crd in ("streamingapps.sluice.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
+        target.kubectl("get", "crd", crd)
+
+
+def test_rbac_is_what_the_operator_uses(target: Target, release: Release) -> None:
+    namespace = unique("rbac")
+    target.kubectl("create", "namespace", namespace)
+    expected = {**dict.fromkeys(operator_uses() + ALL_NAMESPACES_ONLY, True), **dict.fromkeys(NEVER, False)}
+
+    allowed = can_i(target, release.user, list(expected), namespace)
+
+    assert [check for check, ok in allowed.items() if ok != expected[check]] == []
+
+
+def test_operator_reconciles_with_its_service_account(target: Target, release: Release, tmp_path: Path) -> None:
+    namespace, kafka_namespace = unique("apps"), unique("kafka")
+    target.kubectl("create", "namespace", kafka_namespace)
+    with operator_as(target, release, tmp_path / "operator.log") as _:
+        app = app_in(target, namespace, kafka_namespace)
+        name = app["metadata"]["name"]
+        conditions = {c["type"]: c["status"] for c in wait_phase(target, namespace, name, "Pending")["conditions"]}
+        first_revision = status(target, namespace, name)["revision"]
+        topics = target.kubectl("get", "kafkatopics", "-n", kafka_namespace, "-o", "name").stdout.split()
+        # Every child is there: the driver Role too, which RBAC allows only with its verbs held.
+        for kind, child in [("serviceaccount", f"{name}-spark"), ("role", f"{name}-spark"),
+                            ("rolebinding", f"{name}-spark"), ("service", f"{name}-driver"),
+                            ("sparkapplication", name)]:
+            assert target.get(kind, child, namespace) is not None, (kind, child)
+
+        # A new revision: a new pipeline ConfigMap, the old one pruned (list + delete).
+        target.kubectl("patch", "streamingapp", name, "-n", namespace, "--type=merge",
+                       "-p", json.dumps({"spec": {"spark": {"image": "sluice/spark:next"}}}))
+        wait_for(lambda: pipeline_configmaps(target, namespace, name) == [
+            f"configmap/{children.configmap_name(name, status(target, namespace, name).get('revision'))}"],
+            timeout=60, what="the old pipeline ConfigMap to be pruned", interval=0.5)
+
+        # A running driver: its metrics are read through the service proxy (no endpoints here: 503).
+        target.kubectl("patch", "sparkapplication", name, "-n", namespace, "--subresource=status", "--type=merge",
+                       "-p", json.dumps({"status": {"driverInfo": {}, "applicationState": {"state": "RUNNING"}}}))
+        wait_phase(target, namespace, name, "Running")
+        log = tmp_path / "operator.log"
+        wait_for(lambda: f"driver metrics of {namespace}/{name} not available" in log.read_text(), timeout=30,
+                 what="the operator to read the driver's metrics", interval=0.5)
+
+        # Suspended: the driver is deleted.
+        target.kubectl("patch", "streamingapp", name, "-n", namespace, "--type=merge",
+                       "-p", json.dumps({"spec": {"suspend": True}}))
+        wait_phase(target, namespace, name, "Suspended")
+        wait_for(lambda: target.get("sparkapplication", name, namespace) is None, timeout=30,
+                 what="the SparkApplication to be deleted", interval=0.5)
+
+        # An invalid pipeline: a Warning event, posted by the operator.
+        invalid = {**app, "metadata": {"name": "invalid", "namespace": namespace}}
+        invalid["spec"] = {**app["spec"], "pipeline": {**app["spec"]["pipeline"], "nodes": [
+            {**node, "inputs": ["missing"]} if node["name"] == "words" else node
+            for node in app["spec"]["pipeline"]["nodes"]]}}
+        target.apply(invalid)
+        wait_phase(target, namespace, "invalid", "Invalid")
+        events = wait_for(lambda: json.loads(target.kubectl(
+            "get", "events", "-n", namespace, "--field-selector", "reason=InvalidSpec", "-o", "json").stdout)["items"],
+            timeout=30, what="an InvalidSpec event", interval=0.5)
+
+    assert conditions == {"Valid": "True", "TopicsReady": "True", "DriverSubmitted": "True", "Running": "Unknown"}
+    assert len(topics) == len(app["spec"]["topics"])
+    assert status(target, namespace, name)["revision"] != first_revision
+    assert events[0]["involvedObject"]["name"] == "invalid"
+    assert "(503)" in log.read_text()
+
+
+def test_namespace_list_release_with_replicas(target: Target, tmp_path: Path) -> None:
+    watched, unwatched, kafka_namespace = unique("watched"), unique("unwatched"), unique("kafka")
+    for namespace in (watched, unwatched, kafka_namespace):
+        target.kubectl("create", "namespace", namespace)
+    values = {"watchNamespaces": [watched], "kafkaTopicNamespaces": [kafka_namespace], "replicaCount": 2}
+    with installed(target, "scoped", values) as release:
+        in_watched = can_i(target, release.user, operator_uses() + ALL_NAMESPACES_ONLY, watched)
+        elsewhere = can_i(target, release.user, operator_uses(), unwatched)
+        topics_only = can_i(target, release.user, operator_uses(), kafka_namespace)
+        with operator_as(target, release, tmp_path / "operator.log"):
+            app = app_in(target, watched, kafka_namespace)
+            ignored = app_in(target, unwatched, kafka_namespace)
+            wait_phase(target, watched, app["metadata"]["name"], "Pending")
+            topics = target.kubectl("get", "kafkatopics", "-n", kafka_namespace, "-o", "name").stdout.split()
+            peering = target.get("kopfpeering", "sluice", watched)
+            unwatched_status = status(target, unwatched, ignored["metadata"]["name"])
+
+    assert [check for check, ok in in_watched.items() if not ok] == []
+    assert [check for check, ok in elsewhere.items() if ok] == []
+    assert {check[:2] for check, ok in topics_only.items() if ok} == {
+        (verb, "kafkatopics.kafka.strimzi.io") for verb in ("get", "create", "patch")}
+    assert len(topics) == len(app["spec"]["topics"])
+    assert peering is not None
+    assert unwatched_status == {}
+
+
+# --- images ------------------------------------------------------------------------------------------
+
+def dockerfile(name: str) -> list[tuple[str, str]]:
+    """(instruction, arguments) of images/<name>/Dockerfile, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", (IMAGES_DIR / name / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def args_before_from(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    first_from = next(i for i, (op, _) in enumerate(instructions) if op == "FROM")
+    return dict(arg.split("=", 1) for op, arg in instructions[:first_from] if op == "ARG")
+
+
+@pytest.mark.parametrize(("name", "base_arg", "base"), [
+    ("operator", "PYTHON_IMAGE", "python:3.11-slim-bookworm"),
+    ("spark", "BASE_IMAGE", "apache/spark:4.0.0-python3"),
+])
+def test_dockerfile_base_is_an_arg_and_the_user_is_not_root(name: str, base_arg: str, base: str) -> None:
+    instructions = dockerfile(name)
+    users = [arg for op, arg in instructions if op == "USER"]
+
+    assert args_before_from(instructions) == {base_arg: base}
+    assert [arg for op, arg in instructions if op == "FROM"] == [f"${{{base_arg}}}"]
+    assert users and users[-1].split(":")[0].isdigit() and int(users[-1].split(":")[0]) > 0
+
+
+def test_spark_image_has_the_runner_the_operator_starts() -> None:
+    instructions = dockerfile("spark")
+    runner = children.RUNNER_FILE.removeprefix("local://")
+
+    assert ("COPY", f"runner.py {runner}") in instructions
+    assert ("COPY", "jars/ ${SPARK_HOME}/jars/") in instructions
+    assert "from sluice.pipelines.runner import main" in (IMAGES_DIR / "spark" / "runner.py").read_text()
+    assert ("ENTRYPOINT", '["python", "-m", "sluice.operator"]') in dockerfile("operator")
+
+
+@pytest.fixture(scope="module")
+def contexts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return image_builder().prepare_contexts(["operator", "spark"], tmp_path_factory.mktemp("images"))
+
+
+@pytest.mark.parametrize("name", ["operator", "spark"])
+def test_build_context_has_everything_the_dockerfile_copies(contexts: dict[str, Path], name: str) -> None:
+    context = contexts[name]
+    sources = [arg.split()[0].rstrip("/").replace("*.whl", "") for op, arg in dockerfile(name) if op == "COPY"]
+
+    for source in sources:
+        assert (context / source).exists(), source
+    (wheel,) = (context / "dist").glob("sluice-*.whl")
+    assert wheel.name.startswith(f"sluice-{image_builder().version()}-")
+
+
+def test_build_contexts_pin_dependencies_and_bring_the_connector(contexts: dict[str, Path]) -> None:
+    from sluice.testbed.spark import spark_kafka_jars
+
+    operator = (contexts["operator"] / "requirements.txt").read_text().split()
+    spark = (contexts["spark"] / "requirements.txt").read_text().split()
+
+    assert "kopf==1.45.2" in operator and not any(r.startswith("pyspark") for r in operator + spark)
+    assert all("==" in r for r in operator + spark)
+    assert sorted(p.name for p in (contexts["spark"] / "jars").iterdir()) == sorted(j.name for j in spark_kafka_jars())
+    assert any(p.name.startswith("spark-sql-kafka-0-10_2.13-4.0.0") for p in (contexts["spark"] / "jars").iterdir())
+
+
+@pytest.mark.parametrize(("name", "entry"), [("operator", "import sluice.operator.__main__, sluice.operator.handlers, "
+                                                          "sluice.operator.topics"),
+                                             ("spark", "import sluice.pipelines.runner")])
+def test_image_requirements_are_enough_to_import_its_code(name: str, entry: str) -> None:
+    """Every pyproject dependency the image leaves out (pyspark: the Spark image's own) is unimportable."""
+    from importlib.metadata import packages_distributions
+
+    build = image_builder()
+    keep = {build._normalise(p) for p in build.IMAGES[name].packages} | ({"pyspark"} if name == "spark" else set())
+    declared = {build._normalise(re.split(r"[=<>!~ ]", r, maxsplit=1)[0]) for r in build._project()["dependencies"]}
+    left_out = [module for module, dists in packages_distributions().items()
+                if not module.startswith("_") and {build._normalise(d) for d in dists} & (declared - keep)]
+    code = f"import sys\nfor m in {left_out!r}: sys.modules[m] = None\n{entry}\n"
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_images_without_a_builder_fail_with_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker, podman or buildah
+
+    assert image_builder().main([]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: building images needs docker (with a running engine), podman or buildah")

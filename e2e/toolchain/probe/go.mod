@@ -1,0 +1,3 @@
+module sluice.local/probe
+
+go 1.22

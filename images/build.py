@@ -1,0 +1,165 @@
+"""Build the sluice images with docker, podman or buildah: `make images` (= `python images/build.py`).
+
+Each image's build context is prepared under .sluice/images/<name>/: its Dockerfile, the sluice wheel
+(`pip wheel --no-deps`), requirements.txt (the runtime dependencies that image needs, pinned as in
+pyproject.toml) and, for the Spark image, the runner and the Kafka connector jars
+(sluice.testbed.spark.spark_kafka_jars(), matching pyspark), so a driver fetches nothing when it starts.
+Tags are <repository>:<sluice version>, e.g. sluice/spark:0.1.0 (the StreamingApp's default image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+IMAGES_DIR = Path(__file__).resolve().parent
+REPO_ROOT = IMAGES_DIR.parent
+CONTEXT_ROOT = REPO_ROOT / ".sluice" / "images"
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str  # its Dockerfile is images/<name>/Dockerfile
+    repository: str
+    packages: tuple[str, ...]  # runtime dependencies, by their pyproject.toml names
+    files: tuple[str, ...] = ()  # more files from images/<name>/
+    connector_jars: bool = False
+
+    @property
+    def tag(self) -> str:
+        return f"{self.repository}:{version()}"
+
+
+IMAGES = {
+    image.name: image for image in (
+        Image("operator", "sluice/operator",
+              ("kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "confluent-kafka")),
+        # pyspark comes with Spark in the base image.
+        Image("spark", "sluice/spark", ("prometheus-client", "pydantic", "pyyaml"), files=("runner.py",),
+              connector_jars=True),
+    )
+}
+
+
+def _project() -> dict:
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+
+
+def version() -> str:
+    return _project()["version"]
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements(packages: Sequence[str]) -> list[str]:
+    """The pyproject.toml requirement (with its pin) of each package."""
+    declared = {_normalise(re.split(r"[\s<>=!~\[;]", req, maxsplit=1)[0]): req for req in _project()["dependencies"]}
+    missing = [name for name in packages if _normalise(name) not in declared]
+    if missing:
+        raise BuildError(f"{', '.join(missing)} not among pyproject.toml's dependencies")
+    return [declared[_normalise(name)] for name in packages]
+
+
+BUILDERS = (("docker", ["docker", "info"], ["docker", "build"]),
+            ("podman", ["podman", "info"], ["podman", "build"]),
+            ("buildah", ["buildah", "info"], ["buildah", "build"]))
+
+
+def builder() -> list[str]:
+    """The build command of the first working tool; a one-line error naming what was tried otherwise."""
+    tried = []
+    for tool, probe, build in BUILDERS:
+        if not shutil.which(tool):
+            tried.append(f"{tool} not found")
+            continue
+        try:
+            works = subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
+        except subprocess.TimeoutExpired:
+            works = False
+        if works:
+            return build
+        tried.append(f"`{' '.join(probe)}` failed")
+    raise BuildError("building images needs docker (with a running engine), podman or buildah: "
+                     + "; ".join(tried))
+
+
+def build_wheel(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("sluice-*.whl"):
+        old.unlink()
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
+                             str(REPO_ROOT)], capture_output=True, text=True)
+    wheels = sorted(out.glob("sluice-*.whl"))
+    if result.returncode != 0 or not wheels:
+        last = (result.stderr.strip().splitlines() or ["no wheel written"])[-1]
+        raise BuildError(f"pip wheel of sluice failed: {last}")
+    return wheels[0]
+
+
+def prepare_context(image: Image, wheel: Path, root: Path = CONTEXT_ROOT) -> Path:
+    """A fresh build context for image under root/<name>: everything its Dockerfile copies."""
+    context = root / image.name
+    shutil.rmtree(context, ignore_errors=True)
+    (context / "dist").mkdir(parents=True)
+    for name in ("Dockerfile", *image.files):
+        shutil.copy2(IMAGES_DIR / image.name / name, context / name)
+    shutil.copy2(wheel, context / "dist" / wheel.name)
+    (context / "requirements.txt").write_text("\n".join(requirements(image.packages)) + "\n")
+    if image.connector_jars:
+        from sluice.testbed.common import ProvisionError
+        from sluice.testbed.spark import spark_kafka_jars
+
+        (context / "jars").mkdir()
+        try:
+            jars = spark_kafka_jars()
+        except ProvisionError as error:
+            raise BuildError(str(error)) from error
+        for jar in jars:
+            shutil.copy2(jar, context / "jars" / jar.name)
+    return context
+
+
+def prepare_contexts(names: Sequence[str], root: Path = CONTEXT_ROOT) -> dict[str, Path]:
+    wheel = build_wheel(root / "wheel")
+    return {name: prepare_context(IMAGES[name], wheel, root) for name in names}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python images/build.py", description=__doc__.splitlines()[0])
+    parser.add_argument("images", nargs="*", metavar="IMAGE", help=f"{' or '.join(IMAGES)} (default: both)")
+    parser.add_argument("--context-only", action="store_true", help="prepare the build contexts, build nothing")
+    args = parser.parse_args(argv)
+    names = args.images or list(IMAGES)
+    if unknown := sorted(set(names) - set(IMAGES)):
+        parser.error(f"unknown image(s) {', '.join(unknown)}: choose from {', '.join(IMAGES)}")
+    try:
+        build = None if args.context_only else builder()  # before the slow part: fail fast
+        contexts = prepare_contexts(names)
+        for name, context in contexts.items():
+            if build is None:
+                print(f"{IMAGES[name].tag}: context ready in {context}")
+                continue
+            print(f"building {IMAGES[name].tag} from {context}", flush=True)
+            if subprocess.run([*build, "-t", IMAGES[name].tag, str(context)]).returncode != 0:
+                raise BuildError(f"{build[0]} could not build {IMAGES[name].tag} (output above)")
+    except BuildError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
