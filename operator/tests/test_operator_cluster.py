@@ -280,3 +280,23 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
         if standby is not None:
             standby.stop()
         crds_installed.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_no_finalizer_unless_topics_must_be_deleted(operator_process, kube_cluster, namespace, kafka_bootstrap):
+    plain = example("wordcount", kafka_bootstrap, namespace)
+    apply(kube_cluster, plain, namespace)
+    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)) and
+                   a.get("status", {}).get("phase") and a, what="reconciled")
+    assert not app["metadata"].get("finalizers"), "an app the garbage collector can clean up needs no finalizer"
+
+    doomed = example("frequency-count", kafka_bootstrap, namespace)
+    name = doomed["metadata"]["name"]
+    doomed["spec"]["topics"][0]["deletionPolicy"] = "delete"
+    topic = doomed["spec"]["topics"][0]["name"]
+    apply(kube_cluster, doomed, namespace)
+    wait_for(lambda: topic_partitions(kafka_bootstrap, topic), what="topic created")
+    wait_for(lambda: (get(kube_cluster, "sapp", name, namespace) or {}).get("metadata", {}).get("finalizers"),
+             what="the finalizer")
+    kube_cluster.kubectl("delete", "sapp", name, "-n", namespace, "--timeout=60s")
+    wait_for(lambda: topic_partitions(kafka_bootstrap, topic) is None, what="the topic deleted with its app")
+    assert all(topic_partitions(kafka_bootstrap, t["name"]) for t in doomed["spec"]["topics"][1:])

@@ -70,13 +70,13 @@ a child that does not exist yet.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# The driver's ServiceAccount, Role and RoleBinding.
+# The driver's ServiceAccount, Role and RoleBinding; watched so a hand edit or deletion is repaired.
 - apiGroups: [""]
   resources: [serviceaccounts]
-  verbs: [create, patch]
+  verbs: [create, patch, list, watch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [create, patch]
+  verbs: [create, patch, list, watch]
 # The driver Role grants pods, services, configmaps and persistentvolumeclaims verbs: Kubernetes lets
 # the operator create (and bind) it only with the same permissions held here. They also cover the
 # pipeline ConfigMaps (applied, listed and pruned) and the driver Service (applied).
@@ -93,10 +93,10 @@ a child that does not exist yet.
 - apiGroups: [""]
   resources: [services/proxy]
   verbs: [get]
-# The driver itself: applied, read for its state, deleted on suspend.
+# The driver itself: applied, read and watched for its state, deleted on suspend.
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkapplications]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 {{ include "sluice.kafkaTopicRules" . }}
 {{- if and (include "sluice.ha" .) .Values.watchNamespaces }}
 {{ include "sluice.peeringRules" (dict "resource" "kopfpeerings") }}

@@ -18,6 +18,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from . import children as ch
+from .model import GROUP, KIND, PLURAL, VERSION
 from .planner import DesiredState, Invalid, Observation, desired_state, parse_driver_metrics, parse_spec, status_for
 from .topics import AdminTopics, plan_topics
 
@@ -47,6 +48,7 @@ class Reconciler:
         self.api = api or api_client()
         self.dynamic = DynamicClient(self.api)
         self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
 
     # ------------------------------------------------------------------------- kube helpers
     def _resource(self, api_version: str, kind: str):
@@ -69,6 +71,19 @@ class Reconciler:
             self._resource(api_version, kind).delete(name=name, namespace=namespace)
 
     # ---------------------------------------------------------------------------- reconcile
+    def reconcile_by_name(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Reconcile an app outside a kopf handler and patch its status when it changed.
+        None when the app is gone or being deleted."""
+        body = self.get(f"{GROUP}/{VERSION}", KIND, namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return None
+        status = self.reconcile(body)
+        old = body.get("status") or {}
+        if any(old.get(key) != value for key, value in status.items()):
+            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+                                                              {"status": status})
+        return status
+
     def reconcile(self, body: dict[str, Any]) -> dict[str, Any]:
         meta, namespace, app = body["metadata"], body["metadata"]["namespace"], body["metadata"]["name"]
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
