@@ -16,7 +16,7 @@ export KUBECONFIG
 	operator crds clean
 
 help:
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 22
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 22
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sluice needs Python >= 3.11 (found " + sys.version.split()[0] + ")")'
@@ -59,8 +59,9 @@ local-cluster-down: $(STAMP)
 operator: $(STAMP) ## run the operator in the foreground against KUBECONFIG (default: the local cluster)
 	$(PY) -m sluice.operator --all-namespaces --log-format plain
 
-crds: $(STAMP) ## regenerate crds/ from the model (sluice.operator.model)
+crds: $(STAMP) ## regenerate crds/ from the model (sluice.operator.model) and copy them into the chart
 	$(PY) -m sluice.operator.crd --write
+	cp crds/*.yaml charts/sluice/crds/
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
@@ -68,8 +69,7 @@ clean:
 # --- packaging: Helm chart, images, kind e2e ---------------------------------------------------------
 .PHONY: chart-crds images e2e
 
-chart-crds: crds ## regenerate crds/ and copy them into the Helm chart (charts/sluice/crds, kept identical)
-	cp crds/*.yaml charts/sluice/crds/
+chart-crds: crds
 
 images: $(STAMP) ## build the operator and Spark images (docker, podman or buildah; tags = the sluice version)
 	$(PY) images/build.py

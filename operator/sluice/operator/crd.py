@@ -1,7 +1,7 @@
 """Generate the StreamingApp CRD from the pydantic models (the single source of truth).
 
-`python -m sluice.operator.crd` prints it; `make crds` writes crds/ and the chart's copy; a test fails
-when the committed files differ from what this produces.
+`python -m sluice.operator.crd` prints it; `make crds` writes crds/ and copies them into the chart; a
+test fails when the committed files differ from what this produces.
 """
 
 from __future__ import annotations
