@@ -16,7 +16,7 @@ Throughput (records/s). On the prefilled topic:
 - raw consumer: one confluent-kafka consumer fetching every record, no processing — the limit;
 - sluice and hand-written: trigger availableNow; records/s = N / (wall time from asking for the query
   until it ended), so query start-up is included for both. Spark's own processedRowsPerSecond is shown
-  beside it. They alternate (S H H S ... for SLUICE_BENCH_REPEATS=2) after an unmeasured warm-up run
+  beside it. They alternate (S H H S ... for SLUICE_BENCH_REPEATS=2) after an unmeasured warm-up run (a tenth of N)
   of each on a small topic, and the best run of each counts.
 After every Spark run the output topic is read back and the final count of every word must equal the
 reference: the benchmark fails on a wrong result, never on a slow one.
@@ -173,7 +173,10 @@ class Bench:
         console.log(f"{RAW}: {records:,} records in {seconds:.2f}s ({records / seconds:,.0f}/s)")
 
     def throughput(self) -> None:
-        warm_topic, warm_reference = self.prefill(min(self.config.records, 50_000), "warm-up", seed=2)
+        # The first large run in a JVM pays for class loading and JIT: a 50k warm-up was not enough (the
+        # first 10M run came out ~45% slower whichever job it was), so warm up on a tenth of the data.
+        warm_topic, warm_reference = self.prefill(min(self.config.records, max(50_000, self.config.records // 10)),
+                                                  "warm-up", seed=2)
         for job in self.jobs:
             self.run_job(job, warm_topic, warm_reference, measured=False)
         topic, reference = self.prefill(self.config.records, "words", seed=1)

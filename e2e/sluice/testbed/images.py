@@ -12,12 +12,13 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import REPO_ROOT, ProvisionError, cache_dir, locked, require_tool, run
+from .common import REPO_ROOT, cache_dir, locked, require_tool, run
 from .kube import go_binary, go_env
 
 TOOLCHAIN = REPO_ROOT / "e2e" / "toolchain"
@@ -45,6 +46,7 @@ class ImageSpec:
     rootfs: Path | None = None
     env: Sequence[str] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
     user: str = "0"
+    cmd: Sequence[str] = ()
 
 
 # --- OCI image layout ------------------------------------------------------------------------------
@@ -60,19 +62,22 @@ def _normalised(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def _layer(spec: ImageSpec) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+def _write_layer(spec: ImageSpec, out: Path) -> str:
+    """The image's only layer as an uncompressed tar at out; returns its digest (also its diff_id)."""
+    with tarfile.open(out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         if spec.rootfs is not None:
             for path in sorted(spec.rootfs.rglob("*")):
-                tar.add(path, arcname=str(path.relative_to(spec.rootfs)), recursive=False, filter=_normalised)
-        parents: set[str] = set()
+                relative = path.relative_to(spec.rootfs)
+                if relative.parts[0] in ("dev", "proc", "sys") and len(relative.parts) > 1:
+                    continue  # the runtime provides these; device nodes do not belong in an image
+                tar.add(path, arcname=str(relative), recursive=False, filter=_normalised)
+        directories: set[str] = set()
         for target, source in sorted(spec.files.items()):
             parts = Path(target.lstrip("/")).parts
             for depth in range(1, len(parts)):
                 directory = "/".join(parts[:depth])
-                if directory not in parents and spec.rootfs is None:
-                    parents.add(directory)
+                if directory not in directories and spec.rootfs is None:
+                    directories.add(directory)
                     entry = tarfile.TarInfo(directory)
                     entry.type, entry.mode = tarfile.DIRTYPE, 0o755
                     tar.addfile(entry)
@@ -80,10 +85,22 @@ def _layer(spec: ImageSpec) -> bytes:
             info.uid = info.gid = 0
             with open(source, "rb") as handle:
                 tar.addfile(info, handle)
-    return buffer.getvalue()
+    digest = hashlib.sha256()
+    with open(out, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
 
 
-def _blob(tar: tarfile.TarFile, data: bytes, media_type: str) -> dict[str, object]:
+def _blob(tar: tarfile.TarFile, data: bytes | Path, media_type: str, digest: str | None = None) -> dict[str, object]:
+    """Add a blob (bytes, or a file whose digest is given) under blobs/sha256/; returns its descriptor."""
+    if isinstance(data, Path):
+        assert digest is not None
+        info = tar.gettarinfo(data, arcname="blobs/sha256/" + digest.removeprefix("sha256:"))
+        _normalised(info)
+        with open(data, "rb") as handle:
+            tar.addfile(info, handle)
+        return {"mediaType": media_type, "digest": digest, "size": info.size}
     digest = _digest(data)
     info = tarfile.TarInfo("blobs/sha256/" + digest.removeprefix("sha256:"))
     info.size = len(data)
@@ -97,27 +114,40 @@ def _json(value: object) -> bytes:
 
 def oci_archive(spec: ImageSpec, out: Path) -> Path:
     """Write spec as a single-layer linux/amd64 OCI image-layout tar at out."""
-    layer = _layer(spec)
-    config = {"architecture": "amd64", "os": "linux",
-              "config": {"Entrypoint": list(spec.entrypoint), "Env": list(spec.env), "User": spec.user},
-              "rootfs": {"type": "layers", "diff_ids": [_digest(layer)]},
-              "history": [{"created_by": "sluice.testbed.images"}]}
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
-        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                    "config": _blob(tar, _json(config), OCI_CONFIG),
-                    "layers": [_blob(tar, layer, OCI_LAYER)]}
-        descriptor = {**_blob(tar, _json(manifest), OCI_MANIFEST),
-                      "platform": {"architecture": "amd64", "os": "linux"},
-                      "annotations": {CONTAINERD_NAME: spec.name, OCI_REF_NAME: spec.name}}
-        for name, data in (("oci-layout", _json({"imageLayoutVersion": "1.0.0"})),
-                           ("index.json", _json({"schemaVersion": 2, "manifests": [descriptor]}))):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    partial.replace(out)
+    partial, layer = out.with_name(out.name + ".partial"), out.with_name(out.name + ".layer")
+    try:
+        layer_digest = _write_layer(spec, layer)
+        config = {"architecture": "amd64", "os": "linux",
+                  "config": {"Entrypoint": list(spec.entrypoint), "Cmd": list(spec.cmd), "Env": list(spec.env),
+                             "User": spec.user},
+                  "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+                  "history": [{"created_by": "sluice.testbed.images"}]}
+        with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+            manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                        "config": _blob(tar, _json(config), OCI_CONFIG),
+                        "layers": [_blob(tar, layer, OCI_LAYER, layer_digest)]}
+            descriptor = {**_blob(tar, _json(manifest), OCI_MANIFEST),
+                          "platform": {"architecture": "amd64", "os": "linux"},
+                          "annotations": {CONTAINERD_NAME: spec.name, OCI_REF_NAME: spec.name}}
+            for name, data in (("oci-layout", _json({"imageLayoutVersion": "1.0.0"})),
+                               ("index.json", _json({"schemaVersion": 2, "manifests": [descriptor]}))):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        partial.replace(out)
+    finally:
+        layer.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
     return out
+
+
+def archive_names(archive: Path) -> list[str]:
+    """The image names an OCI archive's index gives containerd."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        index = json.load(member) if member else {}
+    return [m.get("annotations", {}).get(CONTAINERD_NAME, "") for m in index.get("manifests", [])]
 
 
 # --- the binaries inside ---------------------------------------------------------------------------
@@ -130,7 +160,7 @@ def _source_key(*paths: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _cached_build(name: str, sources: Path, build: callable) -> Path:  # type: ignore[valid-type]
+def _cached_build(name: str, sources: Path, build: Callable[[Path, Path], None]) -> Path:
     """cache/images/<name>-<source hash>/<name>, built once by build(out, log) under a lock."""
     root = cache_dir("images", f"{name}-{_source_key(sources)}")
     binary = root / name
@@ -170,15 +200,94 @@ def probe_image() -> ImageSpec:
     return ImageSpec(PROBE_IMAGE, ["/probe"], {"/probe": probe_binary()})
 
 
-def image_archive(spec: ImageSpec) -> Path:
-    """spec packed once into the cache (keyed by its content), ready for import."""
-    layer_key = hashlib.sha256(_layer(spec)).hexdigest()[:16]
+def spec_key(spec: ImageSpec) -> str:
+    """A cache key for a files-only spec: its name, settings and the content of its files."""
+    digest = hashlib.sha256(_json([spec.name, list(spec.entrypoint), list(spec.cmd), list(spec.env), spec.user]))
+    for target, source in sorted(spec.files.items()):
+        digest.update(target.encode() + source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def image_archive(spec: ImageSpec, key: str | None = None) -> Path:
+    """spec packed once into the cache, ready for import; a rootfs spec needs a key naming its content."""
+    if key is None:
+        if spec.rootfs is not None:
+            raise ValueError("an image with a rootfs needs an explicit cache key")
+        key = spec_key(spec)
     safe = spec.name.replace("/", "_").replace(":", "_")
-    out = cache_dir("images") / f"{safe}-{layer_key}.oci.tar"
+    out = cache_dir("images") / f"{safe}-{key}.oci.tar"
     if not out.is_file():
         with locked(out.with_suffix(".lock")):
             if not out.is_file():
                 oci_archive(spec, out)
-    if not out.is_file():
-        raise ProvisionError(f"could not write the image archive {out}")
     return out
+
+
+# --- a Debian base image ---------------------------------------------------------------------------
+
+BASE_IMAGE = "sluice.local/debian-base:bookworm"
+BASE_SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "openjdk-17-jre-headless", "ca-certificates")
+TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info")
+
+
+def debian_mirror(sources: Path = Path("/etc/apt")) -> str | None:
+    """The Debian mirror this machine's apt uses (deb822 or one-line sources), or None for debootstrap's."""
+    for path in sorted(sources.glob("sources.list.d/*.sources")):
+        for stanza in path.read_text().split("\n\n"):
+            fields = {key.strip(): value.split() for line in stanza.splitlines() if ":" in line
+                      and not line.startswith("#") for key, value in [line.split(":", 1)]}
+            if BASE_SUITE in fields.get("Suites", []) and fields.get("URIs"):
+                return fields["URIs"][0]
+    for path in [sources / "sources.list", *sorted(sources.glob("sources.list.d/*.list"))]:
+        for line in path.read_text().splitlines() if path.is_file() else []:
+            words = line.split()
+            if len(words) >= 3 and words[0] == "deb" and BASE_SUITE in words:
+                return next(word for word in words[1:] if "://" in word)
+    return None
+
+
+def base_rootfs(packages: Sequence[str] = BASE_PACKAGES) -> Path:
+    """A trimmed Debian minbase tree with packages, made once by debootstrap (needs root)."""
+    key = hashlib.sha256(_json([BASE_SUITE, sorted(packages)])).hexdigest()[:16]
+    root = cache_dir("images", f"debian-base-{key}")
+    rootfs = root / "rootfs"
+    if not (root / "done").is_file():
+        with locked(root / ".lock"):
+            if not (root / "done").is_file():
+                _debootstrap(rootfs, packages, root / "debootstrap.log")
+                (root / "done").write_text(key)
+    return rootfs
+
+
+def _debootstrap(rootfs: Path, packages: Sequence[str], log: Path) -> None:
+    debootstrap = require_tool("debootstrap", "apt-get install debootstrap")
+    _unmount_under(rootfs)
+    shutil.rmtree(rootfs, ignore_errors=True)
+    mirror = debian_mirror()
+    try:
+        run([debootstrap, "--variant=minbase", f"--include={','.join(packages)}", BASE_SUITE, rootfs,
+             *([mirror] if mirror else [])], what=f"debootstrap of Debian {BASE_SUITE}",
+            hint="needs root and Debian's package mirror", log=log)
+    finally:
+        _unmount_under(rootfs)  # debootstrap mounts /proc and /sys inside; a failure can leave them
+    for relative in TRIM:
+        for entry in (rootfs / relative).glob("*"):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+
+def _unmount_under(root: Path) -> None:
+    prefix = str(root.resolve()) + "/"
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def base_image(packages: Sequence[str] = BASE_PACKAGES) -> tuple[ImageSpec, str]:
+    """The Debian base image (JRE + Python) and its cache key, for image_archive(spec, key)."""
+    rootfs = base_rootfs(packages)
+    key = (rootfs.parent / "done").read_text().strip()
+    return ImageSpec(BASE_IMAGE, [], rootfs=rootfs, cmd=["/bin/bash"]), key

@@ -16,7 +16,8 @@ const usage = `usage:
   probe echo WORDS...     print WORDS to stdout and exit
   probe lookup NAME       print the addresses NAME resolves to
   probe serve PORT TEXT   answer every HTTP request on PORT with TEXT
-  probe get URL           print the body of an HTTP GET (retrying for up to 60s)`
+  probe get URL           print the body of an HTTP GET (retrying for up to 60s)
+  probe dial HOST:PORT    open a TCP connection and print "connected"`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -39,6 +40,14 @@ func main() {
 	case "get":
 		need(args, 1)
 		get(args[0])
+	case "dial":
+		need(args, 1)
+		conn, err := net.DialTimeout("tcp", args[0], 10*time.Second)
+		if err != nil {
+			fail(err.Error())
+		}
+		conn.Close()
+		fmt.Println("connected")
 	default:
 		fail(usage)
 	}

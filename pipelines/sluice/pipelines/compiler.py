@@ -60,6 +60,7 @@ class SourceRecords:
     node: Node
     checked: DataFrame  # raw Kafka columns + parsed fields + ERROR_COLUMN
     fields: list[str]
+    parsed: bool  # whether parsing or checks can reject a record that has a value
 
 
 @dataclass
@@ -151,9 +152,13 @@ class Compiler:
     # -------------------------------------------------------------------------------- sources
     def _source(self, node: Node, src: FromKafka) -> Stream:
         records = self.source_records[node.name] = self._read_kafka(node, src)
-        malformed = F.sum(F.when(F.col(ERROR_COLUMN).isNotNull(), 1).otherwise(0)).alias("malformed")
-        observed = records.checked.observe(f"{OBSERVED_QUALITY}_{node.name}", malformed)
-        good = observed.where(F.col(ERROR_COLUMN).isNull())
+        if records.parsed:
+            # observe() ends whole-stage code generation, so it is paid only where parsing can fail.
+            malformed = F.sum(F.when(F.col(ERROR_COLUMN).isNotNull(), 1).otherwise(0)).alias("malformed")
+            observed = records.checked.observe(f"{OBSERVED_QUALITY}_{node.name}", malformed)
+            good = observed.where(F.col(ERROR_COLUMN).isNull())
+        else:  # plain text: only a record without a value (a tombstone) is left out
+            good = records.checked.where(F.col("value").isNotNull())
         meta = [F.col(m).alias(f"kafka_{m}") for m in src.metadata]
         if src.eventTime == "kafka_timestamp" and "timestamp" not in src.metadata:
             meta.append(F.col("timestamp").alias("kafka_timestamp"))
@@ -201,7 +206,8 @@ class Compiler:
             error = error.when(F.col(src.eventTime).isNull(),
                                F.lit(f"missing or invalid event time '{src.eventTime}'"))
         checked = parsed.withColumn(ERROR_COLUMN, error)
-        return SourceRecords(node, checked, fields)
+        return SourceRecords(node, checked, fields,
+                             parsed=src.format != "text" or src.eventTime not in (None, "kafka_timestamp"))
 
     # ----------------------------------------------------------------------------- transforms
     def _op_select(self, node: Node, exprs: list[str], stream: Stream) -> Stream:

@@ -1,0 +1,123 @@
+"""A real single-node cluster: containerd + kubelet + kube-proxy + CoreDNS running locally built images."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sluice.testbed.common import ProvisionError, pid_alive
+from sluice.testbed.images import BASE_IMAGE, PAUSE_IMAGE, PROBE_IMAGE, base_image, image_archive
+from sluice.testbed.node import BRIDGE, NODE_ADDRESS, NODE_NAME, Node, NodeControlPlane, mounts_under
+
+pytestmark = pytest.mark.kube
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    state = tmp_path_factory.mktemp("node-cluster")
+    plane = NodeControlPlane(state / "plane")
+    node = Node(plane, state / "node")
+    try:
+        plane.start()
+        node.start()
+    except ProvisionError as error:
+        stop(node, plane)
+        pytest.fail(str(error), pytrace=False)
+    pids = {**plane.pids(), **node.pids()}
+    try:
+        yield node
+    finally:
+        stop(node, plane)
+    assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "processes survived stop()"
+    assert not mounts_under(node.state_dir, node.runtime_dir), "mounts survived stop()"
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert f" {BRIDGE}:" not in links, "the CNI bridge survived stop()"
+    addresses = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
+    assert NODE_ADDRESS not in addresses, "the node address survived stop()"
+
+
+def stop(node: Node, plane: NodeControlPlane) -> None:
+    try:
+        node.stop()
+    finally:
+        plane.stop()
+
+
+def pod(name: str, *args: str, restart: str = "Never", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {"app": name}},
+            "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": PROBE_IMAGE, "imagePullPolicy": "Never",
+                                     "args": list(args)}]}}
+
+
+def apply(node: Node, *objects: dict[str, Any]) -> None:
+    node.plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                              "items": list(objects)}))
+
+
+def wait_succeeded(node: Node, name: str, timeout: int = 120) -> None:
+    result = node.plane.kubectl("wait", f"pod/{name}", "--for=jsonpath={.status.phase}=Succeeded",
+                                f"--timeout={timeout}s", check=False, timeout=timeout + 30)
+    if result.returncode != 0:
+        described = node.plane.kubectl("describe", "pod", name, check=False).stdout
+        pytest.fail(f"pod {name} did not succeed: {result.stderr}\n{described}")
+
+
+def test_node_is_ready_with_the_locally_built_images(node: Node) -> None:
+    assert node.ready()
+    info = json.loads(node.plane.kubectl("get", "node", NODE_NAME, "-o", "json").stdout)
+    addresses = {a["type"]: a["address"] for a in info["status"]["addresses"]}
+    assert addresses["InternalIP"] == NODE_ADDRESS
+    assert info["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    images = node.images()
+    assert PAUSE_IMAGE in images and PROBE_IMAGE in images
+
+
+def test_pod_runs_and_its_logs_are_readable(node: Node) -> None:
+    apply(node, pod("hello", "echo", "hello", "from", "sluice"))
+    wait_succeeded(node, "hello")
+    assert node.plane.kubectl("logs", "hello").stdout.strip() == "hello from sluice"
+
+
+def test_service_is_reachable_by_its_dns_name(node: Node) -> None:
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "greeter"},
+               "spec": {"selector": {"app": "greeter"}, "ports": [{"port": 80, "targetPort": 8080}]}}
+    apply(node, pod("greeter", "serve", "8080", "hi through a Service", restart="Always"), service)
+    node.plane.kubectl("wait", "pod/greeter", "--for=condition=Ready", "--timeout=120s", timeout=150)
+    apply(node, pod("client", "get", "http://greeter.default.svc.cluster.local/"))
+    wait_succeeded(node, "client")
+    # stdout and stderr both land in the log; the body is the last line whatever the retries said.
+    assert node.plane.kubectl("logs", "client").stdout.strip().splitlines()[-1] == "hi through a Service"
+
+
+def test_pods_reach_the_apiserver_through_the_kubernetes_service(node: Node) -> None:
+    apply(node, pod("resolver", "lookup", "kubernetes.default.svc.cluster.local"),
+          pod("dialer", "dial", "kubernetes.default.svc.cluster.local:443"))
+    wait_succeeded(node, "resolver")
+    wait_succeeded(node, "dialer")
+    assert node.plane.kubectl("logs", "resolver").stdout.strip() == "10.0.0.1"
+    assert node.plane.kubectl("logs", "dialer").stdout.strip() == "connected"
+    endpoints = json.loads(node.plane.kubectl("get", "endpointslices", "-l",
+                                              "kubernetes.io/service-name=kubernetes", "-o", "json").stdout)
+    assert [a for s in endpoints["items"] for e in s["endpoints"] for a in e["addresses"]] == [NODE_ADDRESS]
+
+
+def test_debian_base_image_runs_python_and_java(node: Node) -> None:
+    archive = image_archive(*base_image())
+    node.import_image(archive)
+    script = "python3 -c 'print(6 * 7)' && java -version 2>&1 | head -n 1"
+    spec = pod("base", "-c", script)
+    spec["spec"]["containers"][0].update(image=BASE_IMAGE, command=["/bin/sh"])
+    apply(node, spec)
+    wait_succeeded(node, "base", timeout=180)
+    lines = node.plane.kubectl("logs", "base").stdout.strip().splitlines()
+    assert lines[0] == "42" and lines[1].startswith('openjdk version "17.'), lines
+
+
+def test_state_lives_under_the_state_dir(node: Node) -> None:
+    assert (node.state_dir / "containerd").is_dir()
+    assert str(node.containerd_socket).startswith("/run/sluice/")
