@@ -76,3 +76,9 @@ def test_three_broker_cluster_survives_losing_a_broker(tmp_path):
             [*records, b"after"])
     finally:
         cluster.stop()
+
+
+def test_cluster_ids_never_look_like_options():
+    ids = {kafka_mod.new_cluster_id() for _ in range(5_000)}
+    assert len(ids) == 5_000
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)

@@ -66,8 +66,12 @@ def java_binary() -> str:
 
 
 def new_cluster_id() -> str:
-    """Kafka cluster ids are a base64url UUID without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka cluster ids are a base64url UUID without padding; like Kafka's own generator, never one that
+    starts with '-', which command lines would read as an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @dataclass(frozen=True)
