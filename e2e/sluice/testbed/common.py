@@ -8,8 +8,11 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,3 +183,58 @@ def tail(path: Path, lines: int) -> list[str]:
         return path.read_text(errors="replace").strip().splitlines()[-lines:]
     except FileNotFoundError:
         return []
+
+
+def http_status(url: str, context: ssl.SSLContext | None = None) -> int:
+    """HTTP status of a GET; 0 when nothing answers yet (a health probe while a component starts)."""
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=3) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (OSError, ssl.SSLError):
+        return 0
+
+
+class PidfileProcesses:
+    """Components of one state dir, each recorded in <state_dir>/<name>.pid so that another process
+    (make local-cluster-down, a later test) can find and stop what an earlier one started."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.started: dict[str, ManagedProcess] = {}
+
+    def launch(self, name: str, cmd: list[str]) -> ManagedProcess:
+        process = ManagedProcess(name, cmd, self.state_dir / "logs" / f"{name}.log").start()
+        self.started[name] = process
+        self._pidfile(name).write_text(f"{process.pid}\n")
+        return process
+
+    def recorded_pid(self, name: str) -> int | None:
+        """The pid in name's pidfile if that process is alive and still ours (pids get reused)."""
+        try:
+            pid = int(self._pidfile(name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        if not pid_alive(pid):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return pid  # no procfs: trust the pidfile
+        return pid if os.fsencode(self.state_dir) in cmdline else None
+
+    def pids(self, names: Sequence[str]) -> dict[str, int]:
+        return {name: pid for name in names if (pid := self.recorded_pid(name)) is not None}
+
+    def stop(self, name: str) -> None:
+        """Stop one component, whether this process or an earlier one started it."""
+        process = self.started.pop(name, None)
+        if process is not None:
+            process.stop()
+        elif (pid := self.recorded_pid(name)) is not None:
+            stop_process_group(pid)
+        self._pidfile(name).unlink(missing_ok=True)
+
+    def _pidfile(self, name: str) -> Path:
+        return self.state_dir / f"{name}.pid"

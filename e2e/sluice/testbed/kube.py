@@ -27,16 +27,15 @@ from typing import Any
 
 from .common import (
     REPO_ROOT,
-    ManagedProcess,
+    PidfileProcesses,
     ProvisionError,
     cache_dir,
     free_ports,
+    http_status,
     locked,
     pick_port,
-    pid_alive,
     require_tool,
     run,
-    stop_process_group,
     wait_until,
 )
 from .versions import ETCD, KUBERNETES
@@ -389,7 +388,7 @@ class ControlPlane:
     def __init__(self, state_dir: Path, ports: Ports | None = None) -> None:
         self.state_dir = state_dir.resolve()
         self.ports = ports or Ports.free()
-        self._processes: dict[str, ManagedProcess] = {}
+        self._processes = PidfileProcesses(self.state_dir)
 
     @classmethod
     def attach(cls, state_dir: Path) -> ControlPlane | None:
@@ -424,12 +423,12 @@ class ControlPlane:
             checks = {"etcd": self._etcd_healthy, "kube-apiserver": self._apiserver_ready,
                       "kube-controller-manager": self._controller_manager_healthy}
             for name in COMPONENTS:
-                process = self._launch(name, [str(binaries[name]), *self._args(name)])
+                process = self._processes.launch(name, [str(binaries[name]), *self._args(name)])
                 wait_until(checks[name], timeout=timeout, what=f"{name} to become healthy", process=process)
             # The service-account controller creating "default" proves the controllers are working.
             wait_until(lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") == 200,
                        timeout=timeout, what="the default service account",
-                       process=self._processes["kube-controller-manager"])
+                       process=self._processes.started["kube-controller-manager"])
         except BaseException:
             self.stop()
             raise
@@ -441,16 +440,11 @@ class ControlPlane:
         The etcd data (64 MB of preallocated WAL) goes too; PKI, kubeconfig and logs stay for debugging.
         """
         for name in reversed(COMPONENTS):
-            process = self._processes.pop(name, None)
-            if process is not None:
-                process.stop()
-            elif (pid := self._recorded_pid(name)) is not None:
-                stop_process_group(pid)
-            self._pidfile(name).unlink(missing_ok=True)
+            self._processes.stop(name)
         shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
 
     def pids(self) -> dict[str, int]:
-        return {name: pid for name in COMPONENTS if (pid := self._recorded_pid(name)) is not None}
+        return self._processes.pids(COMPONENTS)
 
     def healthy(self) -> bool:
         return len(self.pids()) == len(COMPONENTS) and self._apiserver_ready()
@@ -521,29 +515,6 @@ class ControlPlane:
                 f"--proxy-client-cert-file={self.pki / 'front-proxy-client.crt'}",
                 f"--proxy-client-key-file={self.pki / 'front-proxy-client.key'}"]
 
-    def _launch(self, name: str, cmd: list[str]) -> ManagedProcess:
-        process = ManagedProcess(name, cmd, self.state_dir / "logs" / f"{name}.log").start()
-        self._processes[name] = process
-        self._pidfile(name).write_text(f"{process.pid}\n")
-        return process
-
-    def _pidfile(self, name: str) -> Path:
-        return self.state_dir / f"{name}.pid"
-
-    def _recorded_pid(self, name: str) -> int | None:
-        """The pid in name's pidfile if that process is alive and still ours (pids get reused)."""
-        try:
-            pid = int(self._pidfile(name).read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        if not pid_alive(pid):
-            return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return pid  # no procfs: trust the pidfile
-        return pid if os.fsencode(self.state_dir) in cmdline else None
-
     @functools.cached_property
     def _admin_tls(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
@@ -553,15 +524,9 @@ class ControlPlane:
     def _get(self, url_or_path: str, context: ssl.SSLContext | None = None) -> int:
         """HTTP status of a GET (0 when the server is not answering yet); API paths go as the admin."""
         url = url_or_path if "://" in url_or_path else self.server + url_or_path
-        try:
-            if context is None and url.startswith(self.server):
-                context = self._admin_tls
-            with urllib.request.urlopen(url, context=context, timeout=3) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            return error.code
-        except (OSError, ssl.SSLError):
-            return 0
+        if context is None and url.startswith(self.server):
+            context = self._admin_tls
+        return http_status(url, context)
 
     def _etcd_healthy(self) -> bool:
         return self._get(f"http://127.0.0.1:{self.ports.etcd_client}/health") == 200

@@ -27,20 +27,18 @@ import shutil
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .common import (
-    ManagedProcess,
+    PidfileProcesses,
     ProvisionError,
     cache_dir,
     free_ports,
+    http_status,
     locked,
-    pid_alive,
     require_tool,
     run,
     stop_process_group,
@@ -372,7 +370,7 @@ class Node:
         self.extra_archives = list(archives)  # more OCI archives to import, e.g. images.image_archive(...)
         digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]
         self.runtime_dir = RUNTIME_ROOT / digest
-        self._processes: dict[str, ManagedProcess] = {}
+        self._processes = PidfileProcesses(self.state_dir)
 
     @classmethod
     def attach(cls, plane: ControlPlane, state_dir: Path | None = None) -> Node | None:
@@ -415,7 +413,7 @@ class Node:
             self._start_component("kube-scheduler", binaries, self._scheduler_healthy, timeout)
             self._start_component("kubelet", binaries, self._kubelet_healthy, timeout)
             wait_until(self.ready, timeout=timeout, what=f"node {NODE_NAME} to become Ready",
-                       process=self._processes["kubelet"])
+                       process=self._processes.started["kubelet"])
             self._start_component("kube-proxy", binaries, self._proxy_healthy, timeout)
             self.plane.kubectl("apply", "-f", "-", input=json.dumps(COREDNS_RBAC))
             self._start_component("coredns", binaries, self._coredns_ready, timeout)
@@ -431,10 +429,10 @@ class Node:
         because another one runs, leaves that one alone). Logs, config and PKI stay for debugging.
         """
         for name in ("coredns", "kube-proxy", "kube-scheduler"):
-            self._stop(name)
+            self._processes.stop(name)
         self._drain_pods()
-        self._stop("kubelet")
-        self._stop("containerd")
+        self._processes.stop("kubelet")
+        self._processes.stop("containerd")
         if not self.owns_machine():
             return
         self._kill_shims()
@@ -512,7 +510,7 @@ class Node:
         return machine_owner() in (None, self.state_dir)
 
     def pids(self) -> dict[str, int]:
-        return {name: pid for name in NODE_COMPONENTS if (pid := self._recorded_pid(name)) is not None}
+        return self._processes.pids(NODE_COMPONENTS)
 
     def running(self) -> bool:
         """Whether any of this node's processes is alive (also when started by another process)."""
@@ -560,55 +558,28 @@ class Node:
 
     def _start_component(self, name: str, binaries: dict[str, Path], healthy: Any, timeout: float) -> None:
         started = time.monotonic()
-        process = ManagedProcess(name, [str(binaries[name]), *self._args(name)],
-                                 self.state_dir / "logs" / f"{name}.log").start()
-        self._processes[name] = process
-        (self.state_dir / f"{name}.pid").write_text(f"{process.pid}\n")
+        process = self._processes.launch(name, [str(binaries[name]), *self._args(name)])
         wait_until(healthy, timeout=timeout, what=f"{name} to become healthy", process=process)
         announce(f"node: {name} up in {time.monotonic() - started:.1f}s")
 
-    def _get(self, url: str) -> int:
-        try:
-            with urllib.request.urlopen(url, context=ssl._create_unverified_context(), timeout=3) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            return error.code
-        except (OSError, ssl.SSLError):
-            return 0
-
     def _scheduler_healthy(self) -> bool:
-        return self._get(f"https://127.0.0.1:{self.ports.scheduler}/healthz") == 200
+        # Its serving cert is self-signed; only liveness matters here.
+        return http_status(f"https://127.0.0.1:{self.ports.scheduler}/healthz", ssl._create_unverified_context()) == 200
 
     def _kubelet_healthy(self) -> bool:
-        return self._get(f"http://127.0.0.1:{self.ports.kubelet_healthz}/healthz") == 200
+        return http_status(f"http://127.0.0.1:{self.ports.kubelet_healthz}/healthz") == 200
 
     def _proxy_healthy(self) -> bool:
-        return self._get(f"http://127.0.0.1:{self.ports.proxy_healthz}/healthz") == 200
+        return http_status(f"http://127.0.0.1:{self.ports.proxy_healthz}/healthz") == 200
 
     def _coredns_ready(self) -> bool:
-        return self._get(f"http://127.0.0.1:{self.ports.coredns_ready}/ready") == 200
+        return http_status(f"http://127.0.0.1:{self.ports.coredns_ready}/ready") == 200
 
     # -- internals: stop --
 
-    def _stop(self, name: str) -> None:
-        process = self._processes.pop(name, None)
-        if process is not None:
-            process.stop()
-        elif (pid := self._recorded_pid(name)) is not None:
-            stop_process_group(pid)
-        (self.state_dir / f"{name}.pid").unlink(missing_ok=True)
-
-    def _recorded_pid(self, name: str) -> int | None:
-        """The pid in name's pidfile if that process is alive and still ours (pids get reused)."""
-        try:
-            pid = int((self.state_dir / f"{name}.pid").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if pid_alive(pid) and os.fsencode(str(self.state_dir)) in _cmdline(pid) else None
-
     def _drain_pods(self, timeout: float = 60.0) -> None:
         """Let the kubelet tear pods down through CRI (CNI DEL, unmounts) while it and the API still run."""
-        if self._recorded_pid("kubelet") is None:
+        if self._processes.recorded_pid("kubelet") is None:
             return
         with contextlib.suppress(Exception):
             self.plane.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force",
