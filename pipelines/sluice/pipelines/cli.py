@@ -113,12 +113,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         spark.stop()
         return 2
     server = ControlServer(run, args.metrics_port).start() if args.metrics_port else None
-    signal.signal(signal.SIGTERM, lambda *_: run._stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
     code = 0
     try:
         with Live(progress_table(run), console=console, refresh_per_second=2) as live:
             stable_since = None
-            while not (run.failed() or run._stopping.is_set()):
+            while not (run.failed() or run.stopping()):
                 time.sleep(1)
                 live.update(progress_table(run))
                 if not any(q.isActive for q in run.queries):

@@ -361,24 +361,20 @@ class Compiler:
         return QueryPlan(node.name, df, node.operation, cfg, mode, stream.batch_steps)
 
     def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:
-        src = records.node.fromKafka
+        src, name = records.node.fromKafka, records.node.name
         assert src is not None
-        df = records.checked.select(
-            F.lit(records.node.name).alias("source"), F.col(ERROR_COLUMN).alias("error"),
-            "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"), "key", "value",
-            *([F.col(src.eventTime).alias("_event_time")] if src.eventTime and src.eventTime != "kafka_timestamp"
-              else [F.col("timestamp").alias("_event_time")] if src.eventTime else []))
-        late = None
-        if dead.lateRecords and src.watermark and src.eventTime:
-            late = self._late_rule(records.node.name, duration_ms(src.watermark))
-        else:
+        late = self._late_rule(name, duration_ms(src.watermark)) if dead.lateRecords and src.watermark else None
+        columns = [F.lit(name).alias("source"), F.col(ERROR_COLUMN).alias("error"), "topic", "partition", "offset",
+                   F.col("timestamp").alias("kafka_timestamp"), "key", "value"]
+        if late is not None:  # lateness is decided per batch, from the event time (a watermark implies one)
+            event_time = "timestamp" if src.eventTime == "kafka_timestamp" else src.eventTime
+            columns.append(F.col(event_time).alias("_event_time"))
+        df = records.checked.select(*columns)
+        if late is None:
             df = df.where(F.col("error").isNotNull())
-        if "_event_time" in df.columns and late is None:
-            df = df.drop("_event_time")
         sink_op = dead.sink_operation
-        return QueryPlan(f"{records.node.name}-dead-letters", df, sink_op, getattr(dead, sink_op), "append",
-                         late_rule=late, dead_letter_source=records.node.name)
-
+        return QueryPlan(f"{name}-dead-letters", df, sink_op, getattr(dead, sink_op), "append",
+                         late_rule=late, dead_letter_source=name)
 
     def _late_rule(self, source: str, delay_ms: int) -> LateRule:
         """The rule of the first stateful operation downstream of the source."""

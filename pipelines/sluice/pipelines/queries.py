@@ -46,15 +46,16 @@ class MemoryTables:
             spark.createDataFrame(rows, batch.schema).createOrReplaceTempView(table)
 
 
+def kafka_sink_options(sink: Any, bootstrap: str | None) -> dict[str, str]:
+    """Options of Spark's Kafka sink, the same for the streaming writer and the per-batch writer."""
+    return {"topic": sink.topic, "kafka.bootstrap.servers": sink.bootstrapServers or bootstrap, **sink.options}
+
+
 def _native_writer(df: DataFrame, plan: QueryPlan, bootstrap: str | None) -> DataStreamWriter:
     sink = plan.sink
     op = plan.sink_op
     if op == "toKafka":
-        writer = df.writeStream.format("kafka").option("topic", sink.topic)
-        writer = writer.option("kafka.bootstrap.servers", sink.bootstrapServers or bootstrap)
-        for key, value in sink.options.items():
-            writer = writer.option(key, value)
-        return writer
+        return df.writeStream.format("kafka").options(**kafka_sink_options(sink, bootstrap))
     if op == "toConsole":
         return (df.writeStream.format("console").option("numRows", sink.numRows)
                 .option("truncate", str(sink.truncate).lower()))
@@ -67,11 +68,7 @@ def _native_writer(df: DataFrame, plan: QueryPlan, bootstrap: str | None) -> Dat
 def write_batch(batch: DataFrame, plan: QueryPlan, bootstrap: str | None) -> None:
     sink, op = plan.sink, plan.sink_op
     if op == "toKafka":
-        writer = batch.write.format("kafka").option("topic", sink.topic)
-        writer = writer.option("kafka.bootstrap.servers", sink.bootstrapServers or bootstrap)
-        for key, value in sink.options.items():
-            writer = writer.option(key, value)
-        writer.save()
+        batch.write.format("kafka").options(**kafka_sink_options(sink, bootstrap)).save()
     elif op == "toConsole":
         batch.show(sink.numRows, truncate=sink.truncate)
     elif op == "toFiles":

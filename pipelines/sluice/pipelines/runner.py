@@ -132,6 +132,13 @@ class PipelineRun:
     def failed(self) -> list[QueryState]:
         return [s for s in self.states() if s.error]
 
+    def request_stop(self) -> None:
+        """Ask await_termination() to return (signal handlers call this); stop() does the stopping."""
+        self._stopping.set()
+
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
     def healthy(self) -> bool:
         return bool(self.queries) and not self.failed() and not self._stopping.is_set()
 
@@ -270,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session(f"sluice-{document.app_name}", {}, master=args.master)
     run = PipelineRun(spark, document, checkpoint_root=args.checkpoint_dir or f"/tmp/sluice/{document.app_name}",
                       bootstrap_servers=args.bootstrap_servers)
-    signal.signal(signal.SIGTERM, lambda *_: run._stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
     try:
         run.start()
     except PipelineInvalid as exc:
