@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import yaml
+from sluice.pipelines.validation import load_documents
+from sluice.testbed.common import REPO_ROOT, wait_for
+from sluice.testbed.manifests import retarget_topics
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "pipelines" / "examples"
+EXAMPLES = REPO_ROOT / "pipelines" / "examples"
+
+__all__ = ["example", "wait_for"]
 
 
 def example(name: str, bootstrap: str, topic_prefix: str) -> dict[str, Any]:
     """An example manifest pointed at the test broker, its topics renamed with a unique prefix."""
-    manifest = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    manifest = load_documents(EXAMPLES / f"{name}.yaml")[0].manifest
+    assert manifest is not None
     manifest["spec"]["kafka"] = {"bootstrapServers": bootstrap}
-    renames = {t["name"]: f"{topic_prefix}-{t['name']}" for t in manifest["spec"].get("topics", [])}
-    for topic in manifest["spec"].get("topics", []):
-        topic["name"] = renames[topic["name"]]
-    text = yaml.safe_dump(manifest)
-    for old, new in sorted(renames.items(), key=lambda kv: -len(kv[0])):
-        text = text.replace(f"topic: {old}\n", f"topic: {new}\n")
-    return yaml.safe_load(text)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition", interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    retarget_topics(manifest, lambda topic: f"{topic_prefix}-{topic['name']}")
+    return manifest

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from sluice.pipelines.runner import PipelineRun
 from sluice.pipelines.validation import PipelineDocument, document_from, load_documents
 from sluice.testbed.kafka_io import ConsumedRecord, consume_all, produce
+from sluice.testbed.manifests import retarget_topics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "pipelines" / "examples"
@@ -46,16 +47,6 @@ def load_manifest(name: str) -> dict[str, Any]:
     document = load_documents(EXAMPLES / f"{name}.yaml")[0]
     assert document.manifest is not None, f"{name}.yaml is not a StreamingApp manifest"
     return document.manifest
-
-
-def kafka_topics_used(pipeline: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every fromKafka/toKafka body of a pipeline (dead-letter sink included), to read or rewrite."""
-    for node in pipeline["nodes"]:
-        for op in ("fromKafka", "toKafka"):
-            if op in node:
-                yield node[op]
-    if "toKafka" in (pipeline.get("deadLetter") or {}):
-        yield pipeline["deadLetter"]["toKafka"]
 
 
 @dataclass
@@ -81,12 +72,8 @@ def load_example(name: str, new_topic: Callable[..., str]) -> Example:
     """The example with each topic of spec.topics replaced by a fresh one (same partition count) and
     relative lookup paths resolved against the repo root, where the manifests expect to be run."""
     manifest = load_manifest(name)
-    topics = {t["name"]: new_topic(partitions=t.get("partitions", 1), prefix=t["name"])
-              for t in manifest["spec"]["topics"]}
-    pipeline = manifest["spec"]["pipeline"]
-    for body in kafka_topics_used(pipeline):
-        body["topic"] = ",".join(topics[t] for t in body["topic"].split(","))
-    for node in pipeline["nodes"]:
+    topics = retarget_topics(manifest, lambda t: new_topic(partitions=t.get("partitions", 1), prefix=t["name"]))
+    for node in manifest["spec"]["pipeline"]["nodes"]:
         if "lookup" in node and not Path(node["lookup"]["path"]).is_absolute():
             node["lookup"]["path"] = str(REPO_ROOT / node["lookup"]["path"])
     return Example(name, manifest, topics)

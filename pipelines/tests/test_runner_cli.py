@@ -13,22 +13,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import EXAMPLES, load_example
 
 from sluice.testbed.common import free_port
 from sluice.testbed.kafka_io import consume_all, produce
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-
-def _wordcount_manifest(tmp_path: Path, topics: dict[str, str]) -> Path:
-    manifest = yaml.safe_load((EXAMPLES / "wordcount.yaml").read_text())
-    nodes = manifest["spec"]["pipeline"]["nodes"]
-    nodes[0]["fromKafka"]["topic"] = topics["lines"]
-    nodes[-1]["toKafka"]["topic"] = topics["counts"]
-    manifest["spec"]["pipeline"]["deadLetter"]["toKafka"]["topic"] = topics["dead"]
+def _wordcount_manifest(tmp_path: Path, new_topic) -> tuple[Path, dict[str, str]]:
+    """The word count example on fresh topics, written to a file as the runner reads it."""
+    app = load_example("wordcount", new_topic)
     path = tmp_path / "app.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    return path
+    path.write_text(yaml.safe_dump(app.manifest))
+    return path, {"lines": app.topics["wordcount-lines"], "counts": app.topics["wordcount-counts"],
+                  "dead": app.topics["wordcount-dead-letters"]}
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -54,8 +51,7 @@ def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen) -> N
 @pytest.mark.kafka
 @pytest.mark.spark
 def test_runner_serves_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, new_topic, tmp_path):
-    topics = {"lines": new_topic(2), "counts": new_topic(2), "dead": new_topic(1)}
-    manifest = _wordcount_manifest(tmp_path, topics)
+    manifest, topics = _wordcount_manifest(tmp_path, new_topic)
     base = (int(time.time()) - 3600) * 1000  # recent: the broker's retention drops old timestamps
     produce(kafka_bootstrap, topics["lines"], [b"a b", b"b c", b"c"], timestamps_ms=[base, base + 100, base + 60_000])
     port = free_port()
@@ -135,8 +131,7 @@ def test_validate_cli_reports_unreadable_yaml(tmp_path):
 @pytest.mark.kafka
 @pytest.mark.spark
 def test_sluice_run_until_caught_up(kafka_bootstrap, new_topic, tmp_path):
-    topics = {"lines": new_topic(2), "counts": new_topic(2), "dead": new_topic(1)}
-    manifest = _wordcount_manifest(tmp_path, topics)
+    manifest, topics = _wordcount_manifest(tmp_path, new_topic)
     base = (int(time.time()) - 3600) * 1000
     produce(kafka_bootstrap, topics["lines"], [b"x y", b"y", b"z"], timestamps_ms=[base, base + 10, base + 60_000])
     result = subprocess.run([sys.executable, "-m", "sluice.pipelines.cli", "run", str(manifest), "--bootstrap-servers",

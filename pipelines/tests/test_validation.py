@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import EXAMPLE_NAMES, EXAMPLES, REPO_ROOT, kafka_topics_used, load_manifest
+from helpers import EXAMPLE_NAMES, EXAMPLES, REPO_ROOT, load_manifest
 
 from sluice.pipelines.spec import PipelineSpec
 from sluice.pipelines.validation import (
@@ -21,6 +21,7 @@ from sluice.pipelines.validation import (
     load_documents,
     validate,
 )
+from sluice.testbed.manifests import kafka_bodies
 
 PREFIX = "spec.pipeline"
 VALID: dict[str, Any] = {
@@ -193,7 +194,7 @@ def test_example_is_valid_and_declares_its_topics(name: str) -> None:
     validate(document.pipeline, document.prefix)
     manifest = load_manifest(name)
     declared = {t["name"] for t in manifest["spec"]["topics"]}
-    used = {t for body in kafka_topics_used(manifest["spec"]["pipeline"]) for t in body["topic"].split(",")}
+    used = {t for body in kafka_bodies(manifest["spec"]["pipeline"]) for t in body["topic"].split(",")}
     assert used <= declared, f"topics used but not in spec.topics: {used - declared}"
     for node in manifest["spec"]["pipeline"]["nodes"]:
         if "lookup" in node:

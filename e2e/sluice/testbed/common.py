@@ -13,9 +13,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -176,6 +177,23 @@ def wait_until(predicate, *, timeout: float, what: str, process: ManagedProcess 
         time.sleep(interval)
     detail = f"; see {process.log}" if process is not None else ""
     raise ProvisionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T], *, timeout: float = 60.0, what: str = "condition",
+                interval: float = 0.5) -> T:
+    """probe()'s first truthy result; AssertionError naming `what` and the last result on timeout (for
+    checks in tests, where wait_until is for provisioning)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
 
 
 def tail(path: Path, lines: int) -> list[str]:

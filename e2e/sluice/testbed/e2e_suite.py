@@ -16,16 +16,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import yaml
 
-from .common import REPO_ROOT
+from .common import REPO_ROOT, wait_for
 from .versions import STRIMZI
 
 CHART_DIR = REPO_ROOT / "charts" / "sluice"
@@ -38,19 +37,8 @@ Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
 """kubectl(*args, input=None, check=True, timeout=120) against the target; raises on failure when check
 (the contract of ControlPlane.kubectl)."""
 
-T = TypeVar("T")
-
-
-def wait_for(probe: Callable[[], T], *, timeout: float, what: str, interval: float = 2.0) -> T:
-    """probe()'s first truthy result; AssertionError naming `what` and the last result on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
+# Cluster-level waits poll kubectl: every 2 s is often enough.
+wait_for = functools.partial(wait_for, interval=2.0)
 
 
 # --- tools -------------------------------------------------------------------------------------------
