@@ -266,7 +266,8 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
         first = example("wordcount", kafka_bootstrap, f"{namespace}-a")
         apply(crds_installed, first, namespace)
         wait_for(lambda: get(crds_installed, "sparkapplication", "wordcount", namespace), what="the active replica")
-        assert "Handler 'reconcile' succeeded" in active.log.read_text()
+        # kopf logs success only after the handler's status patch, a moment after the child exists.
+        wait_for(lambda: "Handler 'reconcile' succeeded" in active.log.read_text(), what="the active replica's log")
         assert "Handler 'reconcile' succeeded" not in standby.log.read_text(), "the standby must not act"
 
         active.stop()
@@ -274,7 +275,7 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
         apply(crds_installed, second, namespace)
         wait_for(lambda: get(crds_installed, "sparkapplication", second["metadata"]["name"], namespace),
                  timeout=120, what="the standby to take over")
-        assert "Handler 'reconcile' succeeded" in standby.log.read_text()
+        wait_for(lambda: "Handler 'reconcile' succeeded" in standby.log.read_text(), what="the standby's log")
     finally:
         active.stop()
         if standby is not None:
