@@ -11,6 +11,8 @@ export SLUICE_CACHE ?= $(HOME)/.cache/sluice
 LOCAL_KUBECONFIG := $(CURDIR)/.local-cluster/kubeconfig
 KUBECONFIG ?= $(if $(wildcard $(LOCAL_KUBECONFIG)),$(LOCAL_KUBECONFIG),$(HOME)/.kube/config)
 export KUBECONFIG
+# Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
+KAFKA_HOST ?= 127.0.0.1
 
 .PHONY: help venv demo test lint format bench local-kafka local-kafka-down local-cluster local-cluster-down \
 	operator crds clean
@@ -45,12 +47,12 @@ bench: $(STAMP) ## benchmarks: figures printed and written to .sluice/bench/ (SL
 	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench operator/tests
 
 local-kafka: $(STAMP) ## single-node KRaft broker on localhost (prints the bootstrap address)
-	$(PY) -m sluice.testbed kafka up
+	$(PY) -m sluice.testbed kafka up --host $(KAFKA_HOST)
 
 local-kafka-down: $(STAMP)
 	$(PY) -m sluice.testbed kafka down
 
-local-cluster: $(STAMP) ## local Kubernetes control plane; kubeconfig in .local-cluster/kubeconfig
+local-cluster: $(STAMP) ## single-node Kubernetes cluster (root); kubeconfig in .local-cluster/kubeconfig
 	$(PY) -m sluice.testbed cluster up
 
 local-cluster-down: $(STAMP)
@@ -67,7 +69,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
 # --- packaging: Helm chart, images, kind e2e ---------------------------------------------------------
-.PHONY: chart-crds images e2e
+.PHONY: chart-crds images e2e e2e-local local-images
 
 chart-crds: crds
 
@@ -76,3 +78,10 @@ images: $(STAMP) ## build the operator and Spark images (docker, podman or build
 
 e2e: $(STAMP) ## kind e2e: cluster, images, Strimzi, spark-operator, sluice, apps, data (needs a Docker engine)
 	$(PY) -m pytest -p no:cacheprovider e2e/tests/test_e2e_kind.py $(PYTEST_ARGS)
+
+local-images: $(STAMP) ## build the images with buildah for the local cluster (no Docker; base from debootstrap)
+	$(PY) -m sluice.testbed images
+
+e2e-local: $(STAMP) ## the e2e suite on a throwaway local cluster with real pods (no Docker; needs root)
+	$(PY) -m sluice.testbed prefetch
+	$(PY) -m pytest -p no:cacheprovider -m e2e_local e2e/tests/test_e2e_local.py $(PYTEST_ARGS)

@@ -2,14 +2,21 @@
 
 Each image's build context is prepared under .sluice/images/<name>/: its Dockerfile, the sluice wheel
 (`pip wheel --no-deps`), requirements.txt (the runtime dependencies that image needs, pinned as in
-pyproject.toml) and, for the Spark image, the runner and the Kafka connector jars
-(sluice.testbed.spark.spark_kafka_jars(), matching pyspark), so a driver fetches nothing when it starts.
+pyproject.toml), wheels/ (those requirements as wheels for the image's Python, CPython 3.11 on Linux of
+this machine's architecture, so a build reaches no package index) and, for the Spark image, the runner
+and the Kafka connector jars (sluice.testbed.spark.spark_kafka_jars(), matching pyspark), so a driver
+fetches nothing when it starts.
 Tags are <repository>:<sluice version>, e.g. sluice/spark:0.1.0 (the StreamingApp's default image).
+
+`base` is not built by default: it is the local stand-in for apache/spark and python:3.11-slim where no
+container registry is reachable (sluice.testbed.local_images builds it and the others on it).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import re
 import shutil
 import subprocess
@@ -35,21 +42,29 @@ class Image:
     packages: tuple[str, ...]  # runtime dependencies, by their pyproject.toml names
     files: tuple[str, ...] = ()  # more files from images/<name>/
     connector_jars: bool = False
+    base_arg: str = "BASE_IMAGE"  # the ARG naming the image it is built FROM
+    tag_version: str | None = None  # default: the sluice version
+    wheels_from_sources: bool = False  # pure-Python requirements some published only as sources (pyspark)
 
     @property
     def tag(self) -> str:
-        return f"{self.repository}:{version()}"
+        return f"{self.repository}:{self.tag_version or version()}"
 
 
 IMAGES = {
     image.name: image for image in (
         Image("operator", "sluice/operator",
-              ("kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "confluent-kafka")),
+              ("kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "confluent-kafka"),
+              base_arg="PYTHON_IMAGE"),
         # pyspark comes with Spark in the base image.
         Image("spark", "sluice/spark", ("prometheus-client", "pydantic", "pyyaml"), files=("runner.py",),
               connector_jars=True),
+        Image("base", "sluice.local/spark", ("pyspark",), files=("entrypoint.sh",), base_arg="DEBIAN_IMAGE",
+              tag_version="4.0.0-python3", wheels_from_sources=True),
     )
 }
+RELEASE_IMAGES = ("operator", "spark")
+IMAGE_PYTHON = "3.11"  # the Python of the base images (python:3.11-slim, Debian bookworm's)
 
 
 def _project() -> dict:
@@ -100,13 +115,38 @@ def build_wheel(out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("sluice-*.whl"):
         old.unlink()
+    # Fixed zip timestamps: the same sources give the same wheel, so builders reuse their cached layers.
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
-                             str(REPO_ROOT)], capture_output=True, text=True)
+                             str(REPO_ROOT)], capture_output=True, text=True,
+                            env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"})
     wheels = sorted(out.glob("sluice-*.whl"))
     if result.returncode != 0 or not wheels:
         last = (result.stderr.strip().splitlines() or ["no wheel written"])[-1]
         raise BuildError(f"pip wheel of sluice failed: {last}")
     return wheels[0]
+
+
+def _pip(args: list[str], what: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise BuildError(f"{what} failed: {last}")
+
+
+def download_wheels(requirements_file: Path, out: Path, from_sources: bool = False) -> None:
+    """Wheels of the requirements and their dependencies for the image's Python and this machine's
+    architecture; from_sources: pure-Python requirements, built into wheels where PyPI has only sources."""
+    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
+    target = ["--python-version", IMAGE_PYTHON, "--implementation", "cp", "--abi", f"cp{IMAGE_PYTHON.replace('.', '')}",
+              *(arg for tag in ("manylinux_2_28", "manylinux_2_17", "manylinux2014") for arg in
+                ("--platform", f"{tag}_{arch}"))]
+    out.mkdir(parents=True, exist_ok=True)
+    if from_sources:
+        _pip(["wheel", "--quiet", "--wheel-dir", str(out), "-r", str(requirements_file)],
+             f"pip wheel of {requirements_file.parent.name}'s requirements")
+    else:
+        _pip(["download", "--quiet", "--only-binary=:all:", *target, "--dest", str(out), "-r",
+              str(requirements_file)], f"pip download of {requirements_file.parent.name}'s wheels")
 
 
 def prepare_context(image: Image, wheel: Path, root: Path = CONTEXT_ROOT) -> Path:
@@ -118,6 +158,7 @@ def prepare_context(image: Image, wheel: Path, root: Path = CONTEXT_ROOT) -> Pat
         shutil.copy2(IMAGES_DIR / image.name / name, context / name)
     shutil.copy2(wheel, context / "dist" / wheel.name)
     (context / "requirements.txt").write_text("\n".join(requirements(image.packages)) + "\n")
+    download_wheels(context / "requirements.txt", context / "wheels", image.wheels_from_sources)
     if image.connector_jars:
         from sluice.testbed.common import ProvisionError
         from sluice.testbed.spark import spark_kafka_jars
@@ -137,12 +178,22 @@ def prepare_contexts(names: Sequence[str], root: Path = CONTEXT_ROOT) -> dict[st
     return {name: prepare_context(IMAGES[name], wheel, root) for name in names}
 
 
+def build_image(command: Sequence[str], image: Image, context: Path, base: str | None = None) -> None:
+    """Run a builder's build command (docker build, buildah build, ...) on a prepared context."""
+    base_args = ["--build-arg", f"{image.base_arg}={base}"] if base else []
+    print(f"building {image.tag} from {context}" + (f" on {base}" if base else ""), flush=True)
+    if subprocess.run([*command, *base_args, "-t", image.tag, str(context)]).returncode != 0:
+        raise BuildError(f"{command[0]} could not build {image.tag} (output above)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python images/build.py", description=__doc__.splitlines()[0])
-    parser.add_argument("images", nargs="*", metavar="IMAGE", help=f"{' or '.join(IMAGES)} (default: both)")
+    parser.add_argument("images", nargs="*", metavar="IMAGE",
+                        help=f"any of {', '.join(IMAGES)} (default: {' and '.join(RELEASE_IMAGES)})")
+    parser.add_argument("--base", metavar="IMAGE", help="build FROM this image (its base ARG) instead of the default")
     parser.add_argument("--context-only", action="store_true", help="prepare the build contexts, build nothing")
     args = parser.parse_args(argv)
-    names = args.images or list(IMAGES)
+    names = args.images or list(RELEASE_IMAGES)
     if unknown := sorted(set(names) - set(IMAGES)):
         parser.error(f"unknown image(s) {', '.join(unknown)}: choose from {', '.join(IMAGES)}")
     try:
@@ -151,10 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, context in contexts.items():
             if build is None:
                 print(f"{IMAGES[name].tag}: context ready in {context}")
-                continue
-            print(f"building {IMAGES[name].tag} from {context}", flush=True)
-            if subprocess.run([*build, "-t", IMAGES[name].tag, str(context)]).returncode != 0:
-                raise BuildError(f"{build[0]} could not build {IMAGES[name].tag} (output above)")
+            else:
+                build_image(build, IMAGES[name], context, args.base)
     except BuildError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -1,4 +1,4 @@
-"""The real control plane: CRDs, garbage collection, pinned versions, and the local-cluster lifecycle."""
+"""The real control plane: CRDs, garbage collection, pinned versions, loopback and advertised addresses."""
 
 from __future__ import annotations
 
@@ -11,17 +11,15 @@ from typing import Any
 
 import pytest
 
-from sluice.testbed.common import pid_alive, wait_until
+from sluice.testbed.common import wait_until
 from sluice.testbed.kube import (
-    COMPONENTS,
     ControlPlane,
     KubectlError,
-    cluster_cli,
-    cluster_status,
     etcd_binary,
     kubernetes_binaries,
     staging_replacements,
     wrapper_gomod,
+    write_pki,
 )
 from sluice.testbed.versions import ETCD, KUBERNETES
 
@@ -128,28 +126,28 @@ def run_version(binary: Path) -> str:
     return subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True).stdout
 
 
-@pytest.mark.kube
-def test_local_cluster_up_is_idempotent_and_down_leaves_nothing_behind(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    state = tmp_path / "local-cluster"
-    try:
-        assert cluster_cli(["up", "--state-dir", str(state)]) == 0
-        running = cluster_status(state)
-        assert running is not None
-        pids = running.pids()
-        assert set(pids) == set(COMPONENTS)
+def test_a_plane_with_an_advertise_address_is_reachable_from_nodes(tmp_path: Path) -> None:
+    from cryptography import x509
 
-        assert cluster_cli(["up", "--state-dir", str(state)]) == 0
-        assert running.pids() == pids, "a second `up` must reuse the running cluster"
-        assert f"export KUBECONFIG={state.resolve() / 'kubeconfig'}" in capsys.readouterr().out
-        default = running.kubectl("get", "namespace", "default", "-o", "name").stdout
-        assert default.strip() == "namespace/default"
-    finally:
-        assert cluster_cli(["down", "--state-dir", str(state)]) == 0
+    plane = ControlPlane(tmp_path, advertise_address="10.245.0.1")
+    write_pki(plane.pki, plane.advertise_address)
 
-    assert not [pid for pid in pids.values() if pid_alive(pid)]
-    assert not state.exists()
-    assert cluster_cli(["status", "--state-dir", str(state)]) == 1
+    args = plane._args("kube-apiserver")
+    assert {"--bind-address=0.0.0.0", "--advertise-address=10.245.0.1", "--endpoint-reconciler-type=lease",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={plane.pki / 'apiserver-kubelet-client.crt'}"} <= set(args)
+    serving = x509.load_pem_x509_certificate((plane.pki / "apiserver.crt").read_bytes())
+    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "10.245.0.1" in {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    client = x509.load_pem_x509_certificate((plane.pki / "apiserver-kubelet-client.crt").read_bytes())
+    assert client.subject.rfc4514_string() == "CN=kube-apiserver-kubelet-client,O=system:masters"
+
+
+def test_a_plane_without_an_advertise_address_stays_on_loopback(tmp_path: Path) -> None:
+    args = ControlPlane(tmp_path)._args("kube-apiserver")
+    assert {"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none"} <= set(args)
+    assert not [arg for arg in args if arg.startswith("--kubelet-")]
 
 
 def test_staging_modules_are_replaced_by_their_published_versions() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from sluice.testbed.common import ProvisionError, pid_alive
 from sluice.testbed.images import BASE_IMAGE, PAUSE_IMAGE, PROBE_IMAGE, base_image, image_archive
-from sluice.testbed.node import BRIDGE, NODE_ADDRESS, NODE_NAME, Node, NodeControlPlane, mounts_under
+from sluice.testbed.kube import ControlPlane
+from sluice.testbed.node import BRIDGE, NODE_ADDRESS, NODE_NAME, Node, mounts_under
 
 pytestmark = pytest.mark.kube
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.kube
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     state = tmp_path_factory.mktemp("node-cluster")
-    plane = NodeControlPlane(state / "plane")
+    plane = ControlPlane(state / "plane", advertise_address=NODE_ADDRESS)
     node = Node(plane, state / "node")
     try:
         plane.start()
@@ -40,7 +41,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     assert NODE_ADDRESS not in addresses, "the node address survived stop()"
 
 
-def stop(node: Node, plane: NodeControlPlane) -> None:
+def stop(node: Node, plane: ControlPlane) -> None:
     try:
         node.stop()
     finally:
@@ -80,7 +81,20 @@ def test_node_is_ready_with_the_locally_built_images(node: Node) -> None:
 def test_pod_runs_and_its_logs_are_readable(node: Node) -> None:
     apply(node, pod("hello", "echo", "hello", "from", "sluice"))
     wait_succeeded(node, "hello")
+    # The apiserver fetches logs from the kubelet by its InternalIP, as kube-apiserver-kubelet-client.
     assert node.plane.kubectl("logs", "hello").stdout.strip() == "hello from sluice"
+
+
+def test_the_plane_records_its_advertise_address(node: Node) -> None:
+    attached = ControlPlane.attach(node.plane.state_dir)
+    assert attached is not None and attached.advertise_address == NODE_ADDRESS
+    restored = Node.attach(attached, node.state_dir)
+    assert restored is not None and restored.healthy() and restored.address == NODE_ADDRESS
+
+
+def test_a_node_refuses_a_loopback_only_plane(tmp_path) -> None:
+    with pytest.raises(ProvisionError, match="advertise"):
+        Node(ControlPlane(tmp_path / "plane"), tmp_path / "node").start()
 
 
 def test_service_is_reachable_by_its_dns_name(node: Node) -> None:

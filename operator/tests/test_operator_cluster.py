@@ -9,6 +9,7 @@ import pytest
 import yaml
 from cluster_helpers import example, wait_for
 
+from sluice.operator import children
 from sluice.testbed.kafka_io import create_topic
 
 pytestmark = [pytest.mark.kube, pytest.mark.kafka]
@@ -47,7 +48,7 @@ def test_example_gets_its_children_and_loses_them_on_delete(name, operator_proce
     assert spark["spec"]["executor"]["instances"] == manifest["spec"].get("executors", {}).get("instances", 1)
     owner = spark["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("StreamingApp", name, True)
-    configmap_name = spark["spec"]["driver"]["configMaps"][0]["name"]
+    configmap_name = children.pipeline_configmap_of(spark)
     configmap = get(kube_cluster, "configmap", configmap_name, namespace)
     shipped = yaml.safe_load(configmap["data"]["app.yaml"])["spec"]["pipeline"]["nodes"]
     assert [n["name"] for n in shipped] == [n["name"] for n in manifest["spec"]["pipeline"]["nodes"]]
@@ -74,7 +75,7 @@ def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kub
     manifest = example("wordcount", kafka_bootstrap, namespace)
     apply(kube_cluster, manifest, namespace)
     first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
-    old_cm = first["spec"]["driver"]["configMaps"][0]["name"]
+    old_cm = children.pipeline_configmap_of(first)
 
     manifest["spec"]["pipeline"]["nodes"][2]["filter"] = "word != '' AND length(word) > 2"
     manifest["spec"]["executors"]["instances"] = 3
@@ -82,11 +83,11 @@ def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kub
 
     def updated():
         spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
-        cm = spark["spec"]["driver"]["configMaps"][0]["name"]
+        cm = children.pipeline_configmap_of(spark)
         return cm != old_cm and spark["spec"]["executor"]["instances"] == 3 and spark
 
     spark = wait_for(updated, what="the new revision")
-    new_cm = spark["spec"]["driver"]["configMaps"][0]["name"]
+    new_cm = children.pipeline_configmap_of(spark)
     assert "length(word) > 2" in get(kube_cluster, "configmap", new_cm, namespace)["data"]["app.yaml"]
     wait_for(lambda: get(kube_cluster, "configmap", old_cm, namespace) is None, what="old revision pruned")
     app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"].get("revision")
@@ -219,7 +220,7 @@ def test_strimzi_topics_are_kafkatopic_resources(operator_process, kube_cluster,
     assert "ownerReferences" not in by_topic[manifest["spec"]["topics"][0]["name"]]["metadata"]
     assert by_topic[manifest["spec"]["topics"][1]["name"]]["metadata"]["ownerReferences"][0]["name"] == "wordcount"
     spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
-    cm = get(kube_cluster, "configmap", spark["spec"]["driver"]["configMaps"][0]["name"], namespace)
+    cm = get(kube_cluster, "configmap", children.pipeline_configmap_of(spark), namespace)
     assert f"events-kafka-bootstrap.{namespace}.svc:9092" in cm["data"]["app.yaml"]
 
 

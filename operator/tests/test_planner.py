@@ -52,8 +52,12 @@ def test_children_of_an_app(raw_spec):
     assert spark["spec"]["executor"]["instances"] == raw_spec["executors"]["instances"]
     assert spark["spec"]["restartPolicy"]["type"] == "Always"
     configmap = desired.children[3]
-    assert spark["spec"]["driver"]["configMaps"] == [{"name": configmap["metadata"]["name"],
-                                                       "path": ch.PIPELINE_MOUNT}]
+    driver = spark["spec"]["driver"]["template"]["spec"]
+    assert ch.pipeline_configmap_of(spark) == configmap["metadata"]["name"]
+    assert driver["containers"][0]["name"] == "spark-kubernetes-driver"  # the container Spark fills in
+    assert {"name": "pipeline", "mountPath": ch.PIPELINE_MOUNT, "readOnly": True} in driver["containers"][0][
+        "volumeMounts"]
+    assert "volumes" not in spark["spec"]["executor"]["template"]["spec"]  # no checkpoint claim: nothing to mount
     runner_manifest = yaml.safe_load(configmap["data"]["app.yaml"])
     assert runner_manifest["spec"]["pipeline"]["nodes"][0]["name"] == "lines"
     assert runner_manifest["spec"]["kafka"]["bootstrapServers"] == raw_spec["kafka"]["bootstrapServers"]
@@ -137,3 +141,17 @@ def test_status_from_driver_metrics():
     assert status["observedGeneration"] == 4
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
         "Valid": "True", "TopicsReady": "True", "DriverSubmitted": "True", "Running": "True"}
+
+
+def test_checkpoint_claim_and_env_reach_both_pods_through_templates(raw_spec):
+    raw_spec = copy.deepcopy(raw_spec)
+    raw_spec["checkpoint"] = {"location": "/checkpoints", "volumeClaim": "wc-checkpoints"}
+    raw_spec.setdefault("spark", {})["pod"] = {"env": {"TZ": "UTC"}}
+    spark = desired_state("wc", "apps", parse_spec(raw_spec)).children[-1]
+    for role in ("driver", "executor"):
+        pod = spark["spec"][role]["template"]["spec"]
+        container = pod["containers"][0]
+        assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "wc-checkpoints"}} in pod["volumes"]
+        assert {"name": "checkpoints", "mountPath": "/checkpoints"} in container["volumeMounts"]
+        assert container["env"] == [{"name": "TZ", "value": "UTC"}]
+    assert "volumes" not in spark["spec"], "volumes outside the templates need spark-operator's webhook"

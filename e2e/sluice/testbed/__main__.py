@@ -16,7 +16,7 @@ def kafka_command(args: argparse.Namespace) -> int:
 
     state_dir = Path(args.state_dir)
     if args.action == "up":
-        bootstrap = kafka.local_up(state_dir, size=args.brokers)
+        bootstrap = kafka.local_up(state_dir, size=args.brokers, host=args.host)
         print(f"Kafka {kafka.KAFKA} (KRaft, {args.brokers} node(s)) is up. bootstrap: {bootstrap}")
         print(f"stop it with: make local-kafka-down   (logs in {state_dir})")
     elif args.action == "down":
@@ -29,12 +29,26 @@ def kafka_command(args: argparse.Namespace) -> int:
 
 
 def cluster_command(args: argparse.Namespace) -> int:
-    from .kube import cluster_cli
+    from .cluster import cluster_cli
 
     code = cluster_cli([args.action, "--state-dir", args.state_dir])
     if code == 0 and args.action == "up":
         install_crds(Path(args.state_dir))
     return code
+
+
+def images_command(args: argparse.Namespace) -> int:
+    """Build the local images; load them into the local cluster's node when one is up."""
+    from .cluster import LOCAL_STATE_DIR, cluster_status
+    from .local_images import build_local_images
+
+    archives = build_local_images()
+    cluster = cluster_status(LOCAL_STATE_DIR)
+    for name, archive in archives.items():
+        if cluster is not None:
+            cluster.node.import_image(archive)
+        print(f"{name}: {archive}" + (" (loaded into the local cluster)" if cluster is not None else ""))
+    return 0
 
 
 def install_crds(state_dir: Path) -> None:
@@ -57,13 +71,18 @@ def prefetch_command(args: argparse.Namespace) -> int:
     from .external_crds import prefetch_external_crds
     from .kafka import java_binary, kafka_jars
     from .kube import prefetch_kubernetes
+    from .node import prefetch_node
     from .spark import spark_kafka_jars
+    from .spark_operator import spark_operator_binary
 
     java_binary()
     steps = [("Kafka jars", kafka_jars), ("Spark Kafka connector", spark_kafka_jars)]
     if not args.skip_kubernetes:
         steps.append(("Kubernetes, etcd and helm binaries", prefetch_kubernetes))
+        steps.append(("node: kubelet, kube-scheduler, kube-proxy, CoreDNS, images, Debian packages",
+                      prefetch_node))
         steps.append(("spark-operator and Strimzi CRDs", prefetch_external_crds))
+        steps.append(("spark-operator binary", spark_operator_binary))
     for label, step in steps:
         print(f"prefetch: {label} …", flush=True)
         step()
@@ -85,12 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     kafka_parser.add_argument("action", choices=["up", "down", "status"])
     kafka_parser.add_argument("--brokers", type=int, choices=[1, 3], default=1)
     kafka_parser.add_argument("--state-dir", default=str(LOCAL_KAFKA_DIR))
+    kafka_parser.add_argument("--host", default="127.0.0.1",
+                              help="address clients reach the broker on (the local cluster's pods: 10.245.0.1)")
     kafka_parser.set_defaults(func=kafka_command)
 
-    cluster_parser = sub.add_parser("cluster", help="local Kubernetes control plane")
+    cluster_parser = sub.add_parser("cluster", help="local single-node Kubernetes cluster (needs root)")
     cluster_parser.add_argument("action", choices=["up", "down", "status"])
     cluster_parser.add_argument("--state-dir", default=str(REPO_ROOT / ".local-cluster"))
     cluster_parser.set_defaults(func=cluster_command)
+
+    images_parser = sub.add_parser("images", help="build the images with buildah, load them into the local cluster")
+    images_parser.set_defaults(func=images_command)
 
     prefetch_parser = sub.add_parser("prefetch", help="download/build every real component")
     prefetch_parser.add_argument("--skip-kubernetes", action="store_true")

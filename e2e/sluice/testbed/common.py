@@ -158,12 +158,19 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie child still answers kill(0); reap it if it is ours.
+    # A zombie still answers kill(0); reap it if it is ours.
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    # Someone else's zombie (a component started by an earlier command) has exited too; its parent, often
+    # an init that reaps every few seconds, just has not collected it yet.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return not Path("/proc/self").is_dir()  # gone meanwhile; without procfs, trust kill(0)
+    except (OSError, IndexError):
+        return True
 
 
 def wait_until(predicate, *, timeout: float, what: str, process: ManagedProcess | None = None,

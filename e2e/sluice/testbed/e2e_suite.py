@@ -244,12 +244,12 @@ def install_strimzi(target: Target, namespace: str = "strimzi", version: str = S
                         "--version", version, "--wait", "--timeout", "10m")
 
 
-def install_spark_operator(target: Target, namespace: str = "spark-operator") -> None:
+def install_spark_operator(target: Target, values: dict[str, Any], namespace: str = "spark-operator") -> None:
     """The pinned spark-operator chart (from its Go module), running Spark apps in every namespace."""
     from .external_crds import spark_operator_chart
 
-    target.helm.install("spark-operator", spark_operator_chart(), namespace, {"spark": {"jobNamespaces": [""]}},
-                        "--wait", "--timeout", "10m")
+    target.helm.install("spark-operator", spark_operator_chart(), namespace,
+                        {"spark": {"jobNamespaces": [""]}, **values}, "--wait", "--timeout", "10m")
 
 
 # --- the app --------------------------------------------------------------------------------------------
@@ -301,7 +301,8 @@ class E2ESuite:
     release_namespace: str = "sluice-system"
     apps_namespace: str = "sluice-apps"
     release: str = "sluice"
-    install_operators: bool = True  # Strimzi and spark-operator; False when the cluster has them
+    strimzi: bool = True  # install the Strimzi operator (the Kafka of StrimziKafka)
+    spark_operator: dict[str, Any] | None = field(default_factory=dict)  # its chart values; None: installed
     timeout: float = 600.0
     app: dict[str, Any] = field(default_factory=dict)
     expected: Counter[str] = field(default_factory=Counter)
@@ -318,15 +319,31 @@ class E2ESuite:
             raise
 
     def diagnostics(self) -> str:
-        """What to look at when a step failed: the resources and the operator's log."""
-        commands = [("get", "streamingapps,sparkapplications,kafkatopics,kafkas,pods", "-A", "-o", "wide"),
+        """What to look at when a step failed: the resources, the operator's log and the logs of every pod
+        that failed, restarted or is not running."""
+        commands = [("get", "streamingapps,sparkapplications,kafkatopics,kafkas,pods,pvc", "-A", "-o", "wide"),
                     ("get", "events", "-A", "--sort-by=.lastTimestamp"),
                     ("logs", "-n", self.release_namespace, f"deployment/{self.release}", "--tail=60")]
+        for namespace, pod in self.troubled_pods():
+            commands.append(("logs", "-n", namespace, pod, "--all-containers", "--tail=80"))
+            commands.append(("logs", "-n", namespace, pod, "--all-containers", "--previous", "--tail=40"))
         out = []
         for args in commands:
             result = self.target.kubectl(*args, check=False)
             out.append(f"$ kubectl {' '.join(args)}\n{result.stdout[-6000:]}{result.stderr[-2000:]}")
         return "\n".join(out)
+
+    def troubled_pods(self) -> list[tuple[str, str]]:
+        result = self.target.kubectl("get", "pods", "-A", "-o", "json", check=False)
+        if result.returncode != 0:
+            return []
+        troubled = []
+        for pod in json.loads(result.stdout).get("items", []):
+            statuses = pod.get("status", {}).get("containerStatuses") or []
+            if (pod.get("status", {}).get("phase") not in ("Running", "Succeeded")
+                    or any(c.get("restartCount") or not c.get("ready") for c in statuses)):
+                troubled.append((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+        return troubled
 
     # -- helpers
 
@@ -363,9 +380,10 @@ class E2ESuite:
     # -- steps
 
     def install(self) -> None:
-        if self.install_operators:
+        if self.strimzi:
             install_strimzi(self.target)
-            install_spark_operator(self.target)
+        if self.spark_operator is not None:
+            install_spark_operator(self.target, self.spark_operator)
         values = {**self.images.chart_values(), **self.kafka.chart_values()}
         self.target.helm.install(self.release, CHART_DIR, self.release_namespace, values, "--wait", "--timeout", "5m")
         self.target.kubectl("create", "namespace", self.apps_namespace, check=False)

@@ -55,12 +55,18 @@ def spark_session():
         session.stop()
 
 
+OPT_IN_MARKERS = ("bench", "e2e_local")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Benchmarks run only when asked for (`make bench` = `pytest -m bench …`); they take many minutes and
-    report figures rather than pass/fail on speed, so the test suite leaves them out."""
-    if "bench" in (config.getoption("markexpr") or ""):
-        return
-    benchmarks = [item for item in items if item.get_closest_marker("bench") is not None]
-    if benchmarks:
-        config.hook.pytest_deselected(items=benchmarks)
-        items[:] = [item for item in items if item.get_closest_marker("bench") is None]
+    """Benchmarks and the local-cluster e2e run only when asked for (`make bench` = `pytest -m bench …`,
+    `make e2e-local` = `pytest -m e2e_local …`): they take many minutes (benchmarks report figures rather
+    than pass/fail on speed), so the test suite leaves them out; .ci/run runs the e2e after `make test`."""
+    asked = config.getoption("markexpr") or ""
+    for marker in OPT_IN_MARKERS:
+        if marker in asked:
+            continue
+        left_out = [item for item in items if item.get_closest_marker(marker) is not None]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if item.get_closest_marker(marker) is None]

@@ -227,7 +227,7 @@ def image_archive(spec: ImageSpec, key: str | None = None) -> Path:
 
 BASE_IMAGE = "sluice.local/debian-base:bookworm"
 BASE_SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "openjdk-17-jre-headless", "ca-certificates")
+BASE_PACKAGES = ("python3", "python3-venv", "openjdk-17-jre-headless", "ca-certificates", "tini", "procps")
 TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info")
 
 

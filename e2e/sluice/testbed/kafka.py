@@ -81,15 +81,15 @@ class KafkaNode:
     controller_port: int
 
 
-def server_properties(node: KafkaNode, nodes: list[KafkaNode], log_dir: Path) -> str:
+def server_properties(node: KafkaNode, nodes: list[KafkaNode], log_dir: Path, host: str = "127.0.0.1") -> str:
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
     replication = min(3, len(nodes))
     settings = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -110,23 +110,25 @@ def server_properties(node: KafkaNode, nodes: list[KafkaNode], log_dir: Path) ->
 
 
 class KafkaCluster:
-    """KRaft brokers on loopback, each a combined broker+controller process with its own log dir."""
+    """KRaft brokers, each a combined broker+controller process with its own log dir. Clients reach them on
+    `host` (loopback by default; the local cluster's node address for brokers its pods use)."""
 
-    def __init__(self, state_dir: Path, nodes: list[KafkaNode], heap: str = "768m") -> None:
+    def __init__(self, state_dir: Path, nodes: list[KafkaNode], heap: str = "768m", host: str = "127.0.0.1") -> None:
         self.state_dir = state_dir
         self.nodes = nodes
         self.heap = heap
+        self.host = host
         self.processes: list[ManagedProcess] = []
 
     @classmethod
-    def on_free_ports(cls, state_dir: Path, size: int = 1) -> KafkaCluster:
+    def on_free_ports(cls, state_dir: Path, size: int = 1, host: str = "127.0.0.1") -> KafkaCluster:
         ports = free_ports(2 * size)
         nodes = [KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(size)]
-        return cls(state_dir, nodes)
+        return cls(state_dir, nodes, host=host)
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        return ",".join(f"{self.host}:{n.port}" for n in self.nodes)
 
     def start(self, timeout: float = 90.0) -> KafkaCluster:
         java = java_binary()
@@ -144,7 +146,7 @@ class KafkaCluster:
             config = node_dir / "server.properties"
             shutil.rmtree(node_dir, ignore_errors=True)  # a fresh cluster id needs fresh storage
             node_dir.mkdir(parents=True)
-            config.write_text(server_properties(node, self.nodes, node_dir / "data"))
+            config.write_text(server_properties(node, self.nodes, node_dir / "data", self.host))
             run([*jvm, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
                  "--config", config, "--ignore-formatted"],
                 what=f"formatting Kafka storage for node {node.node_id}",
@@ -197,7 +199,7 @@ def read_state(state_dir: Path) -> dict | None:
         return None
 
 
-def local_up(state_dir: Path, size: int = 1) -> str:
+def local_up(state_dir: Path, size: int = 1, host: str = "127.0.0.1") -> str:
     """Start (or find running) the developer broker in `state_dir`, detached; return its bootstrap."""
     state = read_state(state_dir)
     if state and all(pid_alive(pid) for pid in state["pids"]):
@@ -208,7 +210,7 @@ def local_up(state_dir: Path, size: int = 1) -> str:
     else:
         # The 3-broker mode sits on other ports so it can run beside the single broker.
         nodes = [KafkaNode(i + 1, pick_port(19092 + 2 * i), pick_port(19093 + 2 * i)) for i in range(size)]
-    return KafkaCluster(state_dir, nodes).start().bootstrap
+    return KafkaCluster(state_dir, nodes, host=host).start().bootstrap
 
 
 def local_down(state_dir: Path) -> bool:

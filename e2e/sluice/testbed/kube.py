@@ -1,15 +1,14 @@
 """A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on loopback.
 
 Binaries are built from source through the Go module proxy and cached by version; the processes run
-envtest-style as plain local processes with a throwaway PKI. No nodes: nothing schedules pods.
+envtest-style as plain local processes with a throwaway PKI. No nodes: nothing schedules pods unless a
+node.Node joins a plane started with an advertise address (cluster.py puts the two together).
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import functools
-import hashlib
 import json
 import os
 import re
@@ -95,6 +94,7 @@ class GoModule:
     version: str
     gomod: str
     time: str  # commit time from the proxy, used as a reproducible build date
+    commit: str = ""  # VCS revision the proxy recorded (its Origin), when it did
 
 
 def fetch_go_module(path: str, version: str, log: Path) -> GoModule:
@@ -114,8 +114,30 @@ def fetch_go_module(path: str, version: str, log: Path) -> GoModule:
                              f"{_go_env_values()[2]}: {first_line[0]}; check access to the Go module proxy")
     gomod = Path(info["GoMod"]).read_text()
     require_go(go_directive(gomod), f"{path}@{version}")
-    published = json.loads(Path(info["Info"]).read_text()).get("Time", "")
-    return GoModule(path, version, gomod, published)
+    published = json.loads(Path(info["Info"]).read_text())
+    return GoModule(path, version, gomod, published.get("Time", ""),
+                    (published.get("Origin") or {}).get("Hash", ""))
+
+
+_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+(?:\s+v\S+)?\s*=>\s*\S+(?:\s+v\S+)?)\s*$")
+
+
+def replace_directives(gomod: str) -> list[str]:
+    """Every replace directive of a go.mod as "old [version] => new [version]" (block or single-line form).
+
+    A module's replaces only apply when it is the main module, so a wrapper module that builds one of its
+    commands has to repeat them.
+    """
+    replaces, in_block = [], False
+    for raw in gomod.splitlines():
+        line = raw.split("//")[0].strip()
+        if in_block and line == ")":
+            in_block = False
+        elif re.fullmatch(r"replace\s*\(", line):
+            in_block = True
+        elif (in_block or line.startswith("replace ")) and (match := _REPLACE.match(line)):
+            replaces.append(re.sub(r"\s+", " ", match.group(1)))
+    return replaces
 
 
 def xflags(package: str, values: dict[str, str]) -> list[str]:
@@ -251,19 +273,19 @@ KUBERNETES_SERVICE_IP = "10.0.0.1"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 
-def _apiserver_sans() -> list[Any]:
+def _apiserver_sans(advertise_address: str | None = None) -> list[Any]:
     from ipaddress import ip_address
 
     from cryptography import x509
 
     names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
              "kubernetes.default.svc.cluster.local"]
-    ips = ["127.0.0.1", "::1", KUBERNETES_SERVICE_IP]
+    ips = ["127.0.0.1", "::1", KUBERNETES_SERVICE_IP, *([advertise_address] if advertise_address else [])]
     return [*map(x509.DNSName, names), *(x509.IPAddress(ip_address(ip)) for ip in ips)]
 
 
-def _issue(common_name: str, key: Any, *, signer: tuple[Any, Any] | None, usage: str,
-           organization: str | None = None, sans: Sequence[Any] = ()) -> Any:
+def issue_cert(common_name: str, key: Any, *, signer: tuple[Any, Any] | None, usage: str,
+               organization: str | None = None, sans: Sequence[Any] = ()) -> Any:
     """An X.509 certificate; usage is "ca", "server" or "client". signer None means self-signed."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
@@ -295,7 +317,7 @@ def _issue(common_name: str, key: Any, *, signer: tuple[Any, Any] | None, usage:
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def _write_key_pair(directory: Path, name: str, cert: Any, key: Any) -> None:
+def write_key_pair(directory: Path, name: str, cert: Any, key: Any) -> None:
     from cryptography.hazmat.primitives import serialization
 
     (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -310,8 +332,11 @@ def _write_private_key(path: Path, key: Any) -> None:
     path.chmod(0o600)
 
 
-def write_pki(directory: Path) -> None:
-    """Cluster and front-proxy CAs, apiserver serving cert, client certs and the service-account keys."""
+def write_pki(directory: Path, advertise_address: str | None = None) -> None:
+    """Cluster and front-proxy CAs, apiserver serving cert, client certs and the service-account keys.
+
+    The serving cert also names advertise_address (what pods dial through the `kubernetes` Service).
+    """
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -323,17 +348,20 @@ def write_pki(directory: Path) -> None:
     signers = {}
     for name in ("ca", "front-proxy-ca"):
         key = new_key()
-        signers[name] = (_issue(f"sluice-local-{name}", key, signer=None, usage="ca"), key)
-        _write_key_pair(directory, name, *signers[name])
-    leaves = [("apiserver", "kube-apiserver", None, "server", _apiserver_sans(), "ca"),
+        signers[name] = (issue_cert(f"sluice-local-{name}", key, signer=None, usage="ca"), key)
+        write_key_pair(directory, name, *signers[name])
+    leaves = [("apiserver", "kube-apiserver", None, "server", _apiserver_sans(advertise_address), "ca"),
               ("admin", "kubernetes-admin", "system:masters", "client", [], "ca"),
+              # How the apiserver authenticates to kubelets (logs, exec, port-forward); kubeadm's name.
+              ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters", "client", [],
+               "ca"),
               ("controller-manager", "system:kube-controller-manager", None, "client", [], "ca"),
               ("front-proxy-client", "front-proxy-client", None, "client", [], "front-proxy-ca")]
     for name, common_name, organization, usage, sans, signer in leaves:
         key = new_key()
-        cert = _issue(common_name, key, signer=signers[signer], usage=usage, organization=organization,
-                      sans=sans)
-        _write_key_pair(directory, name, cert, key)
+        cert = issue_cert(common_name, key, signer=signers[signer], usage=usage, organization=organization,
+                          sans=sans)
+        write_key_pair(directory, name, cert, key)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_private_key(directory / "sa.key", sa_key)
     (directory / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
@@ -383,20 +411,28 @@ class Ports:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager with all state (PKI, data, logs) under state_dir."""
+    """etcd + kube-apiserver + kube-controller-manager with all state (PKI, data, logs) under state_dir.
 
-    def __init__(self, state_dir: Path, ports: Ports | None = None) -> None:
+    Without advertise_address everything is on loopback. With it the plane is one nodes can join (see
+    node.Node): the apiserver listens on all addresses and advertises that one, so the `kubernetes`
+    Service reaches it from pods (the endpoint reconciler publishes it), and it reaches kubelets by their
+    InternalIP with its own client certificate (apiserver-kubelet-client).
+    """
+
+    def __init__(self, state_dir: Path, ports: Ports | None = None,
+                 advertise_address: str | None = None) -> None:
         self.state_dir = state_dir.resolve()
         self.ports = ports or Ports.free()
+        self.advertise_address = advertise_address
         self._processes = PidfileProcesses(self.state_dir)
 
     @classmethod
     def attach(cls, state_dir: Path) -> ControlPlane | None:
         """The control plane recorded in state_dir by an earlier start(), possibly by another process."""
         try:
-            ports = json.loads((state_dir / "cluster.json").read_text())["ports"]
-            return cls(state_dir, Ports(**ports))
-        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+            recorded = json.loads((state_dir / "cluster.json").read_text())
+            return cls(state_dir, Ports(**recorded["ports"]), recorded.get("advertise_address"))
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
             return None
 
     @property
@@ -414,9 +450,10 @@ class ControlPlane:
     def start(self, timeout: float = 180.0) -> ControlPlane:
         binaries = {**kubernetes_binaries(*DEFAULT_COMPONENTS), "etcd": etcd_binary()}
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        (self.state_dir / "cluster.json").write_text(json.dumps({"ports": asdict(self.ports)}))
+        (self.state_dir / "cluster.json").write_text(json.dumps({"ports": asdict(self.ports),
+                                                                 "advertise_address": self.advertise_address}))
         try:
-            write_pki(self.pki)
+            write_pki(self.pki, self.advertise_address)
             self.kubeconfig.write_text(kubeconfig_text(self.server, self.pki, "admin"))
             (self.state_dir / "controller-manager.kubeconfig").write_text(
                 kubeconfig_text(self.server, self.pki, "controller-manager"))
@@ -483,17 +520,15 @@ class ControlPlane:
                     f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=sluice={peer}",
                     "--unsafe-no-fsync", "--log-level=warn"]
         if name == "kube-apiserver":
-            return [f"--etcd-servers=http://127.0.0.1:{p.etcd_client}", "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1", f"--secure-port={p.apiserver}",
+            return [f"--etcd-servers=http://127.0.0.1:{p.etcd_client}", *self._apiserver_address_args(),
+                    f"--secure-port={p.apiserver}",
                     f"--cert-dir={state / 'apiserver'}", f"--tls-cert-file={pki / 'apiserver.crt'}",
                     f"--tls-private-key-file={pki / 'apiserver.key'}", f"--client-ca-file={pki / 'ca.crt'}",
                     "--authorization-mode=Node,RBAC", f"--service-account-issuer={SA_ISSUER}",
                     f"--service-account-key-file={pki / 'sa.pub'}",
                     f"--service-account-signing-key-file={pki / 'sa.key'}",
                     f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
-                    "--profiling=false", *self._aggregation_args(),
-                    # Endpoints may not point at loopback, and nothing in-cluster could reach it anyway.
-                    "--endpoint-reconciler-type=none"]
+                    "--profiling=false", *self._aggregation_args()]
         kubeconfig = state / "controller-manager.kubeconfig"
         return [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
@@ -504,6 +539,16 @@ class ControlPlane:
                 f"--cluster-signing-key-file={pki / 'ca.key'}",
                 "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--profiling=false"]
+
+    def _apiserver_address_args(self) -> list[str]:
+        if self.advertise_address is None:
+            # Endpoints may not point at loopback, and nothing in-cluster could reach it anyway.
+            return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
+        # Kubelet names do not resolve here: dial them by the InternalIP they report.
+        return ["--bind-address=0.0.0.0", f"--advertise-address={self.advertise_address}",
+                "--endpoint-reconciler-type=lease", "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={self.pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={self.pki / 'apiserver-kubelet-client.key'}"]
 
     def _aggregation_args(self) -> list[str]:
         """Front-proxy (request-header) auth, as in kubeadm clusters; controllers expect its CA bundle."""
@@ -538,71 +583,3 @@ class ControlPlane:
         # Its serving cert is self-signed; only liveness matters here.
         insecure = ssl._create_unverified_context()
         return self._get(f"https://127.0.0.1:{self.ports.controller_manager}/healthz", insecure) == 200
-
-
-# --- local developer cluster -----------------------------------------------------------------------
-
-LOCAL_STATE_DIR = REPO_ROOT / ".local-cluster"
-
-
-def _cluster_lock(state_dir: Path) -> Path:
-    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
-    return cache_dir("locks") / f"cluster-{digest}.lock"
-
-
-def cluster_up(state_dir: Path = LOCAL_STATE_DIR) -> ControlPlane:
-    """Start a detached control plane in state_dir, or return the healthy one already running there."""
-    with locked(_cluster_lock(state_dir)):
-        running = ControlPlane.attach(state_dir)
-        if running is not None and running.healthy():
-            return running
-        cluster_down(state_dir)
-        plane = ControlPlane(state_dir, Ports.preferred())
-        # Left running on purpose: the processes are in their own sessions and outlive this one.
-        return plane.start()
-
-
-def cluster_down(state_dir: Path = LOCAL_STATE_DIR) -> bool:
-    """Stop the control plane recorded in state_dir and delete its state; False when there was none."""
-    plane = ControlPlane.attach(state_dir)
-    if plane is not None:
-        plane.stop()
-    existed = state_dir.exists()
-    shutil.rmtree(state_dir, ignore_errors=True)
-    return existed
-
-
-def cluster_status(state_dir: Path = LOCAL_STATE_DIR) -> ControlPlane | None:
-    plane = ControlPlane.attach(state_dir)
-    return plane if plane is not None and plane.healthy() else None
-
-
-def _print_running(plane: ControlPlane) -> None:
-    print(f"Kubernetes v{KUBERNETES} control plane at {plane.server} (no nodes; logs in "
-          f"{plane.state_dir / 'logs'})\nkubeconfig: {plane.kubeconfig}\n"
-          f"  export KUBECONFIG={plane.kubeconfig}")
-
-
-def cluster_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sluice.testbed cluster",
-                                     description="Local Kubernetes control plane for development.")
-    parser.add_argument("action", choices=["up", "down", "status"])
-    parser.add_argument("--state-dir", type=Path, default=LOCAL_STATE_DIR,
-                        help=f"where PKI, data, logs and the kubeconfig live (default: {LOCAL_STATE_DIR})")
-    args = parser.parse_args(argv)
-    try:
-        if args.action == "up":
-            _print_running(cluster_up(args.state_dir))
-            print("stop it with: make local-cluster-down")
-        elif args.action == "down":
-            print("local cluster stopped" if cluster_down(args.state_dir) else "no local cluster was running")
-        else:
-            plane = cluster_status(args.state_dir)
-            if plane is None:
-                print(f"no healthy local cluster in {args.state_dir} (start one with: make local-cluster)")
-                return 1
-            _print_running(plane)
-    except ProvisionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0

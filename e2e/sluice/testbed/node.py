@@ -1,7 +1,7 @@
 """A real worker node for the local control plane: containerd, CNI, kubelet, kube-proxy, scheduler, CoreDNS.
 
-Composes with kube.ControlPlane: `Node(plane, state_dir).start()` turns the envtest-style control plane
-into a single-node cluster that runs real pods. What runs where:
+Composes with kube.ControlPlane: `Node(plane, state_dir).start()` turns a control plane started with
+`advertise_address=NODE_ADDRESS` into a single-node cluster that runs real pods. What runs where:
 
 * containerd, runc and the CNI plugins (bridge, host-local, portmap, loopback) come from Debian's
   packages; containerd runs as a plain process with its own config, sockets under /run/sluice/<id>/.
@@ -11,9 +11,10 @@ into a single-node cluster that runs real pods. What runs where:
   containerd's k8s.io namespace: nothing is pulled from a registry.
 
 The node has a non-loopback address of its own (NODE_ADDRESS, added to `lo`): the apiserver advertises it
-so the `kubernetes` Service reaches it from pods, the kubelet reports it as the node's InternalIP and
-CoreDNS serves on it. A node changes machine-wide state (that address, the bridge, iptables rules,
-cgroups, two sysctls), so one runs per machine at a time; stop() undoes all of it but the sysctls.
+so the `kubernetes` Service reaches it from pods, the kubelet reports it as the node's InternalIP (which
+the apiserver dials) and CoreDNS serves on it. A node changes machine-wide state (that address, the
+bridge, iptables rules, cgroups, two sysctls), so one runs per machine at a time; stop() undoes all of it
+but the sysctls.
 """
 
 from __future__ import annotations
@@ -44,23 +45,20 @@ from .common import (
     stop_process_group,
     wait_until,
 )
-from .images import archive_names, image_archive, pause_image, probe_image
+from .images import archive_names, base_image, image_archive, pause_image, probe_image
 from .kube import (
     ControlPlane,
-    Ports,
-    _issue,
-    _write_key_pair,
     announce,
     cached_binaries,
     fetch_go_module,
     go_binary,
     go_env,
+    issue_cert,
     kubeconfig_text,
     kubernetes_binaries,
+    write_key_pair,
 )
-from .versions import KUBERNETES
-
-COREDNS = "1.12.1"  # what kubeadm v1.34 deploys; belongs in versions.py
+from .versions import COREDNS, KUBERNETES
 
 NODE_NAME = "sluice-node"
 NODE_ADDRESS = "10.245.0.1"  # on lo: the node's InternalIP, the apiserver's advertised address, DNS
@@ -147,7 +145,37 @@ def remove_node_network(address: str = NODE_ADDRESS) -> None:
     _ip("link", "del", BRIDGE, check=False)
 
 
-# --- binaries --------------------------------------------------------------------------------------
+# --- binaries and images --------------------------------------------------------------------------
+
+NODE_BINARIES = ("kube-scheduler", "kubelet", "kube-proxy")  # from the pinned Kubernetes release
+
+
+def node_binaries() -> dict[str, Path]:
+    return {**kubernetes_binaries(*NODE_BINARIES), "coredns": coredns_binary()}
+
+
+def node_archives() -> list[Path]:
+    """The OCI archives every node imports: the sandbox (pause) image and the probe test image."""
+    return [image_archive(pause_image()), image_archive(probe_image())]
+
+
+def prefetch_node() -> None:
+    """Build and install what a node and its tests need, so that starting one does not pay for it.
+
+    The Debian packages and the Debian base image need root; without it they are skipped with a note
+    (a node needs root anyway).
+    """
+    node_binaries()
+    node_archives()
+    packages = (*DEBIAN_PACKAGES, "debootstrap")  # debootstrap: the Debian base image
+    if os.geteuid() != 0:
+        missing = missing_packages(packages)
+        announce("not root: skipping " + (f"{' '.join(missing)} and " if missing else "")
+                 + "the Debian base image (a local node needs root)")
+        return
+    install_packages(packages)
+    image_archive(*base_image())
+
 
 def coredns_binary() -> Path:
     return cached_binaries(cache_dir("coredns", f"v{COREDNS}"), ["coredns"], _build_coredns)["coredns"]
@@ -207,13 +235,13 @@ def write_node_pki(plane_pki: Path, directory: Path, address: str) -> None:
     signer = _load_ca(plane_pki)
     for name, common_name, organization in CLIENTS:
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(common_name, key, signer=signer, usage="client", organization=organization)
-        _write_key_pair(directory, name, cert, key)
+        cert = issue_cert(common_name, key, signer=signer, usage="client", organization=organization)
+        write_key_pair(directory, name, cert, key)
     sans = [x509.DNSName(NODE_NAME), x509.DNSName("localhost"),
             *(x509.IPAddress(ip_address(ip)) for ip in (address, "127.0.0.1"))]
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = _issue(NODE_NAME, key, signer=signer, usage="server", sans=sans)
-    _write_key_pair(directory, "kubelet-serving", cert, key)
+    cert = issue_cert(NODE_NAME, key, signer=signer, usage="server", sans=sans)
+    write_key_pair(directory, "kubelet-serving", cert, key)
 
 
 def _yaml(value: object) -> str:
@@ -330,36 +358,13 @@ COREDNS_RBAC = {
     ]}
 
 
-# --- a control plane pods can reach ----------------------------------------------------------------
-
-class NodeControlPlane(ControlPlane):
-    """ControlPlane with the apiserver flags a node needs. Stopgap until kube.py takes an advertise address.
-
-    * listens on all addresses and advertises NODE_ADDRESS, so the `kubernetes` Service (10.0.0.1:443,
-      DNATed by kube-proxy) reaches it from pods; the endpoint reconciler is back on to publish it;
-    * reaches kubelets by InternalIP (the node name does not resolve) with a client cert the kubelet trusts.
-    """
-
-    def __init__(self, state_dir: Path, ports: Ports | None = None, address: str = NODE_ADDRESS) -> None:
-        super().__init__(state_dir, ports)
-        self.address = address
-
-    def _args(self, name: str) -> list[str]:
-        args = super()._args(name)
-        if name != "kube-apiserver":
-            return args
-        replaced = {"--bind-address": "0.0.0.0", "--advertise-address": self.address}
-        args = [f"{flag}={replaced[flag]}" if (flag := arg.split("=", 1)[0]) in replaced else arg
-                for arg in args if arg != "--endpoint-reconciler-type=none"]
-        return [*args, "--kubelet-preferred-address-types=InternalIP",
-                f"--kubelet-client-certificate={self.pki / 'admin.crt'}",
-                f"--kubelet-client-key={self.pki / 'admin.key'}"]
-
-
 # --- the node --------------------------------------------------------------------------------------
 
 class Node:
-    """One worker node for `plane`, all state under state_dir (sockets under /run/sluice/<id>)."""
+    """One worker node for `plane`, all state under state_dir (sockets under /run/sluice/<id>).
+
+    The plane must advertise the node's address (ControlPlane(..., advertise_address=NODE_ADDRESS)).
+    """
 
     def __init__(self, plane: ControlPlane, state_dir: Path | None = None, *, address: str = NODE_ADDRESS,
                  ports: NodePorts | None = None, archives: Iterable[Path] = ()) -> None:
@@ -377,8 +382,10 @@ class Node:
         """The node recorded in state_dir by an earlier start(), possibly by another process."""
         node = cls(plane, state_dir)
         try:
-            node.ports = NodePorts(**json.loads((node.state_dir / "node.json").read_text())["ports"])
-        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+            recorded = json.loads((node.state_dir / "node.json").read_text())
+            node.ports = NodePorts(**recorded["ports"])
+            node.address = recorded.get("address", node.address)
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
             return None
         return node
 
@@ -398,11 +405,14 @@ class Node:
     # -- lifecycle --
 
     def start(self, timeout: float = 180.0) -> Node:
+        if self.plane.advertise_address != self.address:
+            raise ProvisionError(f"the control plane in {self.plane.state_dir} advertises "
+                                 f"{self.plane.advertise_address or 'only loopback'}, not the node's {self.address}: "
+                                 f"start it with ControlPlane(..., advertise_address={self.address!r})")
         install_packages()
         check_host()
-        binaries = {**kubernetes_binaries("kube-scheduler", "kubelet", "kube-proxy"),
-                    "coredns": coredns_binary()}
-        archives = [image_archive(pause_image()), image_archive(probe_image()), *self.extra_archives]
+        binaries = node_binaries()
+        archives = [*node_archives(), *self.extra_archives]
         self._claim_machine()
         try:
             self._write_config()
@@ -499,7 +509,7 @@ class Node:
         with locked(RUNTIME_ROOT / "node.lock"):
             owner = machine_owner()
             if owner is not None and owner != self.state_dir:
-                stale = Node(ControlPlane(owner.parent), owner)
+                stale = Node(ControlPlane.attach(owner.parent) or ControlPlane(owner.parent), owner)
                 if stale.running():
                     raise ProvisionError(f"another local node is running on this machine (state in {owner}): "
                                          "stop it first")
@@ -515,6 +525,10 @@ class Node:
     def running(self) -> bool:
         """Whether any of this node's processes is alive (also when started by another process)."""
         return bool(self.pids())
+
+    def healthy(self) -> bool:
+        """Every component alive and the node Ready."""
+        return len(self.pids()) == len(NODE_COMPONENTS) and self.ready()
 
     def _write_config(self) -> None:
         state, pki = self.state_dir, self.pki

@@ -10,6 +10,7 @@ SCALA_BINARY = "2.13"
 KUBERNETES = "1.34.4"
 ETCD = "3.5.35"
 HELM = "3.22.0"
+COREDNS = "1.12.1"  # what kubeadm deploys with Kubernetes 1.34
 
 SPARK_OPERATOR = "2.5.2"  # kubeflow spark-operator: SparkApplication CRD and Helm chart (Go module)
 STRIMZI = "1.2.0"  # Strimzi api + crd-generator (Maven Central): KafkaTopic/Kafka/KafkaNodePool CRDs

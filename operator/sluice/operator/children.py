@@ -21,6 +21,8 @@ REVISION_LABEL = "sluice.dev/revision"
 METRICS_PORT = 9090
 RUNNER_FILE = "local:///opt/sluice/runner.py"
 PIPELINE_MOUNT = "/etc/sluice"
+# The container names spark-operator gives Spark for its pod templates.
+SPARK_CONTAINERS = {"driver": "spark-kubernetes-driver", "executor": "spark-kubernetes-executor"}
 SPARK_APPLICATION_API = "sparkoperator.k8s.io/v1beta2"
 KAFKA_TOPIC_API = "kafka.strimzi.io/v1"
 
@@ -83,20 +85,37 @@ def _pod_spec(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
         out["annotations"] = dict(pod.annotations)
     if pod.nodeSelector:
         out["nodeSelector"] = dict(pod.nodeSelector)
-    if pod.env:
-        out["env"] = [{"name": k, "value": v} for k, v in sorted(pod.env.items())]
-    mounts = []
-    if spec.checkpoint.volumeClaim:
-        mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.location})
-    if mounts:
-        out["volumeMounts"] = mounts
+    out["template"] = _pod_template(app, spec, role)
     return out
+
+
+def _pod_template(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
+    """Env and volumes as a Spark pod template: Spark applies it itself, so apps need no spark-operator
+    webhook (which is what applies SparkApplication's env/configMaps/volumes fields)."""
+    container: dict[str, Any] = {"name": SPARK_CONTAINERS[role]}
+    volumes, mounts = [], []
+    if spec.spark.pod.env:
+        container["env"] = [{"name": k, "value": v} for k, v in sorted(spec.spark.pod.env.items())]
+    if spec.checkpoint.volumeClaim:
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint.volumeClaim}})
+        mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.location})
+    if role == "driver":
+        volumes.append({"name": "pipeline", "configMap": {"name": configmap_name(app, revision(spec))}})
+        mounts.append({"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True})
+    if mounts:
+        container["volumeMounts"] = mounts
+    return {"spec": {"containers": [container], **({"volumes": volumes} if volumes else {})}}
+
+
+def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
+    """The name of the pipeline ConfigMap a SparkApplication's driver mounts."""
+    volumes = spark_app["spec"]["driver"]["template"]["spec"]["volumes"]
+    return next(v["configMap"]["name"] for v in volumes if v["name"] == "pipeline")
 
 
 def spark_application(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
     rev = revision(spec)
     driver = _pod_spec(app, spec, "driver")
-    driver["configMaps"] = [{"name": configmap_name(app, rev), "path": PIPELINE_MOUNT}]
     driver["labels"][REVISION_LABEL] = rev
     executor = {**_pod_spec(app, spec, "executor"), "instances": spec.executors.instances}
     executor.pop("serviceAccount")
@@ -123,9 +142,6 @@ def spark_application(app: str, namespace: str, spec: StreamingAppSpec, bootstra
             "executor": executor,
         },
     }
-    if spec.checkpoint.volumeClaim:
-        body["spec"]["volumes"] = [{"name": "checkpoints",
-                                    "persistentVolumeClaim": {"claimName": spec.checkpoint.volumeClaim}}]
     return body
 
 

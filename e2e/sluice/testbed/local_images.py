@@ -1,0 +1,143 @@
+"""The images the local cluster runs, built here without Docker or a registry.
+
+    Debian rootfs (debootstrap: images.base_image) ─▶ buildah: images/base, the stand-in for
+    apache/spark:4.0.0-python3 and python:3.11-slim ─▶ buildah: images/spark and images/operator, the
+    Dockerfiles `make images` builds, on that base through their base ARG ─▶ buildah: images/spark-operator
+    (the kubeflow spark-operator built from its Go module, on the same base: spark-submit needs Spark)
+    ─▶ OCI archives ─▶ containerd's k8s.io namespace (Node.import_image checks the names arrived).
+
+buildah (Debian's) keeps its storage and layer cache under the sluice cache; builds never reach a package
+index or a registry (`--network none`, `--pull=never`): wheels and jars come in the build contexts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from .common import REPO_ROOT, ProvisionError, cache_dir, locked, run
+from .e2e_suite import image_builder
+from .images import BASE_IMAGE, CONTAINERD_NAME, OCI_REF_NAME, base_image, image_archive
+from .node import RUNTIME_ROOT, install_packages
+from .versions import SPARK_OPERATOR
+
+BUILDAH_PACKAGES = ("buildah",)
+SPARK_OPERATOR_REPOSITORY = "sluice.local/spark-operator"  # tagged with its version
+SPARK_OPERATOR_DOCKERFILE = REPO_ROOT / "images" / "spark-operator" / "Dockerfile"
+LOCAL_IMAGES = ("base", "spark", "operator", "spark-operator")  # build order
+
+
+def _storage() -> list[str]:
+    return ["--root", str(cache_dir("buildah", "storage")), "--runroot", str(RUNTIME_ROOT / "buildah")]
+
+
+def buildah(*args: str, what: str) -> str:
+    """buildah on the sluice storage; its output, or one line naming the step and the log."""
+    log = cache_dir("buildah") / "buildah.log"
+    result = subprocess.run(["buildah", *_storage(), *args], capture_output=True, text=True)
+    with open(log, "a") as out:
+        out.write(f"\n$ buildah {' '.join(args)}\n{result.stdout[-4000:]}{result.stderr[-4000:]}")
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ProvisionError(f"{what} failed: {last}; see {log}")
+    return result.stdout
+
+
+def build_command() -> list[str]:
+    return ["buildah", *_storage(), "build", "--layers", "--network", "none", "--pull=never", "--quiet"]
+
+
+def image_id(name: str) -> str | None:
+    result = subprocess.run(["buildah", *_storage(), "inspect", "--type", "image", "--format", "{{.FromImageID}}",
+                             name], capture_output=True, text=True)
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def debian_base() -> str:
+    """The debootstrapped Debian image in buildah's storage, under a name keyed by its content."""
+    spec, key = base_image()
+    name = f"{BASE_IMAGE.rsplit(':', 1)[0]}:{key}"
+    if image_id(name) is None:
+        pulled = buildah("pull", "--quiet", f"oci-archive:{image_archive(spec, key)}",
+                         what="loading the Debian base image into buildah").strip().splitlines()[-1]
+        buildah("tag", pulled, name, what=f"tagging {name}")
+    return name
+
+
+def full_name(name: str) -> str:
+    """The name the kubelet asks containerd for: sluice/spark:1 is docker.io/sluice/spark:1."""
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        return f"docker.io/library/{name}"
+    return name if "." in first or ":" in first or first == "localhost" else f"docker.io/{name}"
+
+
+def export(name: str) -> Path:
+    """The image as an OCI archive containerd imports under its full name; cached by image id."""
+    digest = image_id(name)
+    if digest is None:
+        raise ProvisionError(f"buildah has no image {name}")
+    safe = name.replace("/", "_").replace(":", "_")
+    out = cache_dir("local-images") / f"{safe}-{digest[:16]}.oci.tar"
+    if out.is_file():
+        return out
+    with locked(out.with_suffix(".lock")):
+        if out.is_file():
+            return out
+        for stale in out.parent.glob(f"{safe}-*.oci.tar"):
+            stale.unlink()
+        layout = out.with_suffix(".dir")
+        shutil.rmtree(layout, ignore_errors=True)
+        buildah("push", "--quiet", "--disable-compression", name, f"oci:{layout}:{name}", what=f"exporting {name}")
+        index = json.loads((layout / "index.json").read_text())
+        for manifest in index["manifests"]:
+            manifest.setdefault("annotations", {}).update({CONTAINERD_NAME: full_name(name), OCI_REF_NAME: name})
+        (layout / "index.json").write_text(json.dumps(index))
+        partial = out.with_suffix(".partial")
+        run(["tar", "-C", layout, "-cf", partial, "."], what=f"packing {name}", hint="needs tar and disk space",
+            log=cache_dir("local-images") / "tar.log")
+        partial.rename(out)
+        shutil.rmtree(layout)
+    return out
+
+
+def spark_operator_context(root: Path) -> Path:
+    """images/spark-operator's context: its Dockerfile, the binary and the module's entrypoint.sh."""
+    from .external_crds import spark_operator_module
+    from .spark_operator import spark_operator_binary
+
+    context = root / "spark-operator"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    shutil.copy2(SPARK_OPERATOR_DOCKERFILE, context / "Dockerfile")
+    shutil.copy2(spark_operator_binary(), context / "spark-operator")
+    shutil.copy2(spark_operator_module() / "entrypoint.sh", context / "entrypoint.sh")
+    (context / "entrypoint.sh").chmod(0o755)  # the module cache is read-only
+    return context
+
+
+def build_local_images(names: Sequence[str] = LOCAL_IMAGES) -> dict[str, Path]:
+    """Build the images (a subset of LOCAL_IMAGES, in that order) and export each: {full name: archive}."""
+    install_packages(BUILDAH_PACKAGES)
+    build = image_builder()
+    root = cache_dir("local-images", "contexts")
+    with locked(cache_dir("local-images") / "build.lock"):
+        stand_in = build.IMAGES["base"].tag
+        sluice = [name for name in names if name in build.IMAGES]
+        contexts = build.prepare_contexts(sluice, root)
+        archives = {}
+        for name in (n for n in LOCAL_IMAGES if n in names):
+            try:
+                if name == "spark-operator":
+                    image = build.Image(name, SPARK_OPERATOR_REPOSITORY, (), tag_version=SPARK_OPERATOR)
+                    context = spark_operator_context(root)
+                else:
+                    context, image = contexts[name], build.IMAGES[name]
+                build.build_image(build_command(), image, context, debian_base() if name == "base" else stand_in)
+            except build.BuildError as error:
+                raise ProvisionError(str(error)) from error
+            archives[full_name(image.tag)] = export(image.tag)
+        return archives

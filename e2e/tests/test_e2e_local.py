@@ -1,0 +1,104 @@
+"""`make e2e-local`: the end-to-end suite (sluice.testbed.e2e_suite, shared with the kind run) on real pods
+here, without Docker.
+
+A throwaway single-node cluster (what `make local-cluster` runs) gets the images built with buildah
+(sluice.testbed.local_images: the sluice operator and Spark images from images/*/Dockerfile, and the
+spark-operator built from its Go module) imported into its containerd. spark-operator is installed with its
+own chart, sluice with charts/sluice. Kafka is a broker of the test bed listening on the node address, which
+the pods and this process both reach (no Kafka image or Strimzi operator image can be pulled here), so apps
+get spec.kafka.bootstrapServers and their topics are managed through the Admin API. Checkpoints go to a
+hostPath PersistentVolume the suite's claim binds to. Everything is torn down afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from sluice.testbed.common import ProvisionError
+from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target, kubectl_runner
+from sluice.testbed.helm import helm_binary
+from sluice.testbed.kafka import KafkaCluster
+from sluice.testbed.kube import ControlPlane, kubernetes_binaries
+from sluice.testbed.local_images import SPARK_OPERATOR_REPOSITORY, build_local_images
+from sluice.testbed.node import NODE_ADDRESS, Node
+from sluice.testbed.versions import SPARK_OPERATOR
+
+pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
+
+CHECKPOINT_VOLUME = "e2e-checkpoints"
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    target: Target
+    kafka: HostKafka
+
+
+def checkpoint_volume(path: str, size: str = "1Gi") -> dict:
+    """A hostPath volume for claims without a storage class (the local cluster has no provisioner)."""
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": CHECKPOINT_VOLUME},
+            "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                     "persistentVolumeReclaimPolicy": "Retain",
+                     "hostPath": {"path": path, "type": "DirectoryOrCreate"}}}
+
+
+def spark_operator_values() -> dict:
+    """The locally built image; no webhook (sluice's SparkApplications carry their pods' settings as Spark pod
+    templates, which Spark applies itself)."""
+    registry, repository = SPARK_OPERATOR_REPOSITORY.split("/", 1)
+    return {"image": {"registry": registry, "repository": repository, "tag": SPARK_OPERATOR},
+            "webhook": {"enable": False}}
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
+    work = tmp_path_factory.mktemp("e2e-local")
+    try:
+        archives = build_local_images()  # before the cluster: nothing to tear down when a build fails
+        helm, kubectl = helm_binary(), kubernetes_binaries("kubectl")["kubectl"]
+    except ProvisionError as error:
+        pytest.fail(str(error), pytrace=False)
+    plane = ControlPlane(work / "plane", advertise_address=NODE_ADDRESS)
+    node = Node(plane, work / "node", archives=archives.values())
+    kafka = KafkaCluster.on_free_ports(work / "kafka", host=NODE_ADDRESS)
+    try:
+        plane.start()
+        node.start()
+        kafka.start()  # on the node address, which exists while the node runs
+        checkpoints = work / "checkpoints"
+        checkpoints.mkdir(mode=0o777)
+        checkpoints.chmod(0o777)  # Spark runs as uid 185
+        target = Target(plane.kubeconfig, kubectl_runner(kubectl, plane.kubeconfig),
+                        Helm(helm, plane.kubeconfig, work / "helm"))
+        target.apply(checkpoint_volume(str(checkpoints)))
+    except ProvisionError as error:
+        stop(kafka, node, plane)
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield LocalRun(target, HostKafka(kafka.bootstrap))
+    finally:
+        stop(kafka, node, plane)
+
+
+def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
+    try:
+        kafka.stop()
+        node.stop()
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="module")
+def suite(local_run: LocalRun) -> E2ESuite:
+    return E2ESuite(local_run.target, Images.release(), local_run.kafka, strimzi=False,
+                    spark_operator=spark_operator_values())
+
+
+@pytest.mark.parametrize("step", E2ESuite.STEPS)
+def test_step(suite: E2ESuite, step: str) -> None:
+    if suite.failed:
+        pytest.skip(f"step {suite.failed} failed")
+    suite.run(step)
