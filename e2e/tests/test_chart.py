@@ -506,7 +506,9 @@ def test_namespace_list_release_with_replicas(target: Target, tmp_path: Path) ->
             app = app_in(target, watched, kafka_namespace)
             ignored = app_in(target, unwatched, kafka_namespace)
             wait_phase(target, watched, app["metadata"]["name"], "Pending")
-            topics = target.kubectl("get", "kafkatopics", "-n", kafka_namespace, "-o", "name").stdout.split()
+            topics = wait_for(lambda: (names := target.kubectl("get", "kafkatopics", "-n", kafka_namespace, "-o",
+                                                               "name").stdout.split())
+                              and len(names) >= len(app["spec"]["topics"]) and names, what="the KafkaTopics")
             peering = target.get("kopfpeering", "sluice", watched)
             unwatched_status = status(target, unwatched, ignored["metadata"]["name"])
 

@@ -140,7 +140,7 @@ class KafkaCluster:
         jvm = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
         for node in self.nodes:
-            if port_in_use(node.port) or port_in_use(node.controller_port):
+            if port_in_use(node.port, self.host) or port_in_use(node.controller_port):
                 raise ProvisionError(f"Kafka port {node.port} or {node.controller_port} is already in use")
             node_dir = self.state_dir / f"node-{node.node_id}"
             config = node_dir / "server.properties"
@@ -167,7 +167,7 @@ class KafkaCluster:
         from confluent_kafka.admin import AdminClient
 
         for node, process in zip(self.nodes, self.processes, strict=True):
-            wait_until(lambda n=node: port_in_use(n.port), timeout=timeout,
+            wait_until(lambda n=node: port_in_use(n.port, self.host), timeout=timeout,
                        what=f"Kafka node {node.node_id} on port {node.port}", process=process)
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
 

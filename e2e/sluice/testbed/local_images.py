@@ -97,7 +97,8 @@ def export(name: str) -> Path:
             manifest.setdefault("annotations", {}).update({CONTAINERD_NAME: full_name(name), OCI_REF_NAME: name})
         (layout / "index.json").write_text(json.dumps(index))
         partial = out.with_suffix(".partial")
-        run(["tar", "-C", layout, "-cf", partial, "."], what=f"packing {name}", hint="needs tar and disk space",
+        entries = sorted(p.name for p in layout.iterdir())  # index.json at the top, not ./index.json
+        run(["tar", "-C", layout, "-cf", partial, *entries], what=f"packing {name}", hint="needs tar and disk space",
             log=cache_dir("local-images") / "tar.log")
         partial.rename(out)
         shutil.rmtree(layout)
