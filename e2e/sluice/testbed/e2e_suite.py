@@ -357,6 +357,13 @@ class E2ESuite:
     def spark_application(self) -> dict[str, Any] | None:
         return self.target.get("sparkapplication", self.app_name, self.apps_namespace)
 
+    def running_executor_pods(self) -> list[str]:
+        """The app's executor pods that are Running (Spark labels them spark-role=executor)."""
+        pods = json.loads(self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l",
+                                              "spark-role=executor").stdout)["items"]
+        return [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"
+                and p["metadata"].get("deletionTimestamp") is None]
+
     def wait_phase(self, phase: str) -> dict[str, Any]:
         return wait_for(lambda: (s := self.status()).get("phase") == phase and s, timeout=self.timeout,
                         what=f"{self.app_name} to be {phase}")
@@ -402,6 +409,9 @@ class E2ESuite:
                                 f"--timeout={self.timeout:.0f}s", timeout=self.timeout + 30)
         status = self.wait_phase("Running")
         assert {c["type"]: c["status"] for c in status["conditions"]}["TopicsReady"] == "True", status
+        instances = self.app["spec"]["executors"]["instances"]
+        wait_for(lambda: len(self.running_executor_pods()) == instances, timeout=self.timeout,
+                 what=f"{instances} executor pod(s) of {self.app_name}")
 
     def stream(self) -> None:
         self.send(["alpha", "beta", "alpha"])
@@ -412,6 +422,7 @@ class E2ESuite:
         wait_for(lambda: ((self.spark_application() or {}).get("spec") or {}).get("executor", {}).get("instances")
                  == 2, timeout=120, what="the SparkApplication to ask for 2 executors")
         wait_for(lambda: self.status().get("executors") == 2, timeout=self.timeout, what="2 running executors")
+        wait_for(lambda: len(self.running_executor_pods()) == 2, timeout=self.timeout, what="2 executor pods")
         self.wait_phase("Running")
         self.send(["gamma", "alpha"])
         self.assert_counts()
