@@ -12,12 +12,13 @@ hostPath PersistentVolume the suite's claim binds to. Everything is torn down af
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from sluice.testbed.common import ProvisionError
+from sluice.testbed.common import ProvisionError, pid_alive
 from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target, kubectl_runner
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.kafka import KafkaCluster
@@ -74,21 +75,25 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
         target = Target(plane.kubeconfig, kubectl_runner(kubectl, plane.kubeconfig),
                         Helm(helm, plane.kubeconfig, work / "helm"))
         target.apply(checkpoint_volume(str(checkpoints)))
-    except ProvisionError as error:
+    except BaseException as error:
         stop(kafka, node, plane)
-        pytest.fail(str(error), pytrace=False)
+        if isinstance(error, ProvisionError):
+            pytest.fail(str(error), pytrace=False)
+        raise
+    pids = {**plane.pids(), **node.pids()}
     try:
         yield LocalRun(target, HostKafka(kafka.bootstrap))
     finally:
         stop(kafka, node, plane)
+    assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "cluster processes survived the run"
 
 
 def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
-    try:
-        kafka.stop()
-        node.stop()
-    finally:
-        plane.stop()
+    """Each part is stopped even when stopping another one fails."""
+    with contextlib.ExitStack() as stack:
+        stack.callback(plane.stop)
+        stack.callback(node.stop)
+        stack.callback(kafka.stop)
 
 
 @pytest.fixture(scope="module")
