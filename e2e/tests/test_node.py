@@ -34,7 +34,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     finally:
         stop(node, plane)
     assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "processes survived stop()"
-    assert not mounts_under(node.state_dir, node.runtime_dir), "mounts survived stop()"
+    assert not mounts_under(node.state_dir, node.runtime_dir, node.kubelet_dir), "mounts survived stop()"
+    assert not node.kubelet_dir.exists(), "the kubelet directory survived stop()"
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     assert f" {BRIDGE}:" not in links, "the CNI bridge survived stop()"
     addresses = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout

@@ -73,6 +73,9 @@ NODE_COMPONENTS = ("containerd", "kube-scheduler", "kubelet", "kube-proxy", "cor
 SYSCTLS = {"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"}
 RUNTIME_ROOT = Path("/run/sluice")
 OWNER_FILE = RUNTIME_ROOT / "node.owner"  # the state dir of the node this machine runs
+# The kubelet's directory sits at a short path whatever the state dir: it binds unix sockets inside it,
+# whose paths may not exceed 107 bytes (a pytest tmp dir alone can come close).
+KUBELET_ROOT = Path("/var/lib/sluice")
 
 
 # --- host preparation ------------------------------------------------------------------------------
@@ -375,6 +378,7 @@ class Node:
         self.extra_archives = list(archives)  # more OCI archives to import, e.g. images.image_archive(...)
         digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]
         self.runtime_dir = RUNTIME_ROOT / digest
+        self.kubelet_dir = KUBELET_ROOT / digest / "kubelet"
         self._processes = PidfileProcesses(self.state_dir)
 
     @classmethod
@@ -450,13 +454,13 @@ class Node:
         self._unmount_all()
         remove_cgroups("kubepods")
         remove_node_network(self.address)
-        leftover = mounts_under(self.state_dir, self.runtime_dir)
+        leftover = mounts_under(self.state_dir, self.runtime_dir, self.kubelet_dir)
         if leftover:
             raise ProvisionError(f"could not unmount {leftover[0]} (and {len(leftover) - 1} more): "
                                  f"left {self.state_dir} in place")
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
-        for name in ("containerd", "kubelet"):  # images, snapshots, pod volumes
-            shutil.rmtree(self.state_dir / name, ignore_errors=True)
+        shutil.rmtree(self.kubelet_dir.parent, ignore_errors=True)  # pod volumes
+        shutil.rmtree(self.state_dir / "containerd", ignore_errors=True)  # images, snapshots
         OWNER_FILE.unlink(missing_ok=True)
 
     def __enter__(self) -> Node:
@@ -559,7 +563,7 @@ class Node:
                     f"--cert-dir={state / 'kube-scheduler'}", "--profiling=false"]
         if name == "kubelet":
             return [f"--config={state / 'kubelet.yaml'}", f"--kubeconfig={self.kubeconfig('kubelet')}",
-                    f"--root-dir={state / 'kubelet'}", f"--cert-dir={state / 'kubelet' / 'pki'}",
+                    f"--root-dir={self.kubelet_dir}", f"--cert-dir={self.kubelet_dir / 'pki'}",
                     f"--hostname-override={NODE_NAME}", f"--node-ip={self.address}", "--v=1"]
         if name == "kube-proxy":
             return [f"--config={state / 'kube-proxy.yaml'}", "--v=1"]
@@ -629,7 +633,7 @@ class Node:
 
     def _unmount_all(self) -> None:
         for _ in range(3):
-            for mount in mounts_under(self.state_dir, self.runtime_dir):
+            for mount in mounts_under(self.state_dir, self.runtime_dir, self.kubelet_dir):
                 subprocess.run(["umount", "-l", mount], capture_output=True)
 
 
