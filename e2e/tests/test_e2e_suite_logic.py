@@ -1,0 +1,23 @@
+"""Pure parts of the shared e2e suite (the suite itself runs in make e2e-local)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sluice.testbed.e2e_suite import word_counts
+
+
+def row(start: str, word: str, count: int) -> str:
+    return json.dumps({"window_start": start, "window_end": start + "+5s", "word": word, "count": count})
+
+
+def test_a_window_written_again_after_a_restart_counts_once() -> None:
+    records = [row("t0", "alpha", 2), row("t0", "beta", 1), row("t5", "alpha", 3), row("t0", "alpha", 2)]
+    assert word_counts(records) == {"alpha": 5, "beta": 1}
+
+
+def test_a_window_written_twice_with_different_counts_is_an_error() -> None:
+    with pytest.raises(AssertionError, match="emitted as 2 and 3"):
+        word_counts([row("t0", "alpha", 2), row("t0", "alpha", 3)])
