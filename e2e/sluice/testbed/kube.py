@@ -182,12 +182,12 @@ K8S_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kubectl", "kube-
 DEFAULT_COMPONENTS = K8S_COMPONENTS[:3]  # what the control plane and tests need
 K8S_BUILD_TAGS = "selinux,notest,grpcnotrace"  # what hack/lib/golang.sh uses for release builds
 STAGING_VERSION = f"v0.{KUBERNETES.split('.', 1)[1]}"  # staging modules are published as v0.<minor>.<patch>
-_STAGING_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?:\s+v\S+)?\s*=>\s*\./staging/\S+\s*$")
 
 
 def staging_modules(gomod: str) -> list[str]:
     """Modules that kubernetes' go.mod replaces with its own ./staging tree (block or single-line form)."""
-    return [m.group(1) for line in gomod.splitlines() if (m := _STAGING_REPLACE.match(line.split("//")[0]))]
+    return [old.split()[0] for old, new in (r.split("=>") for r in replace_directives(gomod))
+            if new.strip().startswith("./staging/")]
 
 
 def staging_replacements(gomod: str, version: str = STAGING_VERSION) -> list[str]:
