@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -66,6 +67,16 @@ def run(cmd: Sequence[str | os.PathLike[str]], *, what: str, hint: str, log: Pat
             raise ProvisionError(f"{what}: '{cmd[0]}' not found: {hint}") from exc
     if code != 0:
         raise ProvisionError(f"{what} failed (exit {code}): {hint}; see {log}")
+
+
+def read_record(path: Path) -> dict | None:
+    """What an earlier start() recorded in a JSON file (ports, pids, addresses), or None when it is
+    missing or torn."""
+    try:
+        record = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

@@ -19,6 +19,7 @@ from .common import (
     pick_port,
     pid_alive,
     port_in_use,
+    read_record,
     require_tool,
     run,
     stop_process_group,
@@ -193,10 +194,7 @@ class KafkaCluster:
 
 
 def read_state(state_dir: Path) -> dict | None:
-    try:
-        return json.loads((state_dir / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    return read_record(state_dir / "state.json")
 
 
 def local_up(state_dir: Path, size: int = 1, host: str = "127.0.0.1") -> str:

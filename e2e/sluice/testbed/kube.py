@@ -33,6 +33,7 @@ from .common import (
     http_status,
     locked,
     pick_port,
+    read_record,
     require_tool,
     run,
     wait_until,
@@ -429,10 +430,10 @@ class ControlPlane:
     @classmethod
     def attach(cls, state_dir: Path) -> ControlPlane | None:
         """The control plane recorded in state_dir by an earlier start(), possibly by another process."""
+        recorded = read_record(state_dir / "cluster.json")
         try:
-            recorded = json.loads((state_dir / "cluster.json").read_text())
             return cls(state_dir, Ports(**recorded["ports"]), recorded.get("advertise_address"))
-        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError):  # None, or written by another version
             return None
 
     @property

@@ -40,6 +40,7 @@ from .common import (
     free_ports,
     http_status,
     locked,
+    read_record,
     require_tool,
     run,
     stop_process_group,
@@ -385,12 +386,12 @@ class Node:
     def attach(cls, plane: ControlPlane, state_dir: Path | None = None) -> Node | None:
         """The node recorded in state_dir by an earlier start(), possibly by another process."""
         node = cls(plane, state_dir)
+        recorded = read_record(node.state_dir / "node.json")
         try:
-            recorded = json.loads((node.state_dir / "node.json").read_text())
             node.ports = NodePorts(**recorded["ports"])
-            node.address = recorded.get("address", node.address)
-        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError):  # None, or written by another version
             return None
+        node.address = recorded.get("address", node.address)
         return node
 
     # -- paths --
