@@ -70,8 +70,8 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
         node.start()
         kafka.start()  # on the node address, which exists while the node runs
         checkpoints = work / "checkpoints"
-        checkpoints.mkdir(mode=0o777)
-        checkpoints.chmod(0o777)  # Spark runs as uid 185
+        checkpoints.mkdir()
+        checkpoints.chmod(0o777)  # Spark runs as uid 185 (mkdir's mode would be masked by the umask)
         target = Target(plane.kubeconfig, kubectl_runner(kubectl, plane.kubeconfig),
                         Helm(helm, plane.kubeconfig, work / "helm"))
         target.apply(checkpoint_volume(str(checkpoints)))
