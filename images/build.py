@@ -60,7 +60,7 @@ IMAGES = {
         Image("spark", "sluice/spark", ("prometheus-client", "pydantic", "pyyaml"), files=("runner.py",),
               connector_jars=True),
         Image("base", "sluice.local/spark", ("pyspark",), files=("entrypoint.sh",), base_arg="DEBIAN_IMAGE",
-              tag_version="4.0.0-python3", wheels_from_sources=True),
+              tag_version="4.2.0-python3", wheels_from_sources=True),
     )
 }
 RELEASE_IMAGES = ("operator", "spark")

@@ -537,7 +537,7 @@ def args_before_from(instructions: list[tuple[str, str]]) -> dict[str, str]:
 
 @pytest.mark.parametrize(("name", "base_arg", "base"), [
     ("operator", "PYTHON_IMAGE", "python:3.11-slim-bookworm"),
-    ("spark", "BASE_IMAGE", "apache/spark:4.0.0-python3"),
+    ("spark", "BASE_IMAGE", "apache/spark:4.2.0-python3"),
 ])
 def test_dockerfile_base_is_an_arg_and_the_user_is_not_root(name: str, base_arg: str, base: str) -> None:
     instructions = dockerfile(name)
@@ -583,7 +583,7 @@ def test_build_contexts_pin_dependencies_and_bring_the_connector(contexts: dict[
     assert "kopf==1.45.2" in operator and not any(r.startswith("pyspark") for r in operator + spark)
     assert all("==" in r for r in operator + spark)
     assert sorted(p.name for p in (contexts["spark"] / "jars").iterdir()) == sorted(j.name for j in spark_kafka_jars())
-    assert any(p.name.startswith("spark-sql-kafka-0-10_2.13-4.0.0") for p in (contexts["spark"] / "jars").iterdir())
+    assert any(p.name.startswith("spark-sql-kafka-0-10_2.13-4.2.0") for p in (contexts["spark"] / "jars").iterdir())
 
 
 @pytest.mark.parametrize(("name", "entry"), [("operator", "import sluice.operator.__main__, sluice.operator.handlers, "

@@ -23,6 +23,6 @@ def test_the_stand_in_base_comes_first_and_the_release_images_build_on_it() -> N
     build = image_builder()
     assert LOCAL_IMAGES[0] == "base"
     assert set(build.RELEASE_IMAGES) < set(LOCAL_IMAGES)
-    assert build.IMAGES["base"].tag == "sluice.local/spark:4.0.0-python3"  # what images/spark-operator names
+    assert build.IMAGES["base"].tag == "sluice.local/spark:4.2.0-python3"  # what images/spark-operator names
     assert f"ARG BASE_IMAGE={build.IMAGES['base'].tag}" in (build.IMAGES_DIR / "spark-operator" / "Dockerfile"
                                                            ).read_text()

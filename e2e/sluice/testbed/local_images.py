@@ -1,7 +1,7 @@
 """The images the local cluster runs, built here without Docker or a registry.
 
     Debian rootfs (debootstrap: images.base_image) ─▶ buildah: images/base, the stand-in for
-    apache/spark:4.0.0-python3 and python:3.11-slim ─▶ buildah: images/spark and images/operator, the
+    apache/spark:4.2.0-python3 and python:3.11-slim ─▶ buildah: images/spark and images/operator, the
     Dockerfiles `make images` builds, on that base through their base ARG ─▶ buildah: images/spark-operator
     (the kubeflow spark-operator built from its Go module, on the same base: spark-submit needs Spark)
     ─▶ OCI archives ─▶ containerd's k8s.io namespace (Node.import_image checks the names arrived).

@@ -71,7 +71,7 @@ class PodTemplate(Strict):
 class SparkSpec(Strict):
     image: str = Field("sluice/spark:0.1.0", description="Driver and executor image (Spark + sluice runner).")
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    version: str = Field("4.0.0", description="Spark version in the image.")
+    version: str = Field("4.2.0", description="Spark version in the image.")
     driver: Resources = Field(default_factory=Resources)
     executor: Resources = Field(default_factory=Resources)
     sparkConf: dict[str, str] = Field(default_factory=dict)
@@ -97,13 +97,23 @@ class ExecutorsSpec(Strict):
 
 
 class AutoscalingSpec(Strict):
-    """Executor autoscaling from Kafka lag (the behaviour lands with the autoscaler)."""
+    """Executor autoscaling from Kafka lag. While enabled, the autoscaler owns the live executor count
+    within executors.min..max; `kubectl scale` (spec.executors.instances) is then only the count a new
+    driver starts with."""
 
     enabled: bool = False
+    interval: Duration = Field("10s", description="How often the driver is sampled.")
+    metricsWindow: Duration = Field("1m", description="Samples a decision averages over.")
+    stabilization: Duration = Field(
+        "1m", description="After a change, samples are ignored this long (new executors warm up).")
     targetLagSeconds: int = Field(30, ge=1, description="Catch up on the backlog within this time.")
     targetUtilization: float = Field(0.7, gt=0, le=1, description="Busy time per batch interval to aim for.")
-    scaleUpCooldown: Duration = "1m"
-    scaleDownCooldown: Duration = "5m"
+    utilizationBand: float = Field(
+        0.1, ge=0, lt=1, description="No change while utilization is within target ± this and the lag is met.")
+    scaleUpCooldown: Duration = Field("1m", description="Least time between a change and a scale-up.")
+    scaleDownCooldown: Duration = Field("5m", description="Least time between a change and a scale-down.")
+    scaleDownWindow: Duration = Field(
+        "5m", description="A scale-down goes to the largest recommendation seen over this window.")
     maxStep: int = Field(4, ge=1, description="Most executors added or removed at once.")
 
 
@@ -163,13 +173,33 @@ class ChildRef(Strict):
     name: str
 
 
+class Decision(Strict):
+    time: str
+    fromExecutors: int = Field(alias="from")
+    to: int
+    reason: str
+
+
+class AutoscalerStatus(Strict):
+    desiredExecutors: int | None = None
+    lastDecision: Decision | None = None
+    ratePerExecutor: float | None = Field(None, description="Records/s one executor processes when busy.")
+    backlog: int | None = None
+    message: str | None = Field(None, description="Why the autoscaler holds (e.g. an ineffective scale-up).")
+
+
 class StreamingAppStatus(Strict):
     phase: Literal["Pending", "Invalid", "Submitted", "Running", "Suspended", "Failed", "Completed"] | None = None
     observedGeneration: int | None = None
     revision: str | None = Field(None, description="Hash of the pipeline the driver runs.")
-    executors: int | None = Field(None, description="Executors the driver reports (or requested).")
-    lag: int | None = Field(None, description="Kafka records behind latest, summed over sources.")
+    executors: int | None = Field(None, description="Live executors the driver reports.")
+    desiredExecutors: int | None = Field(None, description="Executors the operator asks the driver for.")
+    scaling: Literal["manual", "autoscaler"] | None = Field(
+        None, description="Who sets the live count: kubectl scale (manual) or the autoscaler.")
+    lag: int | None = Field(None, description="Kafka records behind latest, each source topic counted once.")
     inputRate: str | None = Field(None, description="Input rows per second.")
+    observedAt: str | None = Field(None, description="When lag, inputRate and executors were read from the driver.")
+    autoscaler: AutoscalerStatus | None = None
     message: str | None = None
     conditions: list[Condition] = Field(default_factory=list)
     children: list[ChildRef] = Field(default_factory=list)

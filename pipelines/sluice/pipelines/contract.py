@@ -1,0 +1,111 @@
+"""The one typed contract between the operator and the driver.
+
+`RunnerConfig` is everything the operator hands the runner (written as JSON into the revisioned
+ConfigMap, validated by the runner at start). The driver control API's request and response bodies
+(`/v1/status`, `/v1/executors`) are the models below; the runner serves them and the operator's driver
+client parses them, so both sides share one definition.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .spec import PipelineSpec, Strict
+
+API_VERSION = "sluice.dev/v1alpha1"
+RUNNER_CONFIG_FILE = "runner.json"
+DEFAULT_CONTROL_PORT = 9090
+MAX_EXECUTORS = 1000
+
+
+class RunnerConfig(Strict):
+    """What the driver runs: one revision of one app."""
+
+    apiVersion: Literal["sluice.dev/v1alpha1"] = API_VERSION
+    kind: Literal["RunnerConfig"] = "RunnerConfig"
+    app: str = Field(min_length=1, description="The StreamingApp's name.")
+    namespace: str = "default"
+    revision: str = Field(min_length=1, description="Hash of what the user wrote that the driver runs.")
+    kafkaBootstrap: str = Field(min_length=1, description="host:port[,host:port], resolved by the operator.")
+    pipeline: PipelineSpec
+    checkpointRoot: str = Field(min_length=1, description="The app's checkpoint folder (a query per subfolder).")
+    controlPort: int = Field(DEFAULT_CONTROL_PORT, ge=0, le=65535, description="0: no control API.")
+    controlTokenFile: str | None = Field(
+        None, description="File holding the bearer token writes need; None: the API refuses every write.")
+
+
+# ------------------------------------------------------------------------------ driver control API
+
+class ExecutorsRequest(Strict):
+    """PUT /v1/executors: the total number of executors the app should have now."""
+
+    target: int = Field(ge=0, le=MAX_EXECUTORS)
+
+
+class ExecutorsResponse(Strict):
+    target: int
+    previous: int = Field(description="Live executors before the request.")
+    killed: list[str] = Field(default_factory=list, description="Executors asked to stop (scale-down).")
+
+
+class QueryStatus(Strict):
+    """One streaming query. Counters are cumulative since the driver started, so a caller that samples
+    twice gets rates over its own interval."""
+
+    name: str
+    id: str | None = None
+    runId: str | None = None
+    active: bool
+    error: str | None = None
+    batchId: int | None = None
+    batches: int = 0
+    inputRows: int = 0
+    busyMs: int = Field(0, description="Sum of the batches' triggerExecution durations.")
+    inputRowsPerSecond: float | None = None
+    processedRowsPerSecond: float | None = None
+    lastBatchDurationMs: int | None = None
+    triggerIntervalMs: int | None = None
+    stateful: bool = False
+    topics: list[str] = Field(default_factory=list, description="Kafka topics it reads.")
+
+
+class TopicStatus(Strict):
+    """A source topic, counted once however many queries read it."""
+
+    topic: str
+    partitions: int
+    latestOffsets: int = Field(description="Sum of the partitions' latest offsets.")
+    backlog: int = Field(description="Sum over partitions of latest offset - the slowest query's end offset.")
+
+
+class ExecutorStatus(Strict):
+    id: str
+    host: str = ""
+    totalCores: int = 0
+    activeTasks: int = 0
+
+
+class DriverStatus(Strict):
+    """GET /v1/status."""
+
+    app: str
+    revision: str
+    observedAt: str = Field(description="RFC 3339 time of this answer.")
+    queries: list[QueryStatus] = Field(default_factory=list)
+    topics: list[TopicStatus] = Field(default_factory=list)
+    backlog: int = Field(0, description="Sum of the topics' backlogs.")
+    executors: list[ExecutorStatus] = Field(default_factory=list)
+    executorTarget: int | None = Field(None, description="The last total asked of Spark (None: none yet).")
+    taskSlots: int = Field(0, description="Tasks the live executors run at once.")
+    sourceTasks: int = Field(0, description="Tasks a batch's Kafka read splits into (partitions, minPartitions).")
+    shufflePartitions: int = Field(0, description="spark.sql.shuffle.partitions (stateful stages' tasks).")
+
+
+class ApiError(Strict):
+    error: str
+    field: str | None = None
+
+
+Health = Literal["ok", "failed", "stopping", "starting"]
