@@ -7,20 +7,23 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import create_model
 
 from sluice.operator import children as ch
-from sluice.operator.model import TopicSpec
+from sluice.operator.model import CheckpointSpec, TopicSpec
 from sluice.operator.planner import (
     Invalid,
     Observation,
     desired_state,
     merge_conditions,
-    parse_driver_metrics,
     parse_spec,
     phase_of,
     status_for,
 )
+from sluice.operator.reconciler import submitted_executors
+from sluice.operator.scaling import plan_scaling
 from sluice.operator.topics import ExistingTopic, plan_topics
+from sluice.pipelines.contract import RUNNER_CONFIG_FILE, DriverStatus, ExecutorStatus, QueryStatus, RunnerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "wordcount.yaml"
 
@@ -45,33 +48,99 @@ def test_invalid_spec_lists_every_problem_with_paths(raw_spec):
 def test_children_of_an_app(raw_spec):
     desired = desired_state("wc", "apps", parse_spec(raw_spec))
     kinds = [c["kind"] for c in desired.children]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "SparkApplication"]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "NetworkPolicy",
+                     "SparkApplication"]
     spark = desired.children[-1]
     assert spark["spec"]["type"] == "Python"
     assert spark["spec"]["mainApplicationFile"] == ch.RUNNER_FILE
+    assert spark["spec"]["arguments"] == [f"{ch.PIPELINE_MOUNT}/{RUNNER_CONFIG_FILE}"]
     assert spark["spec"]["executor"]["instances"] == raw_spec["executors"]["instances"]
     assert spark["spec"]["restartPolicy"]["type"] == "Always"
     configmap = desired.children[3]
     driver = spark["spec"]["driver"]["template"]["spec"]
     assert ch.pipeline_configmap_of(spark) == configmap["metadata"]["name"]
     assert driver["containers"][0]["name"] == "spark-kubernetes-driver"  # the container Spark fills in
-    assert {"name": "pipeline", "mountPath": ch.PIPELINE_MOUNT, "readOnly": True} in driver["containers"][0][
-        "volumeMounts"]
+    mounts = driver["containers"][0]["volumeMounts"]
+    assert {"name": "pipeline", "mountPath": ch.PIPELINE_MOUNT, "readOnly": True} in mounts
+    assert {"name": "control", "mountPath": ch.CONTROL_TOKEN_MOUNT, "readOnly": True} in mounts
+    assert {"name": "control", "secret": {"secretName": "wc-control"}} in driver["volumes"]
     assert "volumes" not in spark["spec"]["executor"]["template"]["spec"]  # no checkpoint claim: nothing to mount
-    runner_manifest = yaml.safe_load(configmap["data"]["app.yaml"])
-    assert runner_manifest["spec"]["pipeline"]["nodes"][0]["name"] == "lines"
-    assert runner_manifest["spec"]["kafka"]["bootstrapServers"] == raw_spec["kafka"]["bootstrapServers"]
+    config = RunnerConfig.model_validate_json(configmap["data"][RUNNER_CONFIG_FILE])
+    assert config.pipeline.nodes[0].name == "lines"
+    assert config.kafkaBootstrap == raw_spec["kafka"]["bootstrapServers"]
+    assert (config.app, config.namespace, config.revision) == ("wc", "apps", desired.revision)
+    assert config.controlTokenFile == f"{ch.CONTROL_TOKEN_MOUNT}/{ch.CONTROL_TOKEN_KEY}"
+    assert config.checkpointRoot == "/checkpoints/wc"
     assert [t.name for t in desired.admin_topics] == [t["name"] for t in raw_spec["topics"]]
 
 
-def test_revision_follows_the_pipeline_not_the_scale(raw_spec):
+def test_network_policy_admits_the_control_port_from_driver_clients_only(raw_spec):
+    policy = next(c for c in desired_state("wc", "apps", parse_spec(raw_spec)).children if c["kind"] == "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {ch.APP_LABEL: "wc", "spark-role": "driver"}
+    executors, clients = policy["spec"]["ingress"]
+    assert executors == {"from": [{"podSelector": {"matchLabels": {ch.APP_LABEL: "wc", "spark-role": "executor"}}}]}
+    assert clients["ports"] == [{"protocol": "TCP", "port": ch.CONTROL_PORT}]
+    assert clients["from"][0]["podSelector"]["matchLabels"] == {ch.DRIVER_CLIENT_LABEL: "true"}
+
+
+def test_control_secret_carries_the_token():
+    secret = ch.control_secret("wc", "apps", "s3cret")
+    assert secret["metadata"]["name"] == "wc-control"
+    assert secret["stringData"] == {ch.CONTROL_TOKEN_KEY: "s3cret"}
+
+
+def test_shuffle_partitions_default_to_the_scaling_ceiling_unless_set(raw_spec):
+    raw_spec["executors"] = {"instances": 1, "min": 1, "max": 6}
+    raw_spec["spark"] = {"executor": {"cores": 2}}
+    conf = desired_state("wc", "ns", parse_spec(raw_spec)).children[-1]["spec"]["sparkConf"]
+    assert conf["spark.sql.shuffle.partitions"] == "12"
+    assert conf["spark.dynamicAllocation.enabled"] == "false"
+    raw_spec["spark"]["sparkConf"] = {"spark.sql.shuffle.partitions": "7"}
+    conf = desired_state("wc", "ns", parse_spec(raw_spec)).children[-1]["spec"]["sparkConf"]
+    assert conf["spark.sql.shuffle.partitions"] == "7"
+
+
+def test_scaling_never_edits_the_submitted_executor_count(raw_spec):
+    spec = parse_spec(raw_spec)
+    running = desired_state("wc", "ns", spec).children[-1]
+    scaled = copy.deepcopy(raw_spec)
+    scaled["executors"]["instances"] = 3
+    spec3 = parse_spec(scaled)
+    kept = desired_state("wc", "ns", spec3, submitted_executors=submitted_executors(running, spec3)).children[-1]
+    assert kept["spec"] == running["spec"], "a SparkApplication spec change makes spark-operator resubmit"
+    assert plan_scaling(spec3, None, None, None, 0.0).desired == 3  # the driver is asked instead
+    changed = copy.deepcopy(scaled)
+    changed["pipeline"]["nodes"][2]["filter"] = "word != 'the'"
+    spec_new = parse_spec(changed)
+    resubmitted = desired_state("wc", "ns", spec_new,
+                                submitted_executors=submitted_executors(running, spec_new)).children[-1]
+    assert resubmitted["spec"]["executor"]["instances"] == 3, "a new revision is submitted with today's count"
+
+
+def test_revision_follows_what_the_user_wrote(raw_spec):
     base = desired_state("wc", "ns", parse_spec(raw_spec)).revision
     scaled = copy.deepcopy(raw_spec)
     scaled["executors"]["instances"] = 3
+    scaled["autoscaling"] = {"enabled": True}
     assert desired_state("wc", "ns", parse_spec(scaled)).revision == base
     changed = copy.deepcopy(raw_spec)
     changed["pipeline"]["nodes"][2]["filter"] = "word != 'the'"
     assert desired_state("wc", "ns", parse_spec(changed)).revision != base
+    # Writing out a default changes nothing the driver runs: the same revision.
+    explicit = copy.deepcopy(raw_spec)
+    explicit["checkpoint"] = {"location": "/checkpoints"}
+    explicit["pipeline"]["trigger"] = raw_spec["pipeline"].get("trigger", {"processingTime": "1s"})
+    assert desired_state("wc", "ns", parse_spec(explicit)).revision == base
+
+
+def test_revision_ignores_a_field_a_new_release_adds_with_a_default(raw_spec):
+    spec = parse_spec(raw_spec)
+    newer_checkpoint = create_model("NewerCheckpointSpec", __base__=CheckpointSpec, retention=(str, "7d"))
+    upgraded = spec.model_copy(update={"checkpoint": newer_checkpoint(**spec.checkpoint.model_dump())})
+    assert upgraded.checkpoint.retention == "7d"
+    assert ch.revision(upgraded) == ch.revision(spec)
+    written = spec.model_copy(update={"checkpoint": newer_checkpoint(retention="1d")})
+    assert ch.revision(written) != ch.revision(spec), "a value the user writes is part of the revision"
 
 
 def test_suspend_drops_only_the_driver(raw_spec):
@@ -127,20 +196,43 @@ def test_conditions_keep_transition_time_while_unchanged():
     assert flipped[0]["lastTransitionTime"] == "t1"
 
 
-def test_status_from_driver_metrics():
-    text = ('sluice_input_rows_per_second{app="a",query="q1"} 100.0\n'
-            'sluice_input_rows_per_second{app="a",query="q2"} 50.5\n'
-            'sluice_kafka_records_behind_latest{app="a",query="q1",source="t",stat="max"} 7.0\n'
-            'sluice_kafka_records_behind_latest{app="a",query="q1",source="t",stat="avg"} 3.0\n'
-            'sluice_executors{app="a"} 3.0\n')
-    metrics = parse_driver_metrics(text)
-    assert metrics == {"input_rate": 150.5, "lag": 7.0, "executors": 3.0}
-    status = status_for(Observation(spark_state="RUNNING", driver_metrics=metrics), generation=4, revision="r",
-                        requested_executors=2, children=[], old_status={}, now="t")
+def driver_answer(**overrides) -> DriverStatus:
+    values = {"app": "a", "revision": "r", "observedAt": "2026-11-22T10:00:00Z",
+              "queries": [QueryStatus(name="counts", active=True, inputRowsPerSecond=100.0, topics=["lines"]),
+                          QueryStatus(name="counts-dead-letters", active=True, inputRowsPerSecond=98.0,
+                                      topics=["lines"]),
+                          QueryStatus(name="other", active=True, inputRowsPerSecond=50.5, topics=["clicks"])],
+              "backlog": 7, "executors": [ExecutorStatus(id="1"), ExecutorStatus(id="2"), ExecutorStatus(id="3")]}
+    return DriverStatus(**{**values, **overrides})
+
+
+def test_status_from_the_driver_counts_each_topic_once():
+    status = status_for(Observation(spark_state="RUNNING", driver=driver_answer()), generation=4, revision="r",
+                        children=[], old_status={}, now="t")
     assert (status["phase"], status["executors"], status["lag"], status["inputRate"]) == ("Running", 3, 7, "150.5/s")
+    assert status["observedAt"] == "2026-11-22T10:00:00Z"
     assert status["observedGeneration"] == 4
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
         "Valid": "True", "TopicsReady": "True", "DriverSubmitted": "True", "Running": "True"}
+
+
+def test_a_stopped_driver_clears_its_figures():
+    stale = {"lag": 9, "inputRate": "5.0/s", "observedAt": "earlier", "executors": 4}
+    status = status_for(Observation(spark_state="SUBMITTED"), generation=1, revision="r", children=[],
+                        old_status=stale, now="t")
+    assert {k: status[k] for k in stale} == {"lag": None, "inputRate": None, "observedAt": None, "executors": None}
+    suspended = status_for(Observation(suspended=True), generation=1, revision="r", children=[], old_status=stale,
+                           now="t")
+    assert suspended["executors"] == 0 and suspended["lag"] is None
+
+
+def test_manual_scaling_asks_for_the_spec_count(raw_spec):
+    raw_spec["executors"] = {"instances": 2, "min": 1, "max": 3}
+    plan = plan_scaling(parse_spec(raw_spec), None, None, driver_answer(), 100.0)
+    assert plan.desired == 2
+    assert plan.status == {"desiredExecutors": 2, "scaling": "manual", "autoscaler": None}
+    raw_spec["suspend"] = True
+    assert plan_scaling(parse_spec(raw_spec), None, None, None, 100.0).desired is None
 
 
 def test_checkpoint_claim_and_env_reach_both_pods_through_templates(raw_spec):

@@ -89,10 +89,14 @@ a child that does not exist yet.
 - apiGroups: [""]
   resources: [configmaps, persistentvolumeclaims]
   verbs: [create, get, list, watch, delete, deletecollection, patch]
-# The driver's metrics, read through the API server's service proxy.
+# The driver control API's token: made once per app, read to call the API.
 - apiGroups: [""]
-  resources: [services/proxy]
-  verbs: [get]
+  resources: [secrets]
+  verbs: [get, create]
+# Each driver admits its control port only from the operator's pods.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, patch, list, watch]
 # The driver itself: applied, read and watched for its state, deleted on suspend.
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkapplications]

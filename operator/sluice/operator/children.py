@@ -11,16 +11,21 @@ import json
 import re
 from typing import Any
 
-import yaml
+from sluice.pipelines.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, RunnerConfig
 
 from .model import StreamingAppSpec, TopicSpec
 
 MANAGED_BY = "sluice-operator"
 APP_LABEL = "sluice.dev/app"
 REVISION_LABEL = "sluice.dev/revision"
-METRICS_PORT = 9090
+CONTROL_PORT = DEFAULT_CONTROL_PORT  # the driver's control API: /metrics, /healthz, /v1/...
 RUNNER_FILE = "local:///opt/sluice/runner.py"
 PIPELINE_MOUNT = "/etc/sluice"
+CONTROL_TOKEN_MOUNT = "/etc/sluice-control"
+CONTROL_TOKEN_KEY = "token"
+# Pods with this label may reach drivers' control ports (the chart puts it on the operator's pods; give
+# it to Prometheus to scrape /metrics). Writes still need the app's token.
+DRIVER_CLIENT_LABEL = "sluice.dev/driver-client"
 # The container names spark-operator gives Spark for its pod templates.
 SPARK_CONTAINERS = {"driver": "spark-kubernetes-driver", "executor": "spark-kubernetes-executor"}
 SPARK_APPLICATION_API = "sparkoperator.k8s.io/v1beta2"
@@ -38,9 +43,14 @@ def labels(app: str, component: str) -> dict[str, str]:
 
 
 def revision(spec: StreamingAppSpec) -> str:
-    """Identifies what the driver runs: the pipeline and the image. Changes roll out a new revision."""
-    identity = {"pipeline": spec.pipeline.model_dump(mode="json", by_alias=True, exclude_none=True),
-                "image": spec.spark.image}
+    """Identifies what the driver runs: the pipeline, its Kafka, its checkpoint and the image, as the user
+    wrote them. Fields left at their defaults are not hashed, so an operator release that adds a defaulted
+    field does not make a new revision (and restart every app)."""
+    def written(model: Any) -> Any:
+        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+    identity = {"pipeline": written(spec.pipeline), "kafka": written(spec.kafka),
+                "checkpoint": written(spec.checkpoint), "image": spec.spark.image}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -48,25 +58,55 @@ def configmap_name(app: str, rev: str) -> str:
     return f"{app}-pipeline-{rev}"
 
 
+def control_secret_name(app: str) -> str:
+    return f"{app}-control"
+
+
 def service_account_name(app: str, spec: StreamingAppSpec) -> str:
     return spec.spark.serviceAccount or f"{app}-spark"
 
 
-def runner_manifest(app: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
-    """What the runner reads: the app's pipeline with the Kafka address resolved."""
-    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp", "metadata": {"name": app},
-            "spec": {"kafka": {"bootstrapServers": bootstrap},
-                     "pipeline": spec.pipeline.model_dump(mode="json", by_alias=True, exclude_none=True)}}
+def checkpoint_root(app: str, spec: StreamingAppSpec) -> str:
+    return f"{spec.checkpoint.location.rstrip('/')}/{app}"
+
+
+def runner_config(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> RunnerConfig:
+    """The one thing the driver is given: this revision of the app, with the Kafka address resolved."""
+    return RunnerConfig(app=app, namespace=namespace, revision=revision(spec), kafkaBootstrap=bootstrap,
+                        pipeline=spec.pipeline, checkpointRoot=checkpoint_root(app, spec), controlPort=CONTROL_PORT,
+                        controlTokenFile=f"{CONTROL_TOKEN_MOUNT}/{CONTROL_TOKEN_KEY}")
 
 
 def pipeline_configmap(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
     rev = revision(spec)
+    config = runner_config(app, namespace, spec, bootstrap)
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": configmap_name(app, rev), "namespace": namespace,
                      "labels": {**labels(app, "pipeline"), REVISION_LABEL: rev}},
-        "data": {"app.yaml": yaml.safe_dump(runner_manifest(app, spec, bootstrap), sort_keys=False)},
+        "data": {RUNNER_CONFIG_FILE: config.model_dump_json(by_alias=True, exclude_none=True, indent=2)},
     }
+
+
+def control_secret(app: str, namespace: str, token: str) -> dict[str, Any]:
+    """The bearer token the driver's control API wants for writes; the operator reads it to call the API."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": control_secret_name(app), "namespace": namespace, "labels": labels(app, "control")},
+            "stringData": {CONTROL_TOKEN_KEY: token}}
+
+
+def network_policy(app: str, namespace: str) -> dict[str, Any]:
+    """The driver admits its control port only from driver clients (the operator), and anything from its
+    own executors (Spark's RPC and block manager)."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": f"{app}-driver", "namespace": namespace, "labels": labels(app, "driver")},
+            "spec": {"podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": "driver"}},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [
+                         {"from": [{"podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": "executor"}}}]},
+                         {"from": [{"namespaceSelector": {},
+                                    "podSelector": {"matchLabels": {DRIVER_CLIENT_LABEL: "true"}}}],
+                          "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]}]}}
 
 
 def _pod_spec(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
@@ -102,6 +142,8 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]
     if role == "driver":
         volumes.append({"name": "pipeline", "configMap": {"name": configmap_name(app, revision(spec))}})
         mounts.append({"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True})
+        volumes.append({"name": "control", "secret": {"secretName": control_secret_name(app)}})
+        mounts.append({"name": "control", "mountPath": CONTROL_TOKEN_MOUNT, "readOnly": True})
     if mounts:
         container["volumeMounts"] = mounts
     return {"spec": {"containers": [container], **({"volumes": volumes} if volumes else {})}}
@@ -113,11 +155,27 @@ def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
     return next(v["configMap"]["name"] for v in volumes if v["name"] == "pipeline")
 
 
-def spark_application(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
+def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
+    """sluice's defaults under the app's own sparkConf. Shuffle (state) partitions are fixed at an app's
+    first batch, so they default to the scaling ceiling: every executor the app may get has tasks to run."""
+    ceiling = max(spec.executors.max * spec.spark.executor.cores, 1)
+    defaults = {"spark.sql.streaming.metricsEnabled": "true",
+                "spark.sql.shuffle.partitions": str(ceiling),
+                # Executors change through the control API (live), never through Spark's own policy.
+                "spark.dynamicAllocation.enabled": "false"}
+    return {**defaults, **spec.spark.sparkConf}
+
+
+def spark_application(app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None
+                      ) -> dict[str, Any]:
+    """`submitted_executors`: the count the running SparkApplication was submitted with. spark-operator
+    resubmits on any spec change, so the count is never edited to scale; the live count goes through the
+    driver's control API instead."""
     rev = revision(spec)
     driver = _pod_spec(app, spec, "driver")
     driver["labels"][REVISION_LABEL] = rev
-    executor = {**_pod_spec(app, spec, "executor"), "instances": spec.executors.instances}
+    instances = spec.executors.instances if submitted_executors is None else submitted_executors
+    executor = {**_pod_spec(app, spec, "executor"), "instances": instances}
     executor.pop("serviceAccount")
     body: dict[str, Any] = {
         "apiVersion": SPARK_APPLICATION_API, "kind": "SparkApplication",
@@ -131,10 +189,8 @@ def spark_application(app: str, namespace: str, spec: StreamingAppSpec, bootstra
             "imagePullPolicy": spec.spark.imagePullPolicy,
             "sparkVersion": spec.spark.version,
             "mainApplicationFile": RUNNER_FILE,
-            "arguments": [f"{PIPELINE_MOUNT}/app.yaml",
-                          "--checkpoint-dir", f"{spec.checkpoint.location.rstrip('/')}/{app}",
-                          "--metrics-port", str(METRICS_PORT)],
-            "sparkConf": {"spark.sql.streaming.metricsEnabled": "true", **spec.spark.sparkConf},
+            "arguments": [f"{PIPELINE_MOUNT}/{RUNNER_CONFIG_FILE}"],
+            "sparkConf": spark_conf(spec),
             # A streaming driver should always come back, with back-off between attempts.
             "restartPolicy": {"type": "Always", "onFailureRetryInterval": 10,
                               "onSubmissionFailureRetryInterval": 20},
@@ -181,7 +237,7 @@ def driver_service(app: str, namespace: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": f"{app}-driver", "namespace": namespace, "labels": labels(app, "driver")},
             "spec": {"selector": {APP_LABEL: app, "app.kubernetes.io/component": "driver", "spark-role": "driver"},
-                     "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT}]}}
+                     "ports": [{"name": "control", "port": CONTROL_PORT, "targetPort": CONTROL_PORT}]}}
 
 
 def kafka_topic_name(topic: str) -> str:
@@ -200,11 +256,14 @@ def kafka_topic(app: str, namespace: str, topic: TopicSpec, cluster: str) -> dic
                      "config": dict(topic.config)}}
 
 
-def children(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> list[dict[str, Any]]:
-    """Every child the app should have now (topics are handled on their own: they outlive the driver)."""
+def children(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str,
+             submitted_executors: int | None = None) -> list[dict[str, Any]]:
+    """Every child the app should have now (topics are handled on their own: they outlive the driver; the
+    control Secret too: its token is made once, not on every pass)."""
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
     out += [driver_role(app, namespace), driver_role_binding(app, namespace, spec),
-            pipeline_configmap(app, namespace, spec, bootstrap), driver_service(app, namespace)]
+            pipeline_configmap(app, namespace, spec, bootstrap), driver_service(app, namespace),
+            network_policy(app, namespace)]
     if not spec.suspend:
-        out.append(spark_application(app, namespace, spec, bootstrap))
+        out.append(spark_application(app, namespace, spec, submitted_executors))
     return out

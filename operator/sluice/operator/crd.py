@@ -89,6 +89,8 @@ def crd() -> dict[str, Any]:
         ("Phase", "string", ".status.phase"),
         ("Revision", "string", ".status.revision"),
         ("Executors", "integer", ".status.executors"),
+        ("Desired", "integer", ".status.desiredExecutors"),
+        ("Scaling", "string", ".status.scaling"),
         ("Lag", "integer", ".status.lag"),
         ("Rate", "string", ".status.inputRate"),
         ("Age", "date", ".metadata.creationTimestamp"),

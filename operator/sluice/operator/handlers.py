@@ -1,15 +1,17 @@
-"""kopf handlers: thin. They hand the app to the reconciler and patch the status it returns.
+"""kopf handlers: thin. They hand the app to the reconciler and patch what it returns.
 
-No per-app timer or daemon: kopf would put a finalizer on every app for them, and an app could then not
-be deleted without the operator. Drift is repaired from the children's own watch events instead, and a
-resync loop re-reconciles the apps this replica has handled (a standby replica handles none).
+Periodic work is a kopf timer on the apps that run a driver (`when=`: not suspended), so kopf's peering
+pauses it on a standby replica, and a suspended app carries no finalizer for it. Every tick observes the
+driver and scales it (the autoscaler, or re-asserting the count after a driver restart); every
+RESYNC_SECONDS a tick is a full pass that also repairs what no event reports (a topic deleted in Kafka).
+Drift of the children is repaired from their own watch events.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -18,48 +20,16 @@ import kopf
 from . import metrics
 from .children import APP_LABEL, MANAGED_BY
 from .model import GROUP, PLURAL, VERSION
-from .reconciler import Reconciler
+from .reconciler import Outcome, Reconciler
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 RESYNC_SECONDS = float(os.environ.get("SLUICE_RESYNC_SECONDS", "30"))
+TICK_SECONDS = float(os.environ.get("SLUICE_TICK_SECONDS", "5"))
 CHILD_KINDS = [("", "v1", "configmaps"), ("", "v1", "services"), ("", "v1", "serviceaccounts"),
                ("rbac.authorization.k8s.io", "v1", "roles"), ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+               ("networking.k8s.io", "v1", "networkpolicies"),
                ("sparkoperator.k8s.io", "v1beta2", "sparkapplications")]
-_phases: dict[str, str] = {}  # uid -> phase, for the apps-by-phase gauge
-
-
-class Resync:
-    """Re-reconciles, every RESYNC_SECONDS, the apps this replica has handled: repairs what no event
-    reports (a topic deleted in Kafka) and refreshes the status from the driver's metrics."""
-
-    def __init__(self, reconciler: Reconciler, interval: float) -> None:
-        self.reconciler = reconciler
-        self.interval = interval
-        self.apps: set[tuple[str, str]] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="sluice-resync", daemon=True)
-
-    def start(self) -> Resync:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _loop(self) -> None:
-        log = logging.getLogger("sluice.operator.resync")
-        while not self._stop.wait(self.interval):
-            for namespace, name in sorted(self.apps):
-                try:
-                    status = self.reconciler.reconcile_by_name(namespace, name)
-                except Exception:  # one broken app must not stop the others' resync
-                    metrics.RECONCILE_ERRORS.labels("resync").inc()
-                    log.exception("resync of %s/%s failed", namespace, name)
-                    continue
-                if status is None:
-                    self.apps.discard((namespace, name))
-                else:
-                    _record("resync", status, f"{namespace}/{name}")
+_phases: dict[str, str] = {}  # app -> phase, for the apps-by-phase gauge
 
 
 @kopf.on.startup()
@@ -72,20 +42,29 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.server_timeout = 300
     settings.execution.max_workers = int(os.environ.get("SLUICE_WORKERS", "8"))
     memo.reconciler = Reconciler()
-    memo.resync = Resync(memo.reconciler, RESYNC_SECONDS).start()
+    memo.apps = set()  # apps this replica has handled: child events of others wait for their handler
+    memo.full_pass_at = {}  # app -> monotonic time of its last full pass
 
 
-@kopf.on.cleanup()
-def shutdown(memo: kopf.Memo, **_: Any) -> None:
-    memo.resync.stop()
-
-
-def _record(trigger: str, status: dict[str, Any], app: str) -> None:
+def _record(trigger: str, outcome: Outcome, body: kopf.Body | dict[str, Any]) -> None:
+    meta = body["metadata"]
+    app = f"{meta['namespace']}/{meta['name']}"
+    status = outcome.status
     metrics.RECONCILES.labels(trigger, status["phase"]).inc()
     _phases[app] = status["phase"]
     metrics.APPS.clear()
     for phase, count in Counter(_phases.values()).items():
         metrics.APPS.labels(phase).set(count)
+    metrics.record_scaling(app, status)
+    for kind, reason, message in outcome.events:
+        metrics.SCALING_DECISIONS.labels(reason).inc()
+        kopf.event(body, type=kind, reason=reason, message=message)
+
+
+def _apply(outcome: Outcome, patch: kopf.Patch) -> None:
+    patch.status.update(outcome.status)
+    for key, value in outcome.annotations.items():
+        patch.metadata.annotations[key] = value
 
 
 @kopf.on.create(*RESOURCE)
@@ -96,27 +75,58 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.
     trigger = str(reason)
     with metrics.RECONCILE_SECONDS.labels(trigger).time():
         try:
-            status = memo.reconciler.reconcile(dict(body))
+            outcome = memo.reconciler.reconcile(dict(body))
         except Exception:
             metrics.RECONCILE_ERRORS.labels(trigger).inc()
             raise
     meta = body["metadata"]
-    memo.resync.apps.add((meta["namespace"], meta["name"]))
-    _record(trigger, status, f"{meta['namespace']}/{meta['name']}")
-    previous = (body.get("status") or {}).get("phase")
+    memo.apps.add((meta["namespace"], meta["name"]))
+    memo.full_pass_at[(meta["namespace"], meta["name"])] = time.monotonic()
+    _record(trigger, outcome, body)
+    status, previous = outcome.status, (body.get("status") or {}).get("phase")
     if status["phase"] == "Invalid":
         kopf.warn(body, reason="InvalidSpec", message=status["message"] or "invalid spec")
     elif status["phase"] != previous:
         logger.info("phase %s -> %s (revision %s)", previous, status["phase"], status.get("revision"))
-    patch.status.update(status)
+    _apply(outcome, patch)
+
+
+def _runs_driver(spec: kopf.Spec, **_: Any) -> bool:
+    return not spec.get("suspend")
+
+
+@kopf.timer(*RESOURCE, interval=TICK_SECONDS, initial_delay=TICK_SECONDS, when=_runs_driver)
+def tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    meta = body["metadata"]
+    key = (meta["namespace"], meta["name"])
+    full = time.monotonic() - memo.full_pass_at.get(key, 0.0) >= RESYNC_SECONDS
+    trigger = "resync" if full else "tick"
+    with metrics.RECONCILE_SECONDS.labels(trigger).time():
+        try:
+            outcome = memo.reconciler.reconcile(dict(body), full=full)
+        except Exception:  # reported; the next tick tries again
+            metrics.RECONCILE_ERRORS.labels(trigger).inc()
+            raise
+    if full:
+        memo.full_pass_at[key] = time.monotonic()
+    memo.apps.add(key)
+    _record(trigger, outcome, body)
+    old = body.get("status") or {}
+    if any(old.get(k) != v for k, v in outcome.status.items()):
+        patch.status.update(outcome.status)
+    for k, v in outcome.annotations.items():
+        if (meta.get("annotations") or {}).get(k) != v:
+            patch.metadata.annotations[k] = v
 
 
 @kopf.on.event(*RESOURCE)
 def forget_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if event["type"] == "DELETED":
         meta = body["metadata"]
-        memo.resync.apps.discard((meta["namespace"], meta["name"]))
+        memo.apps.discard((meta["namespace"], meta["name"]))
+        memo.full_pass_at.pop((meta["namespace"], meta["name"]), None)
         _phases.pop(f"{meta['namespace']}/{meta['name']}", None)
+        metrics.forget_app(f"{meta['namespace']}/{meta['name']}")
 
 
 def _child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -125,11 +135,17 @@ def _child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: An
         return
     meta = body["metadata"]
     app = (meta.get("labels") or {}).get(APP_LABEL)
-    if app and (meta["namespace"], app) in memo.resync.apps:
+    if app and (meta["namespace"], app) in memo.apps:
         with metrics.RECONCILE_SECONDS.labels("child").time():
-            status = memo.reconciler.reconcile_by_name(meta["namespace"], app)
-        if status is not None:
-            _record("child", status, f"{meta['namespace']}/{app}")
+            outcome = memo.reconciler.reconcile_by_name(meta["namespace"], app)
+        if outcome is not None:
+            _record("child", outcome, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamingApp",
+                                       "metadata": {"namespace": meta["namespace"], "name": app,
+                                                    "uid": _owner_uid(meta, app)}})
+
+
+def _owner_uid(meta: dict[str, Any], app: str) -> str | None:
+    return next((ref.get("uid") for ref in meta.get("ownerReferences") or [] if ref.get("name") == app), None)
 
 
 for _group, _version, _plural in CHILD_KINDS:

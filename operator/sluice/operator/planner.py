@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.pipelines.contract import DriverStatus
 from sluice.pipelines.validation import PipelineInvalid, Problem, model_problems, validate
 
 from . import children as ch
@@ -57,7 +58,9 @@ def bootstrap_for(spec: StreamingAppSpec, namespace: str) -> str:
     return f"{cluster.name}-kafka-bootstrap.{cluster.namespace or namespace}.svc:{port}"
 
 
-def desired_state(app: str, namespace: str, spec: StreamingAppSpec) -> DesiredState:
+def desired_state(app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None
+                  ) -> DesiredState:
+    """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children)."""
     bootstrap = bootstrap_for(spec, namespace)
     by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
     for topic in spec.topics:
@@ -66,8 +69,8 @@ def desired_state(app: str, namespace: str, spec: StreamingAppSpec) -> DesiredSt
     strimzi = [ch.kafka_topic(app, cluster.namespace or namespace if cluster else namespace, t,
                               cluster.name if cluster else "")
                for t in by_mode["strimzi"]]
-    return DesiredState(spec, bootstrap, ch.revision(spec), ch.children(app, namespace, spec, bootstrap),
-                        by_mode["admin"], strimzi)
+    return DesiredState(spec, bootstrap, ch.revision(spec),
+                        ch.children(app, namespace, spec, bootstrap, submitted_executors), by_mode["admin"], strimzi)
 
 
 # ------------------------------------------------------------------------------------- status
@@ -86,8 +89,10 @@ class Observation:
     suspended: bool = False
     spark_state: str | None = None  # SparkApplication .status.applicationState.state
     spark_error: str | None = None
-    executors: int | None = None
-    driver_metrics: dict[str, float] | None = None
+    executors: int | None = None  # running executors by the SparkApplication's status
+    driver: DriverStatus | None = None  # the driver's own answer (GET /v1/status)
+    driver_error: str | None = None
+    driver_address: str | None = None  # http://<driver pod IP>:<control port>
 
 
 def phase_of(obs: Observation) -> str:
@@ -141,9 +146,21 @@ def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, str]], now: 
     return merged
 
 
-def status_for(obs: Observation, *, generation: int | None, revision: str | None, requested_executors: int | None,
-               children: list[dict[str, Any]], old_status: dict[str, Any], now: str) -> dict[str, Any]:
-    metrics = obs.driver_metrics or {}
+def driver_figures(driver: DriverStatus) -> dict[str, Any]:
+    """Status fields from the driver's answer. Queries reading the same topics (a sink query and its
+    dead-letter query) are counted once for the input rate, as the backlog counts each topic once."""
+    rate_by_topics: dict[tuple[str, ...], float] = {}
+    for query in driver.queries:
+        key = tuple(sorted(query.topics)) or (query.name,)
+        rate_by_topics[key] = max(rate_by_topics.get(key, 0.0), query.inputRowsPerSecond or 0.0)
+    return {"executors": len(driver.executors), "lag": driver.backlog,
+            "inputRate": f"{sum(rate_by_topics.values()):.1f}/s", "observedAt": driver.observedAt}
+
+
+def status_for(obs: Observation, *, generation: int | None, revision: str | None, children: list[dict[str, Any]],
+               old_status: dict[str, Any], now: str, scaling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
+    `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step."""
     status: dict[str, Any] = {
         "phase": phase_of(obs),
         "observedGeneration": generation,
@@ -152,31 +169,18 @@ def status_for(obs: Observation, *, generation: int | None, revision: str | None
                      for c in children],
         "message": (obs.valid.message[:4000] if obs.valid else obs.apply_error or obs.topics_error
                     or "; ".join(obs.topics_refused.values()) or None),
+        "revision": revision,
+        "executors": None, "lag": None, "inputRate": None, "observedAt": None,
+        "desiredExecutors": None, "scaling": None, "autoscaler": None,
     }
-    if revision is not None:
-        status["revision"] = revision
-    executors = next((x for x in (metrics.get("executors"), obs.executors, requested_executors) if x is not None),
-                     None)
-    if executors is not None and obs.valid is None:
-        status["executors"] = 0 if obs.suspended else int(executors)
-    if "lag" in metrics:
-        status["lag"] = int(metrics["lag"])
-    if "input_rate" in metrics:
-        status["inputRate"] = f"{metrics['input_rate']:.1f}/s"
+    if obs.valid is not None:
+        status["revision"] = old_status.get("revision")  # what runs keeps running
+        return status
+    if obs.suspended:
+        status["executors"] = 0
+    elif obs.driver is not None:
+        status.update(driver_figures(obs.driver))
+    elif obs.executors is not None:
+        status["executors"] = obs.executors
+    status.update(scaling or {})
     return status
-
-
-def parse_driver_metrics(text: str) -> dict[str, float]:
-    """Sum the runner's Prometheus samples into the few figures the status shows."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "sluice_input_rows_per_second":
-                out["input_rate"] = out.get("input_rate", 0.0) + sample.value
-            elif sample.name == "sluice_kafka_records_behind_latest" and sample.labels.get("stat") == "max":
-                out["lag"] = out.get("lag", 0.0) + sample.value
-            elif sample.name == "sluice_executors":
-                out["executors"] = sample.value
-    return out

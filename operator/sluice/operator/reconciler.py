@@ -6,9 +6,14 @@ repairs drift (a child edited or deleted by hand comes back on the next pass).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -17,9 +22,13 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
+from sluice.pipelines.contract import DriverStatus
+
 from . import children as ch
+from .driver_client import DriverClient, DriverUnavailable
 from .model import GROUP, KIND, PLURAL, VERSION
-from .planner import DesiredState, Invalid, Observation, desired_state, parse_driver_metrics, parse_spec, status_for
+from .planner import DesiredState, Invalid, Observation, desired_state, parse_spec, status_for
+from .scaling import SCALING_STATE_ANNOTATION, ScalingPlan, plan_scaling
 from .topics import AdminTopics, plan_topics
 
 FIELD_MANAGER = "sluice-operator"
@@ -43,12 +52,43 @@ def _api_message(exc: ApiException) -> str:
         return f"{exc.status} {exc.reason}"
 
 
+@dataclass
+class Outcome:
+    """What one pass decided: the whole status, annotations to set on the app, events to post."""
+
+    status: dict[str, Any]
+    annotations: dict[str, str] = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+
+@dataclass
+class DriverSeen:
+    """The last driver answer kept per app: the autoscaler's samples are differences of two answers."""
+
+    pod_uid: str
+    status: DriverStatus
+
+
+def submitted_executors(spark_app: dict[str, Any] | None, spec: Any) -> int | None:
+    """The executor count a running SparkApplication keeps: changing it would make spark-operator resubmit.
+    A new revision resubmits anyway, and then starts with today's count (None)."""
+    if spark_app is None:
+        return None
+    if (spark_app["metadata"].get("labels") or {}).get(ch.REVISION_LABEL) != ch.revision(spec):
+        return None
+    return ((spark_app.get("spec") or {}).get("executor") or {}).get("instances")
+
+
 class Reconciler:
-    def __init__(self, api: client.ApiClient | None = None) -> None:
+    def __init__(self, api: client.ApiClient | None = None, driver_client: DriverClient | None = None) -> None:
         self.api = api or api_client()
         self.dynamic = DynamicClient(self.api)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.driver_client = driver_client or DriverClient()
+        self._tokens: dict[tuple[str, str], str] = {}
+        self._seen: dict[tuple[str, str], DriverSeen] = {}
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------- kube helpers
     def _resource(self, api_version: str, kind: str):
@@ -71,36 +111,70 @@ class Reconciler:
             self._resource(api_version, kind).delete(name=name, namespace=namespace)
 
     # ---------------------------------------------------------------------------- reconcile
-    def reconcile_by_name(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """Reconcile an app outside a kopf handler and patch its status when it changed.
-        None when the app is gone or being deleted."""
+    def reconcile_by_name(self, namespace: str, name: str, *, full: bool = True) -> Outcome | None:
+        """Reconcile an app outside a kopf handler and patch what changed. None when the app is gone or
+        being deleted."""
         body = self.get(f"{GROUP}/{VERSION}", KIND, namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None
-        status = self.reconcile(body)
+        outcome = self.reconcile(body, full=full)
         old = body.get("status") or {}
-        if any(old.get(key) != value for key, value in status.items()):
+        patch: dict[str, Any] = {}
+        if any(old.get(key) != value for key, value in outcome.status.items()):
+            patch["status"] = outcome.status
+        annotations = body["metadata"].get("annotations") or {}
+        if any(annotations.get(key) != value for key, value in outcome.annotations.items()):
+            patch["metadata"] = {"annotations": outcome.annotations}
+        if "status" in patch:
             self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
-                                                              {"status": status})
-        return status
+                                                              {"status": outcome.status})
+        if "metadata" in patch:
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                       {"metadata": patch["metadata"]})
+        return outcome
 
-    def reconcile(self, body: dict[str, Any]) -> dict[str, Any]:
+    def reconcile(self, body: dict[str, Any], *, full: bool = True, clock: float | None = None) -> Outcome:
+        """One pass. `full`: also apply topics and children (events and the resync); without it only the
+        driver is observed and scaled (the frequent tick)."""
         meta, namespace, app = body["metadata"], body["metadata"]["namespace"], body["metadata"]["name"]
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        clock = time.time() if clock is None else clock
+        now = dt.datetime.fromtimestamp(clock, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         old_status = body.get("status") or {}
         parsed = parse_spec(body.get("spec") or {})
         if isinstance(parsed, Invalid):
             # Nothing is created or changed for an invalid spec: what runs keeps running.
-            return status_for(Observation(valid=parsed), generation=meta.get("generation"), revision=None,
-                              requested_executors=None, children=[], old_status=old_status, now=now)
-        desired = desired_state(app, namespace, parsed)
+            return Outcome(status_for(Observation(valid=parsed), generation=meta.get("generation"),
+                                      revision=None, children=[], old_status=old_status, now=now))
+        spark_app = None if parsed.suspend else self._spark_application(namespace, app)
+        desired = desired_state(app, namespace, parsed, submitted_executors=submitted_executors(spark_app, parsed))
         obs = Observation(suspended=parsed.suspend)
-        self._ensure_topics(body, desired, obs)
-        applied = self._ensure_children(body, desired, obs)
-        self._observe(desired, namespace, app, obs)
-        return status_for(obs, generation=meta.get("generation"), revision=desired.revision,
-                          requested_executors=parsed.executors.instances, children=applied,
-                          old_status=old_status, now=now)
+        if full:
+            self._ensure_topics(body, desired, obs)
+            self._ensure_control_secret(body)
+            self._ensure_children(body, desired, obs)
+        else:
+            obs.topics_error, obs.topics_refused, obs.apply_error = self._last_full_errors(old_status)
+        if spark_app is None and not parsed.suspend and full:
+            spark_app = self._spark_application(namespace, app)
+        self._observe(spark_app, namespace, app, obs)
+        previous = self._seen.get((namespace, app))
+        plan = plan_scaling(parsed, (meta.get("annotations") or {}).get(SCALING_STATE_ANNOTATION),
+                            previous.status if previous else None, obs.driver, clock)
+        events = self._realize(namespace, app, obs, plan)
+        status = status_for(obs, generation=meta.get("generation"), revision=desired.revision,
+                            children=desired.children, old_status=old_status, now=now, scaling=plan.status)
+        return Outcome(status, {SCALING_STATE_ANNOTATION: plan.state} if plan.state is not None else {},
+                       [*plan.events, *events])
+
+    @staticmethod
+    def _last_full_errors(old_status: dict[str, Any]) -> tuple[str | None, dict[str, str], str | None]:
+        """A tick applies nothing, so the errors of the last full pass stand (from its conditions)."""
+        by_type = {c.get("type"): c for c in old_status.get("conditions") or []}
+        topics, submitted = by_type.get("TopicsReady") or {}, by_type.get("DriverSubmitted") or {}
+        topics_error = topics.get("message") or None if topics.get("reason") == "TopicError" else None
+        refused = {"_": topics["message"]} if topics.get("reason") == "PartitionShrinkRefused" else {}
+        apply_error = submitted.get("message") or None if submitted.get("reason") == "ApplyFailed" else None
+        return topics_error, refused, apply_error
 
     def _ensure_topics(self, owner: dict[str, Any], desired: DesiredState, obs: Observation) -> None:
         try:
@@ -160,30 +234,91 @@ class Reconciler:
                     if exc.status != 404:  # a concurrent pass (update handler vs resync) got there first
                         raise
 
-    def _observe(self, desired: DesiredState, namespace: str, app: str, obs: Observation) -> None:
-        if desired.spec.suspend:
+    def _ensure_control_secret(self, owner: dict[str, Any]) -> None:
+        """The control token is made once and kept (the driver mounts it; rotating it is deleting it)."""
+        namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        if self.get("v1", "Secret", namespace, ch.control_secret_name(app)) is not None:
             return
+        secret = ch.control_secret(app, namespace, secrets.token_urlsafe(32))
+        kopf.adopt(secret, owner=owner)
+        with contextlib.suppress(ApiException):  # 409: a concurrent pass created it
+            self.core.create_namespaced_secret(namespace, secret)
+        self._tokens.pop((namespace, app), None)
+
+    def _control_token(self, namespace: str, app: str) -> str | None:
+        key = (namespace, app)
+        if key not in self._tokens:
+            secret = self.get("v1", "Secret", namespace, ch.control_secret_name(app))
+            encoded = ((secret or {}).get("data") or {}).get(ch.CONTROL_TOKEN_KEY)
+            if not encoded:
+                return None
+            self._tokens[key] = base64.b64decode(encoded).decode().strip()
+        return self._tokens[key]
+
+    def _spark_application(self, namespace: str, app: str) -> dict[str, Any] | None:
         try:
-            spark_app = self.get(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, app)
+            return self.get(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, app)
         except ResourceNotFoundError:
+            return None
+
+    def _observe(self, spark_app: dict[str, Any] | None, namespace: str, app: str, obs: Observation) -> None:
+        if obs.suspended or spark_app is None:
+            self._seen.pop((namespace, app), None)
             return
-        status = (spark_app or {}).get("status") or {}
+        status = spark_app.get("status") or {}
         obs.spark_state = (status.get("applicationState") or {}).get("state")
         obs.spark_error = (status.get("applicationState") or {}).get("errorMessage")
         executors = status.get("executorState") or {}
         if executors:
             obs.executors = sum(1 for s in executors.values() if s == "RUNNING")
-        if (obs.spark_state or "").upper() == "RUNNING":
-            obs.driver_metrics = self._driver_metrics(namespace, app)
-
-    def _driver_metrics(self, namespace: str, app: str) -> dict[str, float] | None:
+        pod_name = (status.get("driverInfo") or {}).get("podName")
+        if (obs.spark_state or "").upper() != "RUNNING" or not pod_name:
+            self._seen.pop((namespace, app), None)
+            return
+        pod = self.get("v1", "Pod", namespace, pod_name)
+        pod_ip = ((pod or {}).get("status") or {}).get("podIP")
+        if not pod_ip:
+            return
+        address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
         try:
-            text = self.core.connect_get_namespaced_service_proxy_with_path(
-                f"{app}-driver:{ch.METRICS_PORT}", namespace, "metrics")
-        except (ApiException, OSError) as exc:
-            log.debug("driver metrics of %s/%s not available: %s", namespace, app, exc)
-            return None
-        return parse_driver_metrics(text if isinstance(text, str) else text.decode())
+            obs.driver = self.driver_client.status(address)
+        except DriverUnavailable as exc:
+            obs.driver_error = str(exc)
+            log.debug("driver of %s/%s not available: %s", namespace, app, exc)
+            return
+        obs.driver_address = address
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            seen = self._seen.get((namespace, app))
+            if seen is None or seen.pod_uid != uid or seen.status.revision != obs.driver.revision:
+                self._seen[(namespace, app)] = DriverSeen(uid, obs.driver)
+
+    def advance_sample(self, namespace: str, app: str, driver: DriverStatus) -> None:
+        """The scaling step used the last answer as the start of a sample: the next one starts here."""
+        seen = self._seen.get((namespace, app))
+        if seen is not None:
+            seen.status = driver
+
+    def _realize(self, namespace: str, app: str, obs: Observation, plan: ScalingPlan) -> list[tuple[str, str, str]]:
+        """Ask the driver for the desired count when it runs another one (after a restart it runs none:
+        the count is re-asserted)."""
+        if plan.sampled and obs.driver is not None:
+            self.advance_sample(namespace, app, obs.driver)
+        if obs.driver is None or plan.desired is None or obs.driver.executorTarget == plan.desired:
+            return []
+        token = self._control_token(namespace, app)
+        if token is None:
+            return [("Warning", "ScaleFailed", f"no control token in Secret {ch.control_secret_name(app)}")]
+        try:
+            answer = self.driver_client.set_executors(obs.driver_address, token, plan.desired)
+        except DriverUnavailable as exc:
+            self._tokens.pop((namespace, app), None)  # a rotated Secret is read again next time
+            return [("Warning", "ScaleFailed", str(exc)[:1000])]
+        log.info("%s/%s: executors %s -> %s", namespace, app, answer.previous, answer.target)
+        if plan.events or answer.previous == answer.target:
+            return []
+        return [("Normal", "Scaled", f"{answer.previous} → {answer.target}: {plan.status.get('scaling')} "
+                                     f"(driver {obs.driver.revision} asked for {answer.target} executors)")]
 
     # ---------------------------------------------------------------------------- deletion
     def delete_topics(self, spec_raw: dict[str, Any], namespace: str) -> None:

@@ -1,0 +1,52 @@
+"""Client of a driver's control API (served by sluice.pipelines.control; models in sluice.pipelines.contract).
+
+The operator talks to the driver pod directly (its IP, the control port): the API server's service proxy
+drops the Authorization header, and the app's NetworkPolicy admits the control port from the operator's
+pods only.
+"""
+
+from __future__ import annotations
+
+import httpx
+from pydantic import ValidationError
+
+from sluice.pipelines.contract import DriverStatus, ExecutorsRequest, ExecutorsResponse
+
+
+class DriverUnavailable(Exception):
+    """The driver did not answer, or answered with an error; the message says which."""
+
+
+class DriverClient:
+    def __init__(self, timeout: float = 5.0) -> None:
+        self.http = httpx.Client(timeout=timeout)
+
+    @staticmethod
+    def address(pod_ip: str, port: int) -> str:
+        host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
+        return f"http://{host}:{port}"
+
+    def status(self, address: str) -> DriverStatus:
+        text = self._call("GET", f"{address}/v1/status")
+        try:
+            return DriverStatus.model_validate_json(text)
+        except ValidationError as exc:
+            raise DriverUnavailable(f"{address}/v1/status does not match the contract: {exc.errors()[0]}") from exc
+
+    def set_executors(self, address: str, token: str, target: int) -> ExecutorsResponse:
+        body = ExecutorsRequest(target=target).model_dump_json()
+        text = self._call("PUT", f"{address}/v1/executors", content=body,
+                          headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        return ExecutorsResponse.model_validate_json(text)
+
+    def _call(self, method: str, url: str, **kwargs: object) -> str:
+        try:
+            response = self.http.request(method, url, **kwargs)  # type: ignore[arg-type]
+        except httpx.HTTPError as exc:
+            raise DriverUnavailable(f"{method} {url}: {exc.__class__.__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            raise DriverUnavailable(f"{method} {url}: {response.status_code} {response.text[:300].strip()}")
+        return response.text
+
+    def close(self) -> None:
+        self.http.close()

@@ -1,0 +1,43 @@
+"""Who sets an app's live executor count, and to what (pure: plain values in, a plan out, clock passed in).
+
+- Manual (autoscaling off): the count is `spec.executors.instances`; `kubectl scale` edits it and the
+  operator asks the running driver for it through the control API (no restart).
+- Autoscaler (autoscaling on): the autoscaler owns the count within executors.min..max. A `kubectl scale`
+  is then a new starting point: the count jumps there (clamped to min..max), it counts as a change for
+  the cooldowns, and the autoscaler goes on deciding from it.
+
+The autoscaler's memory (samples, recommendations, the last change) lives in an annotation on the app,
+so an operator restart or a failover to another replica keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.pipelines.contract import DriverStatus
+
+from .model import StreamingAppSpec
+
+SCALING_STATE_ANNOTATION = "sluice.dev/autoscaler-state"
+
+
+@dataclass
+class ScalingPlan:
+    desired: int | None  # None: no driver should run
+    status: dict[str, Any]  # desiredExecutors, scaling, autoscaler
+    state: str | None = None  # the annotation's new value (None: leave it)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    sampled: bool = False  # the driver answer was used as a sample's end: the next sample starts there
+
+
+def plan_scaling(spec: StreamingAppSpec, stored_state: str | None, previous: DriverStatus | None,
+                 driver: DriverStatus | None, now: float) -> ScalingPlan:
+    if spec.suspend:
+        return ScalingPlan(None, {"desiredExecutors": None, "scaling": None, "autoscaler": None})
+    if not spec.autoscaling.enabled:
+        return ScalingPlan(spec.executors.instances, {"desiredExecutors": spec.executors.instances,
+                                                      "scaling": "manual", "autoscaler": None})
+    from .autoscaling import autoscale
+
+    return autoscale(spec, stored_state, previous, driver, now)
