@@ -48,4 +48,4 @@ def test_scale_subresource_and_printer_columns():
     version = crd.crd()["spec"]["versions"][0]
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.executors.instances"
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Phase", "Revision", "Executors", "Lag", "Rate", "Age"]
+        "Phase", "Revision", "Executors", "Desired", "Scaling", "Lag", "Rate", "Age"]
