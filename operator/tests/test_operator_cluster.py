@@ -10,6 +10,7 @@ import yaml
 from cluster_helpers import example, wait_for
 
 from sluice.operator import children
+from sluice.pipelines.contract import RUNNER_CONFIG_FILE, RunnerConfig
 from sluice.testbed.kafka_io import create_topic
 
 pytestmark = [pytest.mark.kube, pytest.mark.kafka]
@@ -50,10 +51,12 @@ def test_example_gets_its_children_and_loses_them_on_delete(name, operator_proce
     assert (owner["kind"], owner["name"], owner["controller"]) == ("StreamingApp", name, True)
     configmap_name = children.pipeline_configmap_of(spark)
     configmap = get(kube_cluster, "configmap", configmap_name, namespace)
-    shipped = yaml.safe_load(configmap["data"]["app.yaml"])["spec"]["pipeline"]["nodes"]
-    assert [n["name"] for n in shipped] == [n["name"] for n in manifest["spec"]["pipeline"]["nodes"]]
+    shipped = RunnerConfig.model_validate_json(configmap["data"][RUNNER_CONFIG_FILE])
+    assert [n.name for n in shipped.pipeline.nodes] == [n["name"] for n in manifest["spec"]["pipeline"]["nodes"]]
+    assert shipped.kafkaBootstrap == kafka_bootstrap
     for kind, child in (("service", f"{name}-driver"), ("serviceaccount", f"{name}-spark"),
-                        ("role", f"{name}-spark"), ("rolebinding", f"{name}-spark")):
+                        ("role", f"{name}-spark"), ("rolebinding", f"{name}-spark"),
+                        ("networkpolicy", f"{name}-driver"), ("secret", f"{name}-control")):
         assert get(kube_cluster, kind, child, namespace), f"{kind}/{child} missing"
     app = wait_for(lambda: (a := get(kube_cluster, "sapp", name, namespace)) and a.get("status", {}).get("phase")
                    and a, what="status")
@@ -88,7 +91,7 @@ def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kub
 
     spark = wait_for(updated, what="the new revision")
     new_cm = children.pipeline_configmap_of(spark)
-    assert "length(word) > 2" in get(kube_cluster, "configmap", new_cm, namespace)["data"]["app.yaml"]
+    assert "length(word) > 2" in get(kube_cluster, "configmap", new_cm, namespace)["data"][RUNNER_CONFIG_FILE]
     wait_for(lambda: get(kube_cluster, "configmap", old_cm, namespace) is None, what="old revision pruned")
     app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"].get("revision")
                    == new_cm.rsplit("-", 1)[-1] and a, what="status.revision")
@@ -108,9 +111,13 @@ def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kaf
     apply(kube_cluster, manifest, namespace)
     wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
 
+    submitted = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
     kube_cluster.kubectl("scale", "sapp", "wordcount", "-n", namespace, "--replicas=4")
-    wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"]["executor"]["instances"]
-             == 4, what="scaled executors")
+    wait_for(lambda: get(kube_cluster, "sapp", "wordcount", namespace)["status"].get("desiredExecutors") == 4,
+             what="4 executors desired")
+    # The driver is asked live (control API); the SparkApplication's spec is untouched: no resubmission.
+    spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
+    assert spark["spec"] == submitted["spec"] and spark["metadata"]["generation"] == submitted["metadata"]["generation"]
     too_many = kube_cluster.kubectl("scale", "sapp", "wordcount", "-n", namespace, "--replicas=400", check=False)
     assert too_many.returncode != 0 and "instances must not exceed max" in too_many.stderr
 
@@ -221,7 +228,8 @@ def test_strimzi_topics_are_kafkatopic_resources(operator_process, kube_cluster,
     assert by_topic[manifest["spec"]["topics"][1]["name"]]["metadata"]["ownerReferences"][0]["name"] == "wordcount"
     spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
     cm = get(kube_cluster, "configmap", children.pipeline_configmap_of(spark), namespace)
-    assert f"events-kafka-bootstrap.{namespace}.svc:9092" in cm["data"]["app.yaml"]
+    config = RunnerConfig.model_validate_json(cm["data"][RUNNER_CONFIG_FILE])
+    assert config.kafkaBootstrap == f"events-kafka-bootstrap.{namespace}.svc:9092"
 
 
 def test_operator_metrics(operator_process, kube_cluster, namespace, kafka_bootstrap):
@@ -284,21 +292,28 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
         crds_installed.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
-def test_no_finalizer_unless_topics_must_be_deleted(operator_process, kube_cluster, namespace, kafka_bootstrap):
+def test_finalizer_only_while_a_driver_runs_or_topics_must_be_deleted(operator_process, kube_cluster, namespace,
+                                                                      kafka_bootstrap):
+    """The periodic tick (a kopf timer) needs a finalizer on apps that run a driver; a suspended app keeps
+    none unless Admin-API topics must be deleted with it."""
+    def finalizers(name: str) -> list[str]:
+        return ((get(kube_cluster, "sapp", name, namespace) or {}).get("metadata") or {}).get("finalizers") or []
+
     plain = example("wordcount", kafka_bootstrap, namespace)
     apply(kube_cluster, plain, namespace)
-    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)) and
-                   a.get("status", {}).get("phase") and a, what="reconciled")
-    assert not app["metadata"].get("finalizers"), "an app the garbage collector can clean up needs no finalizer"
+    wait_for(lambda: finalizers("wordcount"), what="the running app's finalizer")
+    kube_cluster.kubectl("patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p",
+                         '{"spec": {"suspend": true}}')
+    wait_for(lambda: not finalizers("wordcount"), what="a suspended app's finalizer removed")
 
     doomed = example("frequency-count", kafka_bootstrap, namespace)
     name = doomed["metadata"]["name"]
     doomed["spec"]["topics"][0]["deletionPolicy"] = "delete"
+    doomed["spec"]["suspend"] = True
     topic = doomed["spec"]["topics"][0]["name"]
     apply(kube_cluster, doomed, namespace)
     wait_for(lambda: topic_partitions(kafka_bootstrap, topic), what="topic created")
-    wait_for(lambda: (get(kube_cluster, "sapp", name, namespace) or {}).get("metadata", {}).get("finalizers"),
-             what="the finalizer")
+    wait_for(lambda: finalizers(name), what="the finalizer")
     kube_cluster.kubectl("delete", "sapp", name, "-n", namespace, "--timeout=60s")
     wait_for(lambda: topic_partitions(kafka_bootstrap, topic) is None, what="the topic deleted with its app")
     assert all(topic_partitions(kafka_bootstrap, t["name"]) for t in doomed["spec"]["topics"][1:])

@@ -108,6 +108,10 @@ def test_scaling_never_edits_the_submitted_executor_count(raw_spec):
     spec3 = parse_spec(scaled)
     kept = desired_state("wc", "ns", spec3, submitted_executors=submitted_executors(running, spec3)).children[-1]
     assert kept["spec"] == running["spec"], "a SparkApplication spec change makes spark-operator resubmit"
+    edited = copy.deepcopy(running)
+    edited["spec"]["executor"]["instances"] = 9  # by hand: repaired to the recorded submission count
+    repaired = desired_state("wc", "ns", spec3, submitted_executors=submitted_executors(edited, spec3)).children[-1]
+    assert repaired["spec"]["executor"]["instances"] == raw_spec["executors"]["instances"]
     assert plan_scaling(spec3, None, None, None, 0.0).desired == 3  # the driver is asked instead
     changed = copy.deepcopy(scaled)
     changed["pipeline"]["nodes"][2]["filter"] = "word != 'the'"

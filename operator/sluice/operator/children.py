@@ -18,6 +18,7 @@ from .model import StreamingAppSpec, TopicSpec
 MANAGED_BY = "sluice-operator"
 APP_LABEL = "sluice.dev/app"
 REVISION_LABEL = "sluice.dev/revision"
+SUBMITTED_EXECUTORS_ANNOTATION = "sluice.dev/submitted-executors"
 CONTROL_PORT = DEFAULT_CONTROL_PORT  # the driver's control API: /metrics, /healthz, /v1/...
 RUNNER_FILE = "local:///opt/sluice/runner.py"
 PIPELINE_MOUNT = "/etc/sluice"
@@ -180,7 +181,8 @@ def spark_application(app: str, namespace: str, spec: StreamingAppSpec, submitte
     body: dict[str, Any] = {
         "apiVersion": SPARK_APPLICATION_API, "kind": "SparkApplication",
         "metadata": {"name": app, "namespace": namespace,
-                     "labels": {**labels(app, "driver"), REVISION_LABEL: rev}},
+                     "labels": {**labels(app, "driver"), REVISION_LABEL: rev},
+                     "annotations": {SUBMITTED_EXECUTORS_ANNOTATION: str(instances)}},
         "spec": {
             "type": "Python",
             "pythonVersion": "3",

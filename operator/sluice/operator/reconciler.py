@@ -70,13 +70,16 @@ class DriverSeen:
 
 
 def submitted_executors(spark_app: dict[str, Any] | None, spec: Any) -> int | None:
-    """The executor count a running SparkApplication keeps: changing it would make spark-operator resubmit.
-    A new revision resubmits anyway, and then starts with today's count (None)."""
+    """The executor count a running SparkApplication was submitted with, as recorded on it (a hand edit of
+    its spec is repaired back to it): changing it would make spark-operator resubmit. A new revision
+    resubmits anyway, and then starts with today's count (None)."""
     if spark_app is None:
         return None
-    if (spark_app["metadata"].get("labels") or {}).get(ch.REVISION_LABEL) != ch.revision(spec):
+    meta = spark_app["metadata"]
+    if (meta.get("labels") or {}).get(ch.REVISION_LABEL) != ch.revision(spec):
         return None
-    return ((spark_app.get("spec") or {}).get("executor") or {}).get("instances")
+    recorded = (meta.get("annotations") or {}).get(ch.SUBMITTED_EXECUTORS_ANNOTATION, "")
+    return int(recorded) if recorded.isdigit() else None
 
 
 class Reconciler:
