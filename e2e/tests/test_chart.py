@@ -115,8 +115,9 @@ def test_dashboard_shows_the_metrics_sluice_exports(chart_helm: Helm) -> None:
     assert configmap["data"]["sluice.json"] == (CHART_DIR / "dashboards" / "sluice.json").read_text().rstrip("\n")
     assert {name for expr in exprs for name in re.findall(r"\bsluice_\w+", expr)} <= exported
     for needed in ("sluice_input_rows_per_second", "sluice_processed_rows_per_second",
-                   'sluice_kafka_records_behind_latest{stat="max"', "sluice_batch_duration_seconds",
-                   "sluice_executors", "sluice_operator_reconciles_total",
+                   "sluice_kafka_backlog_records", "sluice_batch_duration_seconds",
+                   "sluice_executors", "sluice_operator_desired_executors", "sluice_operator_scaling_decisions_total",
+                   "sluice_operator_reconciles_total",
                    "sluice_operator_reconcile_duration_seconds_bucket"):
         assert any(needed in expr for expr in exprs), needed
 

@@ -55,7 +55,7 @@ def _record(trigger: str, outcome: Outcome, body: kopf.Body | dict[str, Any]) ->
     metrics.APPS.clear()
     for phase, count in Counter(_phases.values()).items():
         metrics.APPS.labels(phase).set(count)
-    metrics.record_scaling(app, status)
+    metrics.record_scaling(meta["namespace"], meta["name"], status)
     for kind, reason, message in outcome.events:
         metrics.SCALING_DECISIONS.labels(reason).inc()
         kopf.event(body, type=kind, reason=reason, message=message)
@@ -126,7 +126,7 @@ def forget_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: 
         memo.apps.discard((meta["namespace"], meta["name"]))
         memo.full_pass_at.pop((meta["namespace"], meta["name"]), None)
         _phases.pop(f"{meta['namespace']}/{meta['name']}", None)
-        metrics.forget_app(f"{meta['namespace']}/{meta['name']}")
+        metrics.forget_app(meta["namespace"], meta["name"])
 
 
 def _child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:

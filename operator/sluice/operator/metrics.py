@@ -13,18 +13,18 @@ RECONCILE_SECONDS = Histogram("sluice_operator_reconcile_duration_seconds", "Dur
                               ["trigger"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
 APPS = Gauge("sluice_operator_apps", "StreamingApps seen, by phase", ["phase"])
 DESIRED_EXECUTORS = Gauge("sluice_operator_desired_executors", "Executors the operator asks each app's driver for",
-                          ["app"])
+                          ["app_namespace", "app"])
 SCALING_DECISIONS = Counter("sluice_operator_scaling_decisions", "Scaling events posted, by reason", ["reason"])
 
 
-def record_scaling(app: str, status: dict[str, Any]) -> None:
+def record_scaling(namespace: str, app: str, status: dict[str, Any]) -> None:
     desired = status.get("desiredExecutors")
     if desired is None:
-        forget_app(app)
+        forget_app(namespace, app)
     else:
-        DESIRED_EXECUTORS.labels(app).set(desired)
+        DESIRED_EXECUTORS.labels(namespace, app).set(desired)
 
 
-def forget_app(app: str) -> None:
+def forget_app(namespace: str, app: str) -> None:
     with contextlib.suppress(KeyError):
-        DESIRED_EXECUTORS.remove(app)
+        DESIRED_EXECUTORS.remove(namespace, app)
