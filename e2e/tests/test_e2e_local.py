@@ -13,12 +13,13 @@ hostPath PersistentVolume the suite's claim binds to. Everything is torn down af
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from sluice.testbed.common import ProvisionError, pid_alive
+from sluice.testbed.common import REPO_ROOT, ProvisionError, pid_alive
 from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target, kubectl_runner
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.kafka import KafkaCluster
@@ -30,6 +31,7 @@ from sluice.testbed.versions import SPARK_OPERATOR
 pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
 
 CHECKPOINT_VOLUME = "e2e-checkpoints"
+REPORT = REPO_ROOT / ".sluice" / "e2e" / "autoscale.json"
 
 
 @dataclass(frozen=True)
@@ -107,3 +109,6 @@ def test_step(suite: E2ESuite, step: str) -> None:
     if suite.failed:
         pytest.skip(f"step {suite.failed} failed")
     suite.run(step)
+    if step == "autoscale":  # the decision timeline, for the record
+        REPORT.parent.mkdir(parents=True, exist_ok=True)
+        REPORT.write_text(json.dumps(suite.autoscale_report, indent=1))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sluice.testbed.e2e_suite import word_counts
+from sluice.testbed.e2e_suite import duplicated_windows, final_counts, word_counts
 
 
 def row(start: str, word: str, count: int) -> str:
@@ -21,3 +21,15 @@ def test_a_window_written_again_after_a_restart_counts_once() -> None:
 def test_a_window_written_twice_with_different_counts_is_an_error() -> None:
     with pytest.raises(AssertionError, match="emitted as 2 and 3"):
         word_counts([row("t0", "alpha", 2), row("t0", "alpha", 3)])
+
+
+def test_duplicated_windows_names_each_result_written_twice():
+    records = [row("t0", "alpha", 2), row("t0", "beta", 1), row("t1", "alpha", 3), row("t0", "alpha", 2)]
+    assert duplicated_windows(records) == [("t0", "t0+5s", "alpha")]
+    assert duplicated_windows(records[:3]) == []
+
+
+def test_final_counts_keep_the_newest_running_count():
+    updates = [json.dumps({"word": "ant", "count": n}) for n in (1, 4, 9)] + [json.dumps({"word": "bee", "count": 2})]
+    assert final_counts(updates) == {"ant": 9, "bee": 2}
+

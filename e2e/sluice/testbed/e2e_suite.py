@@ -16,6 +16,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -275,17 +277,115 @@ def wordcount_app(namespace: str, images: Images, kafka: dict[str, Any], *, mana
     return app
 
 
+AUTOSCALE_WORDS, AUTOSCALE_COUNTS = "autoscale-words", "autoscale-counts"
+# Per-record CPU work the optimizer cannot fold away (it depends on the record), so one executor capped at a
+# quarter core has a small, measurable capacity the paced load can exceed.
+RECORD_COST = "aggregate(sequence(1, 4000 + length(value)), 0L, (acc, x) -> acc + x)"
+AUTOSCALING = {"enabled": True, "interval": "5s", "metricsWindow": "20s", "stabilization": "20s",
+               "targetLagSeconds": 20, "targetUtilization": 0.7, "scaleUpCooldown": "20s",
+               "scaleDownCooldown": "30s", "scaleDownWindow": "60s", "maxStep": 2}
+
+
+def autoscale_app(namespace: str, images: Images, kafka: dict[str, Any], checkpoint_claim: str) -> dict[str, Any]:
+    """A running count per word (the frequency count's shape) with a per-record cost, one executor capped at
+    250m to start with, up to 3; autoscaling off until the suite has measured one executor's capacity."""
+    quarter = {"cores": 1, "memory": "512m", "coreLimit": "250m"}
+    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp",
+            "metadata": {"name": "autoscale", "namespace": namespace},
+            "spec": {"kafka": kafka,
+                     "topics": [{"name": topic, "partitions": 4} for topic in (AUTOSCALE_WORDS, AUTOSCALE_COUNTS)],
+                     "executors": {"instances": 1, "min": 1, "max": 3},
+                     "spark": {"image": images.spark, "driver": {"cores": 1, "memory": "512m"}, "executor": quarter,
+                               "sparkConf": {"spark.kubernetes.driver.request.cores": "250m",
+                                             "spark.kubernetes.executor.request.cores": "250m"}},
+                     "checkpoint": {"location": "/checkpoints", "volumeClaim": checkpoint_claim},
+                     "pipeline": {"nodes": [
+                         {"name": "words", "fromKafka": {"topic": AUTOSCALE_WORDS, "format": "text"}},
+                         {"name": "weighed", "inputs": ["words"], "withColumns": {"work": RECORD_COST}},
+                         {"name": "kept", "inputs": ["weighed"], "filter": "work > 0"},
+                         {"name": "counts", "inputs": ["kept"],
+                          "aggregate": {"groupBy": ["value AS word"], "aggregations": {"count": "count(*)"}}},
+                         {"name": "out", "inputs": ["counts"],
+                          "toKafka": {"topic": AUTOSCALE_COUNTS, "key": "word", "outputMode": "update"}}]}}}
+
+
+class PacedLoad:
+    """Words produced at a set rate (records/s) from a thread, in half-second slices; counts what it sent."""
+
+    SLICE = 0.5
+
+    def __init__(self, kafka: KafkaAccess, topic: str, words: Sequence[str] = ("ant", "bee", "cat", "dog", "eel")):
+        self.kafka, self.topic, self.words = kafka, topic, list(words)
+        self.sent: Counter[str] = Counter()
+        self.rate = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="paced-load", daemon=True)
+        self._error: BaseException | None = None
+
+    def start(self, rate: float) -> PacedLoad:
+        self.rate = rate
+        self._thread.start()
+        return self
+
+    def burst(self, count: int) -> None:
+        values = [self.words[i % len(self.words)] for i in range(count)]
+        self.kafka.produce(self.topic, values)
+        self.sent.update(values)
+
+    def _run(self) -> None:
+        owed, next_slice = 0.0, time.monotonic()
+        try:
+            while not self._stop.is_set():
+                owed += self.rate * self.SLICE
+                if owed >= 1:
+                    self.burst(int(owed))
+                    owed -= int(owed)
+                next_slice += self.SLICE
+                self._stop.wait(max(0.0, next_slice - time.monotonic()))
+        except BaseException as error:  # surfaced by stop()
+            self._error = error
+
+    def stop(self) -> Counter[str]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        if self._error is not None:
+            raise self._error
+        return self.sent
+
+
+def final_counts(records: Iterable[str]) -> dict[str, int]:
+    """The last running count per word (update mode writes each changed count; a word's key keeps its
+    partition, read in offset order, so the last one read is the newest)."""
+    out: dict[str, int] = {}
+    for value in records:
+        row = json.loads(value)
+        out[row["word"]] = row["count"]
+    return out
+
+
 def pvc(name: str, namespace: str, size: str = "1Gi") -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace},
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}
 
 
+def window_results(records: Iterable[str]) -> list[tuple[str, str, str]]:
+    """The (window start, window end, word) of every result the word count app emitted, in order."""
+    return [(row["window_start"], row["window_end"], row["word"]) for row in map(json.loads, records)]
+
+
+def duplicated_windows(records: Iterable[str]) -> list[tuple[str, str, str]]:
+    """(window, word) results emitted more than once."""
+    return sorted(key for key, n in Counter(window_results(records)).items() if n > 1)
+
+
 def word_counts(records: Iterable[str]) -> Counter[str]:
     """Total count per word over the windows the word count app emitted.
 
-    Spark's Kafka sink is at-least-once: a driver stopped mid-batch (a restart after `kubectl scale`, a
-    suspend) writes that batch's closed windows again on restart. Each (window, word) is a final result, so
-    it counts once, and every copy must carry the same count (anything else is a real error)."""
+    Spark's Kafka sink is at-least-once: a driver stopped mid-batch (a suspend, a crash) writes that batch's
+    closed windows again on restart. Each (window, word) is a final result, so it counts once, and every copy
+    must carry the same count (anything else is a real error). Steps that must not restart the driver
+    check `duplicated_windows` is empty on top."""
     per_window: dict[tuple[str, str, str], int] = {}
     for record in records:
         row = json.loads(record)
@@ -318,7 +418,9 @@ class E2ESuite:
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
 
-    STEPS = ("install", "kafka_ready", "deploy_app", "stream", "scale", "suspend_resume", "uninstall")
+    STEPS = ("install", "kafka_ready", "deploy_app", "stream", "scale", "autoscale", "suspend_resume", "uninstall")
+    CHECKPOINT_CLAIM = "wordcount-checkpoints"
+    autoscale_report: dict[str, Any] = field(default_factory=dict)
 
     def run(self, step: str) -> None:
         try:
@@ -410,7 +512,7 @@ class E2ESuite:
         self.kafka.wait_ready(self.timeout)
 
     def deploy_app(self) -> None:
-        claim = "wordcount-checkpoints"
+        claim = self.CHECKPOINT_CLAIM
         self.app = wordcount_app(self.apps_namespace, self.images, self.kafka.app_kafka(), checkpoint_claim=claim)
         self.target.apply(pvc(claim, self.apps_namespace), self.app)
         if isinstance(self.kafka, StrimziKafka):  # topics before data: no auto-created topic gets there first
@@ -428,15 +530,136 @@ class E2ESuite:
         self.send(["alpha", "beta", "alpha"])
         self.assert_counts()
 
+    def driver_pod(self, app: str | None = None) -> dict[str, Any]:
+        pods = json.loads(self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l",
+                                              f"spark-role=driver,sluice.dev/app={app or self.app_name}").stdout)
+        running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
+        assert len(running) == 1, f"expected one running driver pod, found {[p['metadata']['name'] for p in running]}"
+        return running[0]
+
+    def driver_api(self, path: str, app: str | None = None) -> dict[str, Any]:
+        """A GET of the driver's control API through the API server's pod proxy (reads need no token)."""
+        pod = self.driver_pod(app)["metadata"]["name"]
+        raw = self.target.kubectl("get", "--raw",
+                                  f"/api/v1/namespaces/{self.apps_namespace}/pods/{pod}:9090/proxy{path}").stdout
+        return json.loads(raw)
+
+    def driver_identity(self, app: str | None = None) -> dict[str, Any]:
+        """What a restart would change: the driver pod, spark-operator's submissions, the queries' runs."""
+        spark = self.target.get("sparkapplication", app or self.app_name, self.apps_namespace) or {}
+        queries = {q["name"]: (q["id"], q["runId"]) for q in self.driver_api("/v1/status", app)["queries"]}
+        return {"driver_uid": self.driver_pod(app)["metadata"]["uid"],
+                "submissions": (spark.get("status") or {}).get("submissionAttempts"),
+                "submission_id": (spark.get("status") or {}).get("submissionID"),
+                "spec_generation": spark["metadata"]["generation"], "queries": queries}
+
     def scale(self) -> None:
-        self.target.kubectl("scale", "streamingapp", self.app_name, "-n", self.apps_namespace, "--replicas=2")
-        wait_for(lambda: ((self.spark_application() or {}).get("spec") or {}).get("executor", {}).get("instances")
-                 == 2, timeout=120, what="the SparkApplication to ask for 2 executors")
-        wait_for(lambda: self.status().get("executors") == 2, timeout=self.timeout, what="2 running executors")
-        wait_for(lambda: len(self.running_executor_pods()) == 2, timeout=self.timeout, what="2 executor pods")
-        self.wait_phase("Running")
-        self.send(["gamma", "alpha"])
-        self.assert_counts()
+        """kubectl scale 1 -> 3 -> 1 changes the executors of the running driver: no restart, no resubmission,
+        the same query runs, exact counts and no result written twice."""
+        before = self.driver_identity()
+        for replicas in (3, 1):
+            self.target.kubectl("scale", "streamingapp", self.app_name, "-n", self.apps_namespace,
+                                f"--replicas={replicas}")
+            wait_for(lambda n=replicas: self.status().get("desiredExecutors") == n, timeout=60,
+                     what=f"{replicas} executors desired")
+            wait_for(lambda n=replicas: len(self.running_executor_pods()) == n, timeout=self.timeout,
+                     what=f"{replicas} executor pods")
+            wait_for(lambda n=replicas: self.status().get("executors") == n, timeout=self.timeout,
+                     what=f"{replicas} live executors in the status")
+            self.send(["gamma", "alpha"] if replicas == 3 else ["epsilon"])
+            self.assert_counts()
+        assert self.driver_identity() == before, "scaling must not restart the driver or its queries"
+        assert duplicated_windows(self.kafka.consume(COUNTS)) == [], "a result was written twice"
+
+    def app_status(self, app: str) -> dict[str, Any]:
+        return (self.target.get("streamingapp", app, self.apps_namespace) or {}).get("status") or {}
+
+    def executor_pods(self, app: str) -> int:
+        pods = json.loads(self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l",
+                                              f"spark-role=executor,sluice.dev/app={app}").stdout)["items"]
+        return sum(1 for p in pods
+                   if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
+
+    def one_executor_capacity(self, app: str, load: PacedLoad) -> float:
+        """Records/s one executor processes when busy: a burst is read as one batch, so the driver's
+        cumulative rows over busy time measure it (bursts grow until the busy time is long enough)."""
+        def totals() -> tuple[int, int, int]:
+            status = self.driver_api("/v1/status", app)
+            return (sum(q["inputRows"] for q in status["queries"]), sum(q["busyMs"] for q in status["queries"]),
+                    status["backlog"])
+
+        burst, capacity = 1000, 0.0
+        for _ in range(4):
+            rows_before, busy_before, _ = totals()
+            load.burst(burst)
+            rows, busy_ms, _ = wait_for(lambda n=burst, r=rows_before: (x := totals())[2] == 0 and x[0] >= r + n and x,
+                                        timeout=self.timeout, what=f"a burst of {burst} records read")
+            capacity = (rows - rows_before) / max((busy_ms - busy_before) / 1000, 1e-3)
+            if busy_ms - busy_before >= 8000:
+                break
+            burst = int(capacity * 12)
+        return capacity
+
+    def autoscale(self) -> None:
+        """Autoscaling on a paced load that steps up 4x past one executor's capacity: executors are added to
+        the running driver, the backlog falls under targetLagSeconds; when the load stops it scales back down
+        after the scale-down window. No restart; the running counts are exact."""
+        app = autoscale_app(self.apps_namespace, self.images, self.kafka.app_kafka(), self.CHECKPOINT_CLAIM)
+        name, report = app["metadata"]["name"], self.autoscale_report
+        self.target.apply(app)
+        wait_for(lambda: self.app_status(name).get("phase") == "Running" and self.executor_pods(name) == 1,
+                 timeout=self.timeout, what=f"{name} running with one executor")
+        load = PacedLoad(self.kafka, AUTOSCALE_WORDS)
+        capacity = self.one_executor_capacity(name, load)
+        before = self.driver_identity(name)
+        self.target.kubectl("patch", "streamingapp", name, "-n", self.apps_namespace, "--type=merge",
+                            "-p", json.dumps({"spec": {"autoscaling": AUTOSCALING}}))
+        base = round(capacity * 0.3, 1)  # one executor at 30%; 4x is 1.2x its capacity
+        report.update(capacity_per_executor=round(capacity, 1), base_rate=base, step_rate=4 * base)
+        started = time.monotonic()
+        timeline: list[dict[str, Any]] = []
+
+        def watch() -> dict[str, Any]:
+            status = self.app_status(name)
+            timeline.append({"t": round(time.monotonic() - started, 1), "rate": load.rate,
+                             "desired": status.get("desiredExecutors"), "executors": status.get("executors"),
+                             "lag": status.get("lag"), "pods": self.executor_pods(name),
+                             "decision": (status.get("autoscaler") or {}).get("lastDecision")})
+            return timeline[-1]
+
+        load.start(base)
+        try:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:  # the base load needs no second executor
+                assert (watch()["desired"] or 1) == 1, f"scaled up at the base load: {timeline[-1]}"
+                time.sleep(5)
+            load.rate = 4 * base
+            stepped = time.monotonic()
+            wait_for(lambda: (w := watch())["pods"] >= 2 and w["executors"] >= 2, timeout=240,
+                     what="executors added under the 4x load", interval=5)
+            report["seconds_to_scale_up"] = round(time.monotonic() - stepped, 1)
+            lag_target = AUTOSCALING["targetLagSeconds"] * load.rate
+            wait_for(lambda: (w := watch())["lag"] is not None and w["lag"] <= lag_target, timeout=300,
+                     what=f"the backlog under {lag_target:.0f} records ({AUTOSCALING['targetLagSeconds']} s)",
+                     interval=5)
+            report["seconds_to_catch_up"] = round(time.monotonic() - stepped, 1)
+            report["peak_executors"] = max(w["pods"] for w in timeline)
+        finally:
+            sent = load.stop()
+        stopped = time.monotonic()
+        wait_for(lambda: (w := watch())["desired"] == 1 and w["pods"] == 1, timeout=420,
+                 what="back to one executor after the load stopped", interval=5)
+        report["seconds_to_scale_down"] = round(time.monotonic() - stopped, 1)
+        report["timeline"] = timeline
+        report["events"] = [e["message"] for e in json.loads(self.target.kubectl(
+            "get", "events", "-n", self.apps_namespace, "--field-selector",
+            f"involvedObject.name={name},reason=Scaled", "-o", "json").stdout)["items"]]
+        assert self.driver_identity(name) == before, "autoscaling must not restart the driver or its queries"
+        got = wait_for(lambda: (c := final_counts(self.kafka.consume(AUTOSCALE_COUNTS))) == dict(sent) and c,
+                       timeout=self.timeout, what=f"running counts {dict(sent)}", interval=3)
+        assert got == dict(sent)
+        self.target.kubectl("delete", "streamingapp", name, "-n", self.apps_namespace, "--wait=true",
+                            timeout=self.timeout)
 
     def suspend_resume(self) -> None:
         def patch(suspend: bool) -> None:
