@@ -71,6 +71,9 @@ def test_example_gets_its_children_and_loses_them_on_delete(name, operator_proce
              what="garbage collection of the children")
     assert all(topic_partitions(kafka_bootstrap, t["name"]) for t in manifest["spec"]["topics"]), \
         "topics with deletionPolicy retain must outlive the app"
+    claim = get(kube_cluster, "pvc", f"{name}-checkpoints", namespace)
+    assert claim is not None and not claim["metadata"].get("ownerReferences"), \
+        "the checkpoint claim (deletionPolicy retain) must outlive the app"
 
 
 def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kube_cluster, namespace,

@@ -14,6 +14,7 @@ from sluice.operator.model import CheckpointSpec, TopicSpec
 from sluice.operator.planner import (
     Invalid,
     Observation,
+    checkpoint_problem,
     desired_state,
     merge_conditions,
     parse_spec,
@@ -22,6 +23,7 @@ from sluice.operator.planner import (
 )
 from sluice.operator.reconciler import submitted_executors
 from sluice.operator.scaling import plan_scaling
+from sluice.operator.settings import ClaimDefaults, Settings
 from sluice.operator.topics import ExistingTopic, plan_topics
 from sluice.pipelines.contract import RUNNER_CONFIG_FILE, DriverStatus, ExecutorStatus, QueryStatus, RunnerConfig
 
@@ -49,7 +51,7 @@ def test_children_of_an_app(raw_spec):
     desired = desired_state("wc", "apps", parse_spec(raw_spec))
     kinds = [c["kind"] for c in desired.children]
     assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "NetworkPolicy",
-                     "SparkApplication"]
+                     "PersistentVolumeClaim", "SparkApplication"]
     spark = desired.children[-1]
     assert spark["spec"]["type"] == "Python"
     assert spark["spec"]["mainApplicationFile"] == ch.RUNNER_FILE
@@ -64,7 +66,8 @@ def test_children_of_an_app(raw_spec):
     assert {"name": "pipeline", "mountPath": ch.PIPELINE_MOUNT, "readOnly": True} in mounts
     assert {"name": "control", "mountPath": ch.CONTROL_TOKEN_MOUNT, "readOnly": True} in mounts
     assert {"name": "control", "secret": {"secretName": "wc-control"}} in driver["volumes"]
-    assert "volumes" not in spark["spec"]["executor"]["template"]["spec"]  # no checkpoint claim: nothing to mount
+    claim = {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "wc-checkpoints"}}
+    assert spark["spec"]["executor"]["template"]["spec"]["volumes"] == [claim]  # executors write state checkpoints
     config = RunnerConfig.model_validate_json(configmap["data"][RUNNER_CONFIG_FILE])
     assert config.pipeline.nodes[0].name == "lines"
     assert config.kafkaBootstrap == raw_spec["kafka"]["bootstrapServers"]
@@ -81,6 +84,42 @@ def test_network_policy_admits_the_control_port_from_driver_clients_only(raw_spe
     assert executors == {"from": [{"podSelector": {"matchLabels": {ch.APP_LABEL: "wc", "spark-role": "executor"}}}]}
     assert clients["ports"] == [{"protocol": "TCP", "port": ch.CONTROL_PORT}]
     assert clients["from"][0]["podSelector"]["matchLabels"] == {ch.DRIVER_CLIENT_LABEL: "true"}
+
+
+def test_a_checkpoint_path_gets_a_claim_the_app_retains_by_default(raw_spec):
+    claims = ClaimDefaults(size="5Gi", storage_class="fast")
+    desired = desired_state("wc", "apps", parse_spec(raw_spec), claims=claims)
+    claim = next(c for c in desired.children if c["kind"] == "PersistentVolumeClaim")
+    assert claim["metadata"]["name"] == "wc-checkpoints"
+    assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}},
+                             "storageClassName": "fast"}
+    assert not ch.owned_by_app(claim, desired.spec), "retained: not garbage-collected with the app"
+    raw_spec["checkpoint"] = {"deletionPolicy": "delete", "size": "2Gi"}
+    doomed = desired_state("wc", "apps", parse_spec(raw_spec), claims=claims)
+    claim = next(c for c in doomed.children if c["kind"] == "PersistentVolumeClaim")
+    assert ch.owned_by_app(claim, doomed.spec) and claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
+
+
+@pytest.mark.parametrize("checkpoint", [{"volumeClaim": "mine"}, {"location": "s3a://bucket/checkpoints"}])
+def test_no_claim_is_made_for_an_own_claim_or_a_hadoop_uri(raw_spec, checkpoint):
+    raw_spec["checkpoint"] = checkpoint
+    spec = parse_spec(raw_spec)
+    kinds = [c["kind"] for c in desired_state("wc", "apps", spec).children]
+    assert "PersistentVolumeClaim" not in kinds
+    assert checkpoint_problem(spec, ClaimDefaults(create=False)) is None
+
+
+def test_a_pod_local_checkpoint_is_refused_when_no_claims_may_be_made(raw_spec):
+    problem = checkpoint_problem(parse_spec(raw_spec), ClaimDefaults(create=False))
+    assert problem is not None and problem.path == "spec.checkpoint" and "volumeClaim" in problem.message
+    assert checkpoint_problem(parse_spec(raw_spec), ClaimDefaults()) is None
+
+
+def test_settings_resolve_from_the_environment():
+    settings = Settings.from_env({"SLUICE_TICK_SECONDS": "2", "SLUICE_CHECKPOINT_CLAIMS": "false",
+                                  "SLUICE_CHECKPOINT_STORAGE_CLASS": ""})
+    assert settings.tick_seconds == 2.0 and settings.resync_seconds == 30.0
+    assert settings.checkpoints == ClaimDefaults(create=False, storage_class=None)
 
 
 def test_control_secret_carries_the_token():

@@ -14,6 +14,7 @@ from typing import Any
 from sluice.pipelines.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, RunnerConfig
 
 from .model import StreamingAppSpec, TopicSpec
+from .settings import ClaimDefaults
 
 MANAGED_BY = "sluice-operator"
 APP_LABEL = "sluice.dev/app"
@@ -65,6 +66,35 @@ def control_secret_name(app: str) -> str:
 
 def service_account_name(app: str, spec: StreamingAppSpec) -> str:
     return spec.spark.serviceAccount or f"{app}-spark"
+
+
+def checkpoint_claim_name(app: str, spec: StreamingAppSpec) -> str | None:
+    """The claim mounted at the checkpoint location: the app's own, else one the operator creates; none for
+    a Hadoop URI (s3a://, hdfs://…), which is durable by itself."""
+    if spec.checkpoint.volumeClaim:
+        return spec.checkpoint.volumeClaim
+    return None if spec.checkpoint.is_hadoop_uri() else f"{app}-checkpoints"
+
+
+def checkpoint_claim(app: str, namespace: str, spec: StreamingAppSpec, defaults: ClaimDefaults
+                     ) -> dict[str, Any] | None:
+    """The claim the operator creates (None when the app names its own or checkpoints to a Hadoop URI)."""
+    if spec.checkpoint.volumeClaim or spec.checkpoint.is_hadoop_uri():
+        return None
+    claim_spec: dict[str, Any] = {"accessModes": [defaults.access_mode],
+                                  "resources": {"requests": {"storage": spec.checkpoint.size or defaults.size}}}
+    storage_class = spec.checkpoint.storageClassName or defaults.storage_class
+    if storage_class:
+        claim_spec["storageClassName"] = storage_class
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": checkpoint_claim_name(app, spec), "namespace": namespace,
+                         "labels": labels(app, "checkpoints")},
+            "spec": claim_spec}
+
+
+def owned_by_app(child: dict[str, Any], spec: StreamingAppSpec) -> bool:
+    """Children are garbage-collected with their app, except a checkpoint claim the app retains."""
+    return child["kind"] != "PersistentVolumeClaim" or spec.checkpoint.deletionPolicy == "delete"
 
 
 def checkpoint_root(app: str, spec: StreamingAppSpec) -> str:
@@ -137,8 +167,9 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]
     volumes, mounts = [], []
     if spec.spark.pod.env:
         container["env"] = [{"name": k, "value": v} for k, v in sorted(spec.spark.pod.env.items())]
-    if spec.checkpoint.volumeClaim:
-        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.checkpoint.volumeClaim}})
+    claim = checkpoint_claim_name(app, spec)
+    if claim:
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
         mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.location})
     if role == "driver":
         volumes.append({"name": "pipeline", "configMap": {"name": configmap_name(app, revision(spec))}})
@@ -259,13 +290,16 @@ def kafka_topic(app: str, namespace: str, topic: TopicSpec, cluster: str) -> dic
 
 
 def children(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str,
-             submitted_executors: int | None = None) -> list[dict[str, Any]]:
+             submitted_executors: int | None = None, claims: ClaimDefaults | None = None) -> list[dict[str, Any]]:
     """Every child the app should have now (topics are handled on their own: they outlive the driver; the
     control Secret too: its token is made once, not on every pass)."""
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
     out += [driver_role(app, namespace), driver_role_binding(app, namespace, spec),
             pipeline_configmap(app, namespace, spec, bootstrap), driver_service(app, namespace),
             network_policy(app, namespace)]
+    claim = checkpoint_claim(app, namespace, spec, claims or ClaimDefaults())
+    if claim is not None and (claims or ClaimDefaults()).create:
+        out.append(claim)
     if not spec.suspend:
         out.append(spark_application(app, namespace, spec, submitted_executors))
     return out

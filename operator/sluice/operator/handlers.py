@@ -10,7 +10,6 @@ Drift of the children is repaired from their own watch events.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter
 from typing import Any
@@ -21,10 +20,11 @@ from . import metrics
 from .children import APP_LABEL, MANAGED_BY
 from .model import GROUP, PLURAL, VERSION
 from .reconciler import Outcome, Reconciler
+from .settings import SETTINGS
 
 RESOURCE = (GROUP, VERSION, PLURAL)
-RESYNC_SECONDS = float(os.environ.get("SLUICE_RESYNC_SECONDS", "30"))
-TICK_SECONDS = float(os.environ.get("SLUICE_TICK_SECONDS", "5"))
+RESYNC_SECONDS = SETTINGS.resync_seconds
+TICK_SECONDS = SETTINGS.tick_seconds
 CHILD_KINDS = [("", "v1", "configmaps"), ("", "v1", "services"), ("", "v1", "serviceaccounts"),
                ("rbac.authorization.k8s.io", "v1", "roles"), ("rbac.authorization.k8s.io", "v1", "rolebindings"),
                ("networking.k8s.io", "v1", "networkpolicies"),
@@ -40,7 +40,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         prefix="sluice.dev", key="last-handled-configuration")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
-    settings.execution.max_workers = int(os.environ.get("SLUICE_WORKERS", "8"))
+    settings.execution.max_workers = SETTINGS.workers
     memo.reconciler = Reconciler()
     memo.apps = set()  # apps this replica has handled: child events of others wait for their handler
     memo.full_pass_at = {}  # app -> monotonic time of its last full pass

@@ -130,8 +130,20 @@ class UpdateStrategy(Strict):
 
 
 class CheckpointSpec(Strict):
+    """Where queries keep their checkpoints. A path without volumeClaim gets a PersistentVolumeClaim the
+    operator creates (`<app>-checkpoints`), so a checkpoint never vanishes with the driver pod."""
+
     location: str = Field("/checkpoints", description="Checkpoint root (a path or a Hadoop URI).")
-    volumeClaim: str | None = Field(None, description="PersistentVolumeClaim mounted at the location.")
+    volumeClaim: str | None = Field(None, description="An existing PersistentVolumeClaim mounted at the location.")
+    size: Quantity | None = Field(None, description="Size of the claim the operator creates (default: the chart's).")
+    storageClassName: str | None = Field(None, description="Its storage class (default: the chart's).")
+    deletionPolicy: Literal["retain", "delete"] = Field(
+        "retain", description="delete: the claim the operator created is deleted with the app.")
+
+    def is_hadoop_uri(self) -> bool:
+        """s3a://, hdfs://, gs://, abfs://…: durable without a volume (file:// and plain paths are local)."""
+        scheme, sep, _ = self.location.partition("://")
+        return bool(sep) and scheme.lower() != "file"
 
 
 class StreamingAppSpec(Strict):

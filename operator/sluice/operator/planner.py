@@ -13,6 +13,7 @@ from sluice.pipelines.validation import PipelineInvalid, Problem, model_problems
 
 from . import children as ch
 from .model import StreamingAppSpec, TopicSpec
+from .settings import ClaimDefaults
 
 
 @dataclass
@@ -58,8 +59,17 @@ def bootstrap_for(spec: StreamingAppSpec, namespace: str) -> str:
     return f"{cluster.name}-kafka-bootstrap.{cluster.namespace or namespace}.svc:{port}"
 
 
-def desired_state(app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None
-                  ) -> DesiredState:
+def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults) -> Problem | None:
+    """A checkpoint that would vanish with the driver pod is refused, never used."""
+    if spec.checkpoint.volumeClaim or spec.checkpoint.is_hadoop_uri() or claims.create:
+        return None
+    return Problem("spec.checkpoint", f"location {spec.checkpoint.location!r} is a path in the driver pod and this "
+                   "operator creates no checkpoint claims (chart checkpoints.createClaims=false): set "
+                   "checkpoint.volumeClaim, or a Hadoop URI location (s3a://, hdfs://…)")
+
+
+def desired_state(app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None,
+                  claims: ClaimDefaults | None = None) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children)."""
     bootstrap = bootstrap_for(spec, namespace)
     by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
@@ -70,7 +80,8 @@ def desired_state(app: str, namespace: str, spec: StreamingAppSpec, submitted_ex
                               cluster.name if cluster else "")
                for t in by_mode["strimzi"]]
     return DesiredState(spec, bootstrap, ch.revision(spec),
-                        ch.children(app, namespace, spec, bootstrap, submitted_executors), by_mode["admin"], strimzi)
+                        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims), by_mode["admin"],
+                        strimzi)
 
 
 # ------------------------------------------------------------------------------------- status

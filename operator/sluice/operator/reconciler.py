@@ -27,8 +27,9 @@ from sluice.pipelines.contract import DriverStatus
 from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable
 from .model import GROUP, KIND, PLURAL, VERSION
-from .planner import DesiredState, Invalid, Observation, desired_state, parse_spec, status_for
+from .planner import DesiredState, Invalid, Observation, checkpoint_problem, desired_state, parse_spec, status_for
 from .scaling import SCALING_STATE_ANNOTATION, ScalingPlan, plan_scaling
+from .settings import SETTINGS, Settings
 from .topics import AdminTopics, plan_topics
 
 FIELD_MANAGER = "sluice-operator"
@@ -83,7 +84,9 @@ def submitted_executors(spark_app: dict[str, Any] | None, spec: Any) -> int | No
 
 
 class Reconciler:
-    def __init__(self, api: client.ApiClient | None = None, driver_client: DriverClient | None = None) -> None:
+    def __init__(self, api: client.ApiClient | None = None, driver_client: DriverClient | None = None,
+                 settings: Settings = SETTINGS) -> None:
+        self.settings = settings
         self.api = api or api_client()
         self.dynamic = DynamicClient(self.api)
         self.core = client.CoreV1Api(self.api)
@@ -144,12 +147,15 @@ class Reconciler:
         now = dt.datetime.fromtimestamp(clock, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         old_status = body.get("status") or {}
         parsed = parse_spec(body.get("spec") or {})
+        if not isinstance(parsed, Invalid) and (problem := checkpoint_problem(parsed, self.settings.checkpoints)):
+            parsed = Invalid([problem])
         if isinstance(parsed, Invalid):
             # Nothing is created or changed for an invalid spec: what runs keeps running.
             return Outcome(status_for(Observation(valid=parsed), generation=meta.get("generation"),
                                       revision=None, children=[], old_status=old_status, now=now))
         spark_app = None if parsed.suspend else self._spark_application(namespace, app)
-        desired = desired_state(app, namespace, parsed, submitted_executors=submitted_executors(spark_app, parsed))
+        desired = desired_state(app, namespace, parsed, submitted_executors=submitted_executors(spark_app, parsed),
+                                claims=self.settings.checkpoints)
         obs = Observation(suspended=parsed.suspend)
         if full:
             self._ensure_topics(body, desired, obs)
@@ -213,8 +219,12 @@ class Reconciler:
     def _ensure_children(self, owner: dict[str, Any], desired: DesiredState, obs: Observation) -> list[dict]:
         applied = []
         for child in desired.children:
-            kopf.adopt(child, owner=owner)
+            if ch.owned_by_app(child, desired.spec):
+                kopf.adopt(child, owner=owner)
             try:
+                if child["kind"] == "PersistentVolumeClaim":
+                    self._ensure_claim(child)
+                    continue
                 self.apply(child)
                 applied.append(child)
             except ApiException as exc:
@@ -226,6 +236,19 @@ class Reconciler:
             self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, app)
         self._prune_pipeline_configmaps(namespace, app, desired.revision)
         return applied
+
+    def _ensure_claim(self, claim: dict[str, Any]) -> None:
+        """Created once (a claim's spec is mostly immutable); afterwards only its owner changes with the
+        app's deletionPolicy (owned: deleted with the app; not owned: retained)."""
+        meta = claim["metadata"]
+        current = self.get("v1", "PersistentVolumeClaim", meta["namespace"], meta["name"])
+        if current is None:
+            self.apply(claim)
+            return
+        owners = meta.get("ownerReferences") or []
+        if (current["metadata"].get("ownerReferences") or []) != owners:
+            self.core.patch_namespaced_persistent_volume_claim(
+                meta["name"], meta["namespace"], {"metadata": {"ownerReferences": owners or None}})
 
     def _prune_pipeline_configmaps(self, namespace: str, app: str, revision: str) -> None:
         selector = f"{ch.APP_LABEL}={app},app.kubernetes.io/component=pipeline"
