@@ -61,7 +61,7 @@ def test_a_4x_step_settles_in_two_decisions_within_one_executor_of_the_need():
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_20_percent_noise_on_a_steady_load_changes_nothing(seed):
-    steady = 0.65 * 4 * RATE_PER_EXECUTOR
+    steady = 0.65 * 4 * RATE_PER_EXECUTOR  # needs 3.7 executors: without the dead band, +8% would add one
     timeline = run(noisy(constant(steady), 0.2, seed), executors=4, duration=3600)
     assert timeline.changes == []
     assert {m.decision.target for m in timeline.moments} == {4}
@@ -76,6 +76,15 @@ def test_a_drop_to_a_quarter_scales_down_after_the_delay_to_the_right_count(wind
     assert changes[0].time >= CHANGE_AT + policy.scale_down_window
     assert timeline.moments[-1].decision.target == needed(LOAD)
     assert "largest recommendation over" in changes[0].decision.reason
+
+
+def test_an_over_provisioned_start_scales_down_only_once_recommendations_cover_the_window():
+    policy = policy_of()
+    timeline = run(constant(LOAD), executors=8, duration=1200, policy=policy)
+    first_recommendation = policy.metrics_window  # the first full window
+    assert timeline.changes[0].time >= first_recommendation + policy.scale_down_window - policy.slack
+    early = next(m.decision.reason for m in timeline.moments if m.time == first_recommendation + 20)
+    assert early.endswith("scale-down to 2 waits for 5m of recommendations (20s so far)")
 
 
 def test_held_scale_down_says_what_it_waits_for():

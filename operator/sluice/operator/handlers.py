@@ -56,9 +56,10 @@ def _record(trigger: str, outcome: Outcome, body: kopf.Body | dict[str, Any]) ->
     for phase, count in Counter(_phases.values()).items():
         metrics.APPS.labels(phase).set(count)
     metrics.record_scaling(meta["namespace"], meta["name"], status)
-    for kind, reason, message in outcome.events:
-        metrics.SCALING_DECISIONS.labels(reason).inc()
-        kopf.event(body, type=kind, reason=reason, message=message)
+    for kind in outcome.scaling_kinds:
+        metrics.SCALING_DECISIONS.labels(kind).inc()
+    for event_type, reason, message in outcome.events:
+        kopf.event(body, type=event_type, reason=reason, message=message)
 
 
 def _apply(outcome: Outcome, patch: kopf.Patch) -> None:
@@ -103,7 +104,7 @@ def tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     trigger = "resync" if full else "tick"
     with metrics.RECONCILE_SECONDS.labels(trigger).time():
         try:
-            outcome = memo.reconciler.reconcile(dict(body), full=full)
+            outcome = memo.reconciler.reconcile(dict(body), full=full, periodic=True)
         except Exception:  # reported; the next tick tries again
             metrics.RECONCILE_ERRORS.labels(trigger).inc()
             raise

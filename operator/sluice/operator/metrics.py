@@ -14,7 +14,8 @@ RECONCILE_SECONDS = Histogram("sluice_operator_reconcile_duration_seconds", "Dur
 APPS = Gauge("sluice_operator_apps", "StreamingApps seen, by phase", ["phase"])
 DESIRED_EXECUTORS = Gauge("sluice_operator_desired_executors", "Executors the operator asks each app's driver for",
                           ["app_namespace", "app"])
-SCALING_DECISIONS = Counter("sluice_operator_scaling_decisions", "Scaling events posted, by reason", ["reason"])
+SCALING_DECISIONS = Counter("sluice_operator_scaling_decisions", "Live executor count changes decided, by reason: "
+                            "up or down (the autoscaler), manual (kubectl scale while autoscaling)", ["reason"])
 
 
 def record_scaling(namespace: str, app: str, status: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ import contextlib
 import datetime as dt
 import logging
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,13 +21,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from sluice.pipelines.contract import DriverStatus
-
 from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable
 from .model import GROUP, KIND, PLURAL, VERSION
 from .planner import DesiredState, Invalid, Observation, checkpoint_problem, desired_state, parse_spec, status_for
-from .scaling import SCALING_STATE_ANNOTATION, ScalingPlan, plan_scaling
+from .scaling import ScalingPlan, plan_scaling
 from .settings import SETTINGS, Settings
 from .topics import AdminTopics, plan_topics
 
@@ -60,14 +57,7 @@ class Outcome:
     status: dict[str, Any]
     annotations: dict[str, str] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
-
-
-@dataclass
-class DriverSeen:
-    """The last driver answer kept per app: the autoscaler's samples are differences of two answers."""
-
-    pod_uid: str
-    status: DriverStatus
+    scaling_kinds: list[str] = field(default_factory=list)  # up, down, manual: the changes decided
 
 
 def submitted_executors(spark_app: dict[str, Any] | None, spec: Any) -> int | None:
@@ -93,8 +83,6 @@ class Reconciler:
         self.custom = client.CustomObjectsApi(self.api)
         self.driver_client = driver_client or DriverClient()
         self._tokens: dict[tuple[str, str], str] = {}
-        self._seen: dict[tuple[str, str], DriverSeen] = {}
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------- kube helpers
     def _resource(self, api_version: str, kind: str):
@@ -139,9 +127,10 @@ class Reconciler:
                                                        {"metadata": patch["metadata"]})
         return outcome
 
-    def reconcile(self, body: dict[str, Any], *, full: bool = True, clock: float | None = None) -> Outcome:
+    def reconcile(self, body: dict[str, Any], *, full: bool = True, periodic: bool = False,
+                  clock: float | None = None) -> Outcome:
         """One pass. `full`: also apply topics and children (events and the resync); without it only the
-        driver is observed and scaled (the frequent tick)."""
+        driver is observed and scaled. `periodic`: the tick, which also runs the autoscaler."""
         meta, namespace, app = body["metadata"], body["metadata"]["namespace"], body["metadata"]["name"]
         clock = time.time() if clock is None else clock
         now = dt.datetime.fromtimestamp(clock, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -166,14 +155,11 @@ class Reconciler:
         if spark_app is None and not parsed.suspend and full:
             spark_app = self._spark_application(namespace, app)
         self._observe(spark_app, namespace, app, obs)
-        previous = self._seen.get((namespace, app))
-        plan = plan_scaling(parsed, (meta.get("annotations") or {}).get(SCALING_STATE_ANNOTATION),
-                            previous.status if previous else None, obs.driver, clock)
+        plan = plan_scaling(parsed, meta.get("annotations") or {}, obs.driver, clock, periodic=periodic)
         events = self._realize(namespace, app, obs, plan)
         status = status_for(obs, generation=meta.get("generation"), revision=desired.revision,
                             children=desired.children, old_status=old_status, now=now, scaling=plan.status)
-        return Outcome(status, {SCALING_STATE_ANNOTATION: plan.state} if plan.state is not None else {},
-                       [*plan.events, *events])
+        return Outcome(status, plan.annotations, [*plan.events, *events], plan.kinds)
 
     @staticmethod
     def _last_full_errors(old_status: dict[str, Any]) -> tuple[str | None, dict[str, str], str | None]:
@@ -289,7 +275,6 @@ class Reconciler:
 
     def _observe(self, spark_app: dict[str, Any] | None, namespace: str, app: str, obs: Observation) -> None:
         if obs.suspended or spark_app is None:
-            self._seen.pop((namespace, app), None)
             return
         status = spark_app.get("status") or {}
         obs.spark_state = (status.get("applicationState") or {}).get("state")
@@ -299,7 +284,6 @@ class Reconciler:
             obs.executors = sum(1 for s in executors.values() if s == "RUNNING")
         pod_name = (status.get("driverInfo") or {}).get("podName")
         if (obs.spark_state or "").upper() != "RUNNING" or not pod_name:
-            self._seen.pop((namespace, app), None)
             return
         pod = self.get("v1", "Pod", namespace, pod_name)
         pod_ip = ((pod or {}).get("status") or {}).get("podIP")
@@ -313,23 +297,10 @@ class Reconciler:
             log.debug("driver of %s/%s not available: %s", namespace, app, exc)
             return
         obs.driver_address = address
-        uid = pod["metadata"]["uid"]
-        with self._lock:
-            seen = self._seen.get((namespace, app))
-            if seen is None or seen.pod_uid != uid or seen.status.revision != obs.driver.revision:
-                self._seen[(namespace, app)] = DriverSeen(uid, obs.driver)
-
-    def advance_sample(self, namespace: str, app: str, driver: DriverStatus) -> None:
-        """The scaling step used the last answer as the start of a sample: the next one starts here."""
-        seen = self._seen.get((namespace, app))
-        if seen is not None:
-            seen.status = driver
 
     def _realize(self, namespace: str, app: str, obs: Observation, plan: ScalingPlan) -> list[tuple[str, str, str]]:
         """Ask the driver for the desired count when it runs another one (after a restart it runs none:
         the count is re-asserted)."""
-        if plan.sampled and obs.driver is not None:
-            self.advance_sample(namespace, app, obs.driver)
         if obs.driver is None or plan.desired is None or obs.driver.executorTarget == plan.desired:
             return []
         token = self._control_token(namespace, app)
@@ -342,9 +313,10 @@ class Reconciler:
             return [("Warning", "ScaleFailed", str(exc)[:1000])]
         log.info("%s/%s: executors %s -> %s", namespace, app, answer.previous, answer.target)
         if plan.events or answer.previous == answer.target:
-            return []
-        return [("Normal", "Scaled", f"{answer.previous} → {answer.target}: {plan.status.get('scaling')} "
-                                     f"(driver {obs.driver.revision} asked for {answer.target} executors)")]
+            return []  # the decision's own event says why
+        why = ("the driver started without a target: the desired count is re-asserted"
+               if obs.driver.executorTarget is None else f"spec.executors.instances is {answer.target}")
+        return [("Normal", "Scaled", f"{answer.previous} → {answer.target}: {why}")]
 
     # ---------------------------------------------------------------------------- deletion
     def delete_topics(self, spec_raw: dict[str, Any], namespace: str) -> None:

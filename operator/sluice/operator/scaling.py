@@ -20,19 +20,21 @@ from sluice.pipelines.contract import DriverStatus
 from .model import StreamingAppSpec
 
 SCALING_STATE_ANNOTATION = "sluice.dev/autoscaler-state"
+INSTANCES_ANNOTATION = "sluice.dev/autoscaler-instances"
 
 
 @dataclass
 class ScalingPlan:
     desired: int | None  # None: no driver should run
     status: dict[str, Any]  # desiredExecutors, scaling, autoscaler
-    state: str | None = None  # the annotation's new value (None: leave it)
+    annotations: dict[str, str] = field(default_factory=dict)  # to set on the app
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
-    sampled: bool = False  # the driver answer was used as a sample's end: the next sample starts there
+    kinds: list[str] = field(default_factory=list)  # up, down or manual, per change decided
 
 
-def plan_scaling(spec: StreamingAppSpec, stored_state: str | None, previous: DriverStatus | None,
-                 driver: DriverStatus | None, now: float) -> ScalingPlan:
+def plan_scaling(spec: StreamingAppSpec, annotations: dict[str, str], driver: DriverStatus | None, now: float,
+                 *, periodic: bool = False) -> ScalingPlan:
+    """`periodic`: the tick, the only pass that runs the autoscaler and writes its state."""
     if spec.suspend:
         return ScalingPlan(None, {"desiredExecutors": None, "scaling": None, "autoscaler": None})
     if not spec.autoscaling.enabled:
@@ -40,4 +42,4 @@ def plan_scaling(spec: StreamingAppSpec, stored_state: str | None, previous: Dri
                                                       "scaling": "manual", "autoscaler": None})
     from .autoscaling import autoscale
 
-    return autoscale(spec, stored_state, previous, driver, now)
+    return autoscale(spec, annotations, driver, now, periodic=periodic)

@@ -1,0 +1,37 @@
+"""Lag-driven executor autoscaling: collect → evaluate → decide → (the operator) realizes.
+
+Per poll of a driver::
+
+    policy = Policy.from_spec(spec.autoscaling)
+    state = AutoscalerState.from_json(annotation)            # a fresh state when missing or unreadable
+    state = observe(state, driver_status, policy)             # the sample since the last reading
+    decision = decide(policy, spec.executors, state, time.time())
+    if decision.changes: ...PUT /v1/executors {"target": decision.target}...
+    state = record(state, decision, policy)
+    annotation = state.to_json()
+    status.autoscaler = autoscaler_status(state, decision)
+"""
+
+from .collect import Sample, format_time, parse_time, sample_between
+from .decide import Decision, autoscaler_status, decide, record
+from .evaluate import Evaluation, evaluate
+from .policy import ExecutorBounds, Policy
+from .state import AutoscalerState, add_sample, observe
+
+__all__ = [
+    "AutoscalerState",
+    "Decision",
+    "Evaluation",
+    "ExecutorBounds",
+    "Policy",
+    "Sample",
+    "add_sample",
+    "autoscaler_status",
+    "decide",
+    "evaluate",
+    "format_time",
+    "observe",
+    "parse_time",
+    "record",
+    "sample_between",
+]

@@ -1,0 +1,149 @@
+"""Collect: two driver statuses → one `Sample` of rates over the time between them.
+
+The driver's counters are cumulative since it started, so a rate needs two readings. `Counters` is the
+part of a `DriverStatus` a later reading is compared against; it is small enough to keep in the
+autoscaler's stored state, so the first poll after an operator restart already yields a sample.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from sluice.pipelines.contract import DriverStatus
+
+TaskBound = Literal["source", "shuffle", ""]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the app did between two readings. Rates are in records per second.
+
+    A topic read by several queries counts once per reading query in `input_rate`, as those queries'
+    `inputRows` do in `processed_rate`, so the two compare like for like.
+    """
+
+    time: float                 # epoch seconds of the later reading
+    duration: float             # seconds between the two readings
+    input_rate: float           # records arriving in the source topics
+    processed_rate: float       # records the queries read, over wall-clock time
+    busy: float                 # 0..1: the busiest query's batch time over wall-clock time
+    backlog: int                # records behind latest at the later reading
+    executors: int              # live executors at the later reading
+    executor_target: int | None  # the total last asked of Spark (None: never asked since the driver started)
+    cores_per_executor: int
+    max_useful_tasks: int       # tasks a batch's busiest stage splits into; 0: unknown
+    tasks_limited_by: TaskBound  # source: Kafka partitions / minPartitions; shuffle: state partitions
+
+    @property
+    def start(self) -> float:
+        return self.time - self.duration
+
+
+@dataclass(frozen=True)
+class QueryCounters:
+    key: str           # crc32 of the query's name: fixed size in the stored state
+    run: str           # crc32 of its runId: a new run restarted the counters
+    input_rows: int
+    busy_ms: int
+
+
+@dataclass(frozen=True)
+class Counters:
+    time: float
+    revision: str
+    queries: tuple[QueryCounters, ...]
+    read_offsets: int  # Σ over topics of latestOffsets times the queries reading it
+
+
+def short_hash(text: str) -> str:
+    return f"{zlib.crc32(text.encode()):08x}"
+
+
+def parse_time(rfc3339: str) -> float:
+    moment = datetime.fromisoformat(rfc3339)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def format_time(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def counters_of(status: DriverStatus) -> Counters | None:
+    """The cumulative counters of a status; None when its time cannot be read."""
+    try:
+        time = parse_time(status.observedAt)
+    except ValueError:
+        return None
+    readers = _readers_per_topic(status)
+    return Counters(
+        time=time,
+        revision=short_hash(status.revision),
+        queries=tuple(QueryCounters(short_hash(q.name), short_hash(q.runId or ""), q.inputRows, q.busyMs)
+                      for q in sorted(status.queries, key=lambda q: q.name)),
+        read_offsets=sum(t.latestOffsets * readers.get(t.topic, 1) for t in status.topics))
+
+
+def sample_between(previous: DriverStatus, current: DriverStatus) -> Sample | None:
+    earlier = counters_of(previous)
+    return sample_since(earlier, current) if earlier is not None else None
+
+
+def sample_since(earlier: Counters, current: DriverStatus) -> Sample | None:
+    """The sample from `earlier` to `current`; None when no honest rate can be computed: the driver
+    restarted (a counter went back, a query's run changed), the revision or the set of queries changed,
+    time did not advance, or no executor is live."""
+    later = counters_of(current)
+    if later is None or later.revision != earlier.revision:
+        return None
+    seconds = later.time - earlier.time
+    executors = [e for e in current.executors if e.id != "driver"]
+    if seconds <= 0 or not executors:
+        return None
+    if [(q.key, q.run) for q in later.queries] != [(q.key, q.run) for q in earlier.queries]:
+        return None
+    row_deltas = [b.input_rows - a.input_rows for a, b in zip(earlier.queries, later.queries, strict=True)]
+    busy_deltas = [b.busy_ms - a.busy_ms for a, b in zip(earlier.queries, later.queries, strict=True)]
+    offset_delta = later.read_offsets - earlier.read_offsets
+    if min([*row_deltas, *busy_deltas, offset_delta]) < 0:
+        return None
+    useful_tasks, bound = _useful_tasks(current)
+    return Sample(
+        time=later.time,
+        duration=seconds,
+        input_rate=round(offset_delta / seconds, 3),
+        processed_rate=round(sum(row_deltas) / seconds, 3),
+        busy=round(min(1.0, max(busy_deltas, default=0) / 1000 / seconds), 5),
+        backlog=max(0, current.backlog),
+        executors=len(executors),
+        executor_target=current.executorTarget,
+        cores_per_executor=_cores_per_executor(current, len(executors)),
+        max_useful_tasks=useful_tasks,
+        tasks_limited_by=bound)
+
+
+def _readers_per_topic(status: DriverStatus) -> dict[str, int]:
+    readers: dict[str, int] = {}
+    for query in status.queries:
+        for topic in set(query.topics):
+            readers[topic] = readers.get(topic, 0) + 1
+    return readers
+
+
+def _cores_per_executor(status: DriverStatus, executors: int) -> int:
+    cores = sum(e.totalCores for e in status.executors if e.id != "driver") or status.taskSlots
+    return max(1, round(cores / executors))
+
+
+def _useful_tasks(status: DriverStatus) -> tuple[int, TaskBound]:
+    """Tasks beyond which more cores sit idle: the Kafka read's tasks, or for a stateful pipeline the
+    state (shuffle) partitions when there are more of those."""
+    source = status.sourceTasks or sum(t.partitions for t in status.topics)
+    stateful = any(q.stateful for q in status.queries)
+    if stateful and status.shufflePartitions > source:
+        return status.shufflePartitions, "shuffle"
+    return (source, "source") if source > 0 else (0, "")

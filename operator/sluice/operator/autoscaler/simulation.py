@@ -1,0 +1,172 @@
+"""A simulated plant for the autoscaler's tests and benchmark, on a simulated clock.
+
+The plant is a Kafka topic fed by an input rate (a function of time) and an app whose executors each
+process a fixed rate per core, as long as the batch has a task for every core (partitions) and the sink
+keeps up. A new executor works after a warm-up delay; a removed one stops at once. The plant answers
+with `DriverStatus` objects, so the autoscaler's collect step runs on them exactly as on a real driver.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from sluice.pipelines.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
+
+from .collect import format_time
+from .decide import Decision, decide, record
+from .policy import ExecutorBounds, Policy
+from .state import AutoscalerState, observe
+
+InputRate = Callable[[float], float]  # records/s at a time (seconds since the start)
+
+EPOCH = 1_767_225_600.0  # the simulated clock's start: 2026-01-01T00:00:00Z
+TOPIC = "input"
+
+
+def constant(rate: float) -> InputRate:
+    return lambda t: rate
+
+
+def step(before: float, after: float, at: float) -> InputRate:
+    return lambda t: before if t < at else after
+
+
+def ramp(start: float, end: float, begin: float, duration: float) -> InputRate:
+    return lambda t: start + (end - start) * min(1.0, max(0.0, (t - begin) / duration))
+
+
+def sine(mean: float, amplitude: float, period: float) -> InputRate:
+    return lambda t: mean + amplitude * math.sin(2 * math.pi * t / period)
+
+
+def noisy(base: InputRate, amplitude: float, seed: int, piece: float = 10.0) -> InputRate:
+    """`base` times a random factor in 1 ± amplitude, drawn anew every `piece` seconds (seeded)."""
+    factors: dict[int, float] = {}
+
+    def rate(t: float) -> float:
+        index = int(t // piece)
+        if index not in factors:
+            factors[index] = 1 + random.Random(seed * 1_000_003 + index).uniform(-amplitude, amplitude)
+        return base(t) * factors[index]
+
+    return rate
+
+
+@dataclass
+class Plant:
+    input_rate: InputRate
+    executors: int                     # working now
+    rate_per_core: float = 1000.0      # records/s
+    cores_per_executor: int = 1
+    partitions: int = 64               # Kafka partitions: tasks of a batch's read
+    shuffle_partitions: int = 0        # > 0: a stateful pipeline with that many state partitions
+    sink_limit: float | None = None    # records/s the sink takes at most, whatever the executors
+    warmup: float = 30.0               # seconds before an added executor works
+    tick: float = 1.0
+    time: float = 0.0
+    produced: float = 0.0
+    consumed: float = 0.0
+    busy_seconds: float = 0.0
+    target: int | None = None          # the last count asked for; None: never asked
+    starting: list[float] = field(default_factory=list)  # when each executor on its way starts working
+
+    @property
+    def backlog(self) -> float:
+        return self.produced - self.consumed
+
+    @property
+    def useful_tasks(self) -> int:
+        return max(self.partitions, self.shuffle_partitions)
+
+    def capacity(self) -> float:
+        """Records/s the working executors process when busy."""
+        slots = min(self.executors * self.cores_per_executor, self.useful_tasks)
+        rate = slots * self.rate_per_core
+        return rate if self.sink_limit is None else min(rate, self.sink_limit)
+
+    def set_executors(self, target: int) -> None:
+        self.target = target
+        missing = target - self.executors - len(self.starting)
+        if missing >= 0:
+            self.starting += [self.time + self.warmup] * missing
+            return
+        cancelled = min(-missing, len(self.starting))
+        self.starting = self.starting[:len(self.starting) - cancelled]
+        self.executors -= -missing - cancelled
+
+    def advance(self, until: float) -> None:
+        while self.time < until - 1e-9:
+            seconds = min(self.tick, until - self.time)
+            ready = [t for t in self.starting if t <= self.time]
+            self.executors += len(ready)
+            self.starting = [t for t in self.starting if t > self.time]
+            arriving = self.input_rate(self.time + seconds / 2) * seconds
+            capacity = self.capacity() * seconds
+            processed = min(self.backlog + arriving, capacity)
+            self.produced += arriving
+            self.consumed += processed
+            if capacity > 0:
+                self.busy_seconds += processed / capacity * seconds
+            self.time += seconds
+
+    def status(self) -> DriverStatus:
+        latest, consumed = int(self.produced), int(self.consumed)
+        return DriverStatus(
+            app="sim", revision="r1", observedAt=format_time(EPOCH + self.time),
+            queries=[QueryStatus(name="main", runId="run-1", active=True, inputRows=consumed,
+                                 busyMs=int(self.busy_seconds * 1000), stateful=self.shuffle_partitions > 0,
+                                 topics=[TOPIC])],
+            topics=[TopicStatus(topic=TOPIC, partitions=self.partitions, latestOffsets=latest,
+                                backlog=latest - consumed)],
+            backlog=latest - consumed,
+            executors=[ExecutorStatus(id=str(i + 1), totalCores=self.cores_per_executor)
+                       for i in range(self.executors)],
+            executorTarget=self.target,
+            taskSlots=self.executors * self.cores_per_executor,
+            sourceTasks=self.partitions,
+            shufflePartitions=self.shuffle_partitions)
+
+
+@dataclass(frozen=True)
+class Moment:
+    time: float        # seconds since the start
+    input_rate: float  # records/s arriving then
+    backlog: int
+    executors: int     # working
+    decision: Decision
+
+
+@dataclass
+class Timeline:
+    moments: list[Moment]
+    final_state: AutoscalerState
+
+    @property
+    def changes(self) -> list[Moment]:
+        return [m for m in self.moments if m.decision.changes]
+
+    def targets(self) -> list[int]:
+        return [m.decision.target for m in self.moments]
+
+
+def simulate(plant: Plant, policy: Policy, bounds: ExecutorBounds, duration: float,
+             restarts: Collection[float] = ()) -> Timeline:
+    """Run the autoscaler every `policy.interval` for `duration` seconds. At each time in `restarts` the
+    state goes through JSON first, as across an operator restart."""
+    state = observe(AutoscalerState(), plant.status(), policy)
+    moments = []
+    for index in range(1, int(duration // policy.interval) + 1):
+        now = index * policy.interval
+        plant.advance(now)
+        if now in restarts:
+            state = AutoscalerState.from_json(state.to_json())
+        state = observe(state, plant.status(), policy)
+        decision = decide(policy, bounds, state, EPOCH + now)
+        if decision.changes:
+            plant.set_executors(decision.target)
+        state = record(state, decision, policy)
+        moments.append(Moment(now, plant.input_rate(now), int(plant.backlog), plant.executors, decision))
+    return Timeline(moments, state)

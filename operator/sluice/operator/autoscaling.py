@@ -1,0 +1,68 @@
+"""The autoscaler on a StreamingApp (pure; the clock is passed in): its stored state in, a ScalingPlan out.
+
+Only the periodic tick runs it (one writer of its state): it feeds the driver's answer, decides and keeps
+the state in the app's annotation. Other passes (create, update, child events) read the stored state to
+know the count to ask for. A `kubectl scale` while autoscaling is on is a new starting point: a change to
+spec.executors.instances is recorded as a change of the live count (clamped to min..max), which starts the
+cooldowns; the annotation `sluice.dev/autoscaler-instances` remembers the instances last acted on.
+"""
+
+from __future__ import annotations
+
+from sluice.pipelines.contract import DriverStatus
+
+from .autoscaler import AutoscalerState, Decision, Policy, autoscaler_status, decide, observe, parse_time, record
+from .autoscaler.decide import current_executors
+from .autoscaler.policy import spec_key
+from .model import StreamingAppSpec
+from .scaling import INSTANCES_ANNOTATION, SCALING_STATE_ANNOTATION, ScalingPlan
+
+
+def autoscale(spec: StreamingAppSpec, annotations: dict[str, str], driver: DriverStatus | None, now: float,
+              *, periodic: bool) -> ScalingPlan:
+    policy = Policy.from_spec(spec.autoscaling)
+    bounds = spec.executors
+    state = AutoscalerState.from_json(annotations.get(SCALING_STATE_ANNOTATION))
+    if not periodic:
+        desired = min(max(current_executors(state, bounds), bounds.min), bounds.max)
+        return ScalingPlan(desired, _status(desired, state, None))
+
+    events: list[tuple[str, str, str]] = []
+    kinds: list[str] = []
+    seen = annotations.get(INSTANCES_ANNOTATION)
+    if seen is not None and seen != str(bounds.instances):
+        current = current_executors(state, bounds)
+        target = min(max(bounds.instances, bounds.min), bounds.max)
+        if target != current:
+            nudge = Decision(now, current, target, "up" if target > current else "down",
+                             f"{current} → {target}: kubectl scale set spec.executors.instances to "
+                             f"{bounds.instances}, a new starting point for the autoscaler",
+                             spec_key=spec_key(policy, bounds))
+            state = record(state, nudge, policy)
+            events.append(("Normal", "Scaled", nudge.reason))
+            kinds.append("manual")
+    if driver is not None and _due(state, driver, policy):
+        state = observe(state, driver, policy)
+    decision = decide(policy, bounds, state, now)
+    if decision.changes:
+        events.append(("Normal", "Scaled", decision.reason))
+        kinds.append(decision.kind)
+    state = record(state, decision, policy)
+    annotations_out = {SCALING_STATE_ANNOTATION: state.to_json(), INSTANCES_ANNOTATION: str(bounds.instances)}
+    return ScalingPlan(decision.target, _status(decision.target, state, decision), annotations_out, events, kinds)
+
+
+def _due(state: AutoscalerState, driver: DriverStatus, policy: Policy) -> bool:
+    """A sample spans about `interval` (the operator's tick may be shorter)."""
+    if state.counters is None:
+        return True
+    return parse_time(driver.observedAt) - state.counters.time >= policy.interval - policy.slack / 2
+
+
+def _status(desired: int, state: AutoscalerState, decision: Decision | None) -> dict:
+    if decision is None:
+        last = state.last_decision
+        decision = Decision(last.time if last else 0.0, desired, desired, "hold",
+                            last.reason if last and last.kind == "hold" else f"hold at {desired}")
+    autoscaler = autoscaler_status(state, decision).model_dump(mode="json", by_alias=True)
+    return {"desiredExecutors": desired, "scaling": "autoscaler", "autoscaler": autoscaler}
