@@ -151,7 +151,7 @@ def test_scaling_never_edits_the_submitted_executor_count(raw_spec):
     edited["spec"]["executor"]["instances"] = 9  # by hand: repaired to the recorded submission count
     repaired = desired_state("wc", "ns", spec3, submitted_executors=submitted_executors(edited, spec3)).children[-1]
     assert repaired["spec"]["executor"]["instances"] == raw_spec["executors"]["instances"]
-    assert plan_scaling(spec3, None, None, None, 0.0).desired == 3  # the driver is asked instead
+    assert plan_scaling(spec3, {}, None, 0.0).desired == 3  # the driver is asked instead
     changed = copy.deepcopy(scaled)
     changed["pipeline"]["nodes"][2]["filter"] = "word != 'the'"
     spec_new = parse_spec(changed)
@@ -271,11 +271,11 @@ def test_a_stopped_driver_clears_its_figures():
 
 def test_manual_scaling_asks_for_the_spec_count(raw_spec):
     raw_spec["executors"] = {"instances": 2, "min": 1, "max": 3}
-    plan = plan_scaling(parse_spec(raw_spec), None, None, driver_answer(), 100.0)
+    plan = plan_scaling(parse_spec(raw_spec), {}, driver_answer(), 100.0)
     assert plan.desired == 2
     assert plan.status == {"desiredExecutors": 2, "scaling": "manual", "autoscaler": None}
     raw_spec["suspend"] = True
-    assert plan_scaling(parse_spec(raw_spec), None, None, None, 100.0).desired is None
+    assert plan_scaling(parse_spec(raw_spec), {}, None, 100.0).desired is None
 
 
 def test_checkpoint_claim_and_env_reach_both_pods_through_templates(raw_spec):
