@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from sluice.pipelines.metrics import parse_spark_time
-from sluice.pipelines.runner import PipelineRun
+from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import duration_ms
 from sluice.pipelines.validation import document_from, load_documents
 from sluice.testbed.common import REPO_ROOT
@@ -80,8 +80,8 @@ class SluiceJob:
             if "toKafka" in node:
                 node["toKafka"]["topic"] = sink
                 sink_node = node["name"]
-        run = PipelineRun(self.spark, document_from(manifest, self.source), checkpoint_root=checkpoint,
-                          bootstrap_servers=self.bootstrap).start()
+        run = PipelineRun.from_document(self.spark, document_from(manifest, self.source),
+                                        checkpoint_root=checkpoint, bootstrap_servers=self.bootstrap).start()
         return Started(next(q for q in run.queries if q.name == sink_node), run.stop)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from sluice.pipelines.runner import PipelineRun
+from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.validation import PipelineDocument, document_from, load_documents
 from sluice.testbed.kafka_io import ConsumedRecord, consume_all, produce
 from sluice.testbed.manifests import retarget_topics
@@ -210,8 +210,9 @@ class Harness:
 
     @contextmanager
     def running(self, example: Example, checkpoint: str = "checkpoints") -> Iterator[PipelineRun]:
-        run = PipelineRun(self.spark, example.document(), checkpoint_root=str(self.tmp_path / checkpoint),
-                          bootstrap_servers=self.bootstrap).start()
+        run = PipelineRun.from_document(self.spark, example.document(),
+                                        checkpoint_root=str(self.tmp_path / checkpoint),
+                                        bootstrap_servers=self.bootstrap).start()
         try:
             yield run
         finally:

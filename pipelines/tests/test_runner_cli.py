@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import EXAMPLES, load_example
+from helpers import EXAMPLES, load_example, load_manifest
 
+from sluice.pipelines.contract import RunnerConfig
+from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.spec import PipelineSpec
+from sluice.pipelines.validation import PipelineInvalid
 from sluice.testbed.common import free_port
 from sluice.testbed.kafka_io import consume_all, produce
 
@@ -142,3 +146,56 @@ def test_sluice_run_until_caught_up(kafka_bootstrap, new_topic, tmp_path):
     counts = {(r["word"], r["count"]) for r in (json.loads(m.value) for m in
                                                 consume_all(kafka_bootstrap, topics["counts"]))}
     assert counts == {("x", 1), ("y", 2)}
+
+
+# ------------------------------------------------------------------------------ RunnerConfig
+
+def _runner_config(**changes) -> dict:
+    """The word count example as the RunnerConfig document the operator writes (JSON)."""
+    config = RunnerConfig(app="wordcount", revision="rev-1", kafkaBootstrap="127.0.0.1:9", checkpointRoot="/tmp/chk",
+                          pipeline=PipelineSpec.model_validate(load_manifest("wordcount")["spec"]["pipeline"]),
+                          controlPort=0)
+    return {**json.loads(config.model_dump_json(by_alias=True, exclude_none=True)), **changes}
+
+
+def _runner(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sluice.pipelines.runner", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_runner_refuses_a_bad_runner_config_naming_each_field(tmp_path):
+    config = _runner_config(controlPort=70000, surprise=True)
+    del config["kafkaBootstrap"]
+    config["pipeline"]["nodes"][0]["fromKafka"]["watermark"] = "soon"
+    config["pipeline"]["nodes"][1]["inputs"] = ["linez"]
+    path = tmp_path / "runner.json"
+    path.write_text(json.dumps(config))
+    result = _runner(str(path))
+    assert result.returncode == 2, result.stderr
+    problems = result.stderr.splitlines()
+    assert problems[0] == f"error: invalid {path}:"
+    assert "controlPort: Input should be less than or equal to 65535 (got 70000)" in problems
+    assert "kafkaBootstrap: required" in problems
+    assert "surprise: unknown key 'surprise'" in problems
+    assert any(p.startswith("pipeline.nodes[0].fromKafka.watermark: invalid duration 'soon'") for p in problems)
+    assert "pipeline.nodes[1].inputs[0]: unknown node 'linez'" in problems
+    assert "Spark" not in result.stderr  # refused before Spark started
+
+
+def test_a_runner_config_is_the_only_input(tmp_path):
+    path = tmp_path / "runner.yaml"
+    path.write_text(yaml.safe_dump(_runner_config()))
+    result = _runner(str(path), "--bootstrap-servers", "elsewhere:9092", "--control-port", "9999")
+    assert result.returncode == 2
+    assert "--bootstrap-servers: not allowed with a RunnerConfig (it carries this setting)" in result.stderr
+    assert "--control-port: not allowed with a RunnerConfig (it carries this setting)" in result.stderr
+
+
+@pytest.mark.spark
+def test_runner_config_sql_is_parsed_by_spark_with_its_path(spark_session):
+    config = RunnerConfig.model_validate(_runner_config())
+    config.pipeline.nodes[2].filter = "word != '' AND ("
+    with pytest.raises(PipelineInvalid) as info:
+        PipelineRun(spark_session, config).start()
+    assert [p.path for p in info.value.problems] == ["pipeline.nodes[2].filter"]
+    assert info.value.problems[0].message.startswith("bad SQL expression")

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from .control.backlog import topic_backlogs
 from .validation import PipelineDocument, PipelineInvalid, load_documents, validate
 
 console = Console(stderr=True)
@@ -26,7 +27,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     sql = ddl = None
     spark = None
     if args.spark and _spark_available():
-        from .runner import spark_ddl_parser, spark_sql_parser
+        from .runtime import spark_ddl_parser, spark_sql_parser
         from .session import build_session
 
         spark = build_session("sluice-validate", {"spark.ui.enabled": "false"}, master="local[1]")
@@ -76,14 +77,13 @@ def default_bootstrap(document: PipelineDocument, flag: str | None) -> str | Non
 
 
 def progress_table(run) -> Table:
-    table = Table(title=f"sluice run: {run.document.app_name}", expand=False)
+    table = Table(title=f"sluice run: {run.config.app}", expand=False)
     for column in ("query", "status", "input rows/s", "processed rows/s", "lag (records)", "batch ms",
                    "batch", "state rows"):
         table.add_column(column, justify="left" if column in ("query", "status") else "right")
     for state in run.states():
         progress = state.progress or {}
-        lag = max((float((s.get("metrics") or {}).get("maxOffsetsBehindLatest", 0) or 0)
-                   for s in progress.get("sources", [])), default=0)
+        lag = sum(topic.backlog for topic in topic_backlogs([progress]))
         status = "[red]failed" if state.error else "[green]running" if state.active else "stopped"
         table.add_row(state.name, status, f"{progress.get('inputRowsPerSecond', 0) or 0:,.0f}",
                       f"{progress.get('processedRowsPerSecond', 0) or 0:,.0f}", f"{lag:,.0f}",
@@ -93,26 +93,27 @@ def progress_table(run) -> Table:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runner import ControlServer, PipelineRun
+    from .control.server import ControlServer
+    from .runtime import PipelineRun, config_from_document
     from .session import local_session
 
     try:
         document = load_documents(args.file)[0]
-        validate(document.pipeline, document.prefix)
+        config = config_from_document(
+            document, checkpoint_root=args.checkpoint_dir or str(Path(".sluice/checkpoints") / document.app_name),
+            bootstrap_servers=default_bootstrap(document, args.bootstrap_servers), control_port=args.metrics_port)
     except (OSError, PipelineInvalid) as exc:
         print(f"error: {args.file}:\n{exc}", file=sys.stderr)
         return 2
-    bootstrap = default_bootstrap(document, args.bootstrap_servers)
-    checkpoint = args.checkpoint_dir or str(Path(".sluice/checkpoints") / document.app_name)
-    spark = local_session(f"sluice-{document.app_name}", cores=args.cores)
-    run = PipelineRun(spark, document, checkpoint_root=checkpoint, bootstrap_servers=bootstrap)
+    spark = local_session(f"sluice-{config.app}", cores=args.cores)
+    run = PipelineRun(spark, config, pipeline_path=document.prefix)
     try:
         run.start()
     except PipelineInvalid as exc:
         print(f"error: {args.file}:\n{exc}", file=sys.stderr)
         spark.stop()
         return 2
-    server = ControlServer(run, args.metrics_port).start() if args.metrics_port else None
+    server = ControlServer(run).start() if config.controlPort else None
     signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
     code = 0
     try:
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--checkpoint-dir", help="default: .sluice/checkpoints/<app>")
     r.add_argument("--until-caught-up", action="store_true", help="stop once every source is drained")
     r.add_argument("--cores", default="*", help="local Spark cores (default: all)")
-    r.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz (0: off)")
+    r.add_argument("--metrics-port", type=int, default=0,
+                   help="serve the control API (/metrics, /healthz, /v1/status; writes disabled) (0: off)")
     r.set_defaults(func=cmd_run)
 
     args = parser.parse_args(argv)

@@ -66,9 +66,10 @@ class QueryStatus(Strict):
     inputRowsPerSecond: float | None = None
     processedRowsPerSecond: float | None = None
     lastBatchDurationMs: int | None = None
-    triggerIntervalMs: int | None = None
+    triggerIntervalMs: int | None = Field(
+        None, description="The pipeline's processingTime, or realTime's batch length; None for availableNow.")
     stateful: bool = False
-    topics: list[str] = Field(default_factory=list, description="Kafka topics it reads.")
+    topics: list[str] = Field(default_factory=list, description="Kafka topics it reads (from its last progress).")
 
 
 class TopicStatus(Strict):
@@ -105,7 +106,7 @@ class DriverStatus(Strict):
 
 class ApiError(Strict):
     error: str
-    field: str | None = None
+    field: str | None = Field(None, description="The request body's field at fault (400), e.g. 'target'.")
 
 
 Health = Literal["ok", "failed", "stopping", "starting"]

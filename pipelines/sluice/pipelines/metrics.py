@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pyspark.sql.streaming import StreamingQueryListener
 
+from .contract import TopicStatus
+from .control.backlog import topic_backlogs
+
 OBSERVED_QUALITY = "sluice_quality"  # observe() name prefix for per-source record checks
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    """What the progress events of one query told so far: the last one and sums since the driver started."""
+
+    last_progress: dict[str, Any]
+    batches: int = 0
+    input_rows: int = 0
+    busy_ms: int = 0
+
+    def add(self, progress: dict[str, Any]) -> QueryRecord:
+        return QueryRecord(progress, self.batches + 1, self.input_rows + int(progress.get("numInputRows") or 0),
+                           self.busy_ms + int((progress.get("durationMs") or {}).get("triggerExecution") or 0))
 
 
 class PipelineMetrics:
@@ -39,9 +58,27 @@ class PipelineMetrics:
                                     ["app", "source"], registry=r)
         self.executors = Gauge("sluice_executors", "Live Spark executors", ["app"], registry=r)
         self.up = Gauge("sluice_query_active", "1 while the query runs", q, registry=r)
+        self.backlog = Gauge("sluice_kafka_backlog_records",
+                             "Records of a source topic not yet read by the query furthest behind on it",
+                             ["app", "topic"], registry=r)
+        self._queries: dict[str, QueryRecord] = {}
+        self._lock = threading.Lock()
+
+    def queries(self) -> dict[str, QueryRecord]:
+        """Each query's record, by query name (one consistent snapshot)."""
+        with self._lock:
+            return dict(self._queries)
+
+    def topics(self) -> list[TopicStatus]:
+        return topic_backlogs(record.last_progress for record in self.queries().values())
 
     def record_progress(self, progress: dict[str, Any]) -> None:
-        labels = {"app": self.app, "query": progress.get("name") or progress.get("id", "?")}
+        name = progress.get("name") or progress.get("id", "?")
+        with self._lock:
+            self._queries[name] = self._queries.get(name, QueryRecord({})).add(progress)
+        for topic in self.topics():
+            self.backlog.labels(app=self.app, topic=topic.topic).set(topic.backlog)
+        labels = {"app": self.app, "query": name}
         self.batches.labels(**labels).inc()
         self.input_rows.labels(**labels).inc(progress.get("numInputRows", 0) or 0)
         self.input_rate.labels(**labels).set(_number(progress.get("inputRowsPerSecond")))

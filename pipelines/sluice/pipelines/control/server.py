@@ -1,0 +1,154 @@
+"""The control port: its routes as a WSGI app, served by the stdlib's wsgiref on threads (ControlServer).
+
+Open: GET /metrics (prometheus-client's WSGI app), GET /healthz. Token-guarded writes: PUT /v1/executors.
+GET /v1/status is open like /metrics (it tells no more than the metrics do).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from http import HTTPStatus
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import make_wsgi_app
+from pydantic import BaseModel, ValidationError
+
+from ..contract import ApiError, ExecutorsRequest
+from ..validation import join_path
+from .auth import ControlToken
+from .errors import ApiFailure
+from .executors import Executors
+from .status import driver_status
+
+if TYPE_CHECKING:
+    from ..runtime import PipelineRun
+
+log = logging.getLogger("sluice.control")
+MAX_BODY_BYTES = 64 * 1024
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+Handler = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+def parse_executors_request(body: bytes) -> ExecutorsRequest:
+    """The request, or ApiFailure 400 naming the first bad field (strict: "2" and 2.0 are not 2)."""
+    try:
+        return ExecutorsRequest.model_validate_json(body, strict=True)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        if error["type"] == "json_invalid":
+            raise ApiFailure(400, f"the body is not JSON ({error['msg']}); send {{\"target\": N}}") from None
+        field = join_path("", *error["loc"]) or None
+        message = {"extra_forbidden": "unknown field", "missing": "required"}.get(error["type"], error["msg"])
+        raise ApiFailure(400, f"{field}: {message}" if field else message, field=field) from None
+
+
+def read_body(environ: Environ) -> bytes:
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise ApiFailure(400, "Content-Length is not a number") from None
+    if length > MAX_BODY_BYTES:
+        raise ApiFailure(413, f"the body is over {MAX_BODY_BYTES} bytes")
+    return environ["wsgi.input"].read(length) if length > 0 else b""
+
+
+def respond(start_response: StartResponse, status: int, body: bytes, content_type: str = "application/json",
+            headers: Iterable[tuple[str, str]] = ()) -> list[bytes]:
+    start_response(f"{status} {HTTPStatus(status).phrase}",
+                   [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers])
+    return [body]
+
+
+def respond_model(start_response: StartResponse, model: BaseModel, status: int = 200) -> list[bytes]:
+    return respond(start_response, status, model.model_dump_json().encode())
+
+
+class ControlApi:
+    """The WSGI app of the control port."""
+
+    def __init__(self, run: PipelineRun, executors: Executors, token: ControlToken) -> None:
+        self.run = run
+        self.executors = executors
+        self.token = token
+        self.prometheus = make_wsgi_app(run.metrics.registry)
+        self.routes: dict[str, dict[str, Handler]] = {
+            "/metrics": {"GET": self.metrics},
+            "/healthz": {"GET": self.health},
+            "/v1/status": {"GET": self.status},
+            "/v1/executors": {"PUT": self.put_executors},
+        }
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        path, method = environ.get("PATH_INFO") or "/", environ.get("REQUEST_METHOD", "GET")
+        try:
+            methods = self.routes.get(path)
+            if methods is None:
+                raise ApiFailure(404, f"no such path: {path} (try {', '.join(self.routes)})")
+            handler = methods.get(method)
+            if handler is None:
+                raise ApiFailure(405, f"{path} takes {', '.join(methods)}, not {method}",
+                                 headers=(("Allow", ", ".join(methods)),))
+            return handler(environ, start_response)
+        except ApiFailure as failure:
+            return respond(start_response, failure.status, failure.error.model_dump_json().encode(),
+                           headers=failure.headers)
+        except Exception as exc:  # a broken request must not take the driver down
+            log.exception("control API: %s %s failed", method, path)
+            return respond_model(start_response, ApiError(error=f"internal error: {exc}"), 500)
+
+    def metrics(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        self.run.metrics.executors.labels(app=self.run.metrics.app).set(len(self.executors.live()))
+        return self.prometheus(environ, start_response)
+
+    def health(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        healthy = self.run.healthy()
+        states = [state.__dict__ | {"progress": None} for state in self.run.states()]
+        return respond(start_response, 200 if healthy else 503,
+                       json.dumps({"healthy": healthy, "queries": states}).encode())
+
+    def status(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        return respond_model(start_response, driver_status(self.run, self.executors))
+
+    def put_executors(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        self.token.check(environ.get("HTTP_AUTHORIZATION"))
+        request = parse_executors_request(read_body(environ))
+        response = self.executors.scale(request.target)
+        log.info("executors: target %d (%d live before), killed %s", response.target, response.previous,
+                 response.killed or "none")
+        return respond_model(start_response, response)
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = 30  # a client that opens a connection and sends nothing does not keep its thread
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s - %s", self.address_string(), format % args)
+
+
+class ControlServer:
+    """The control API of a run, on its config's control port."""
+
+    def __init__(self, run: PipelineRun, host: str = "0.0.0.0") -> None:
+        self.api = ControlApi(run, Executors(run.spark), ControlToken(run.config.controlTokenFile))
+        self.server = make_server(host, run.config.controlPort, self.api, server_class=_ThreadingWSGIServer,
+                                  handler_class=_QuietHandler)
+        self.port = self.server.server_port
+        self.thread = threading.Thread(target=self.server.serve_forever, name="sluice-control", daemon=True)
+
+    def start(self) -> ControlServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
