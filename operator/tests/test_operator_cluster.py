@@ -136,8 +136,11 @@ def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kaf
     kube_cluster.kubectl("patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p",
                          '{"spec": {"suspend": false}}')
     spark = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver back")
-    # The same checkpoint location, so the driver resumes where it stopped.
-    assert "/checkpoints/wordcount" in spark["spec"]["arguments"]
+    # The same checkpoint location (and claim), so the driver resumes where it stopped.
+    config = RunnerConfig.model_validate_json(
+        get(kube_cluster, "configmap", children.pipeline_configmap_of(spark), namespace)["data"][RUNNER_CONFIG_FILE])
+    assert config.checkpointRoot == "/checkpoints/wordcount"
+    assert spark["spec"]["executor"]["instances"] == 4, "a new submission starts with today's count"
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
