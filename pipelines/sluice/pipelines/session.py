@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -16,6 +18,9 @@ BASE_CONF: dict[str, str] = {
 
 
 def build_session(app_name: str, conf: Mapping[str, str], master: str | None = None) -> SparkSession:
+    # Python workers (executor-side code such as the exactly-once Kafka writer) run this interpreter, the one
+    # with sluice installed, unless the environment names another; PySpark's default is any `python3`.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
