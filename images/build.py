@@ -54,10 +54,12 @@ class Image:
 IMAGES = {
     image.name: image for image in (
         Image("operator", "sluice/operator",
-              ("kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "confluent-kafka"),
+              ("kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "confluent-kafka", "httpx"),
               base_arg="PYTHON_IMAGE"),
         # pyspark comes with Spark in the base image.
-        Image("spark", "sluice/spark", ("prometheus-client", "pydantic", "pyyaml"), files=("runner.py",),
+        # confluent-kafka: the exactly-once Kafka sink's transactional producers run in the executors.
+        Image("spark", "sluice/spark", ("prometheus-client", "pydantic", "pyyaml", "confluent-kafka"),
+              files=("runner.py",),
               connector_jars=True),
         Image("base", "sluice.local/spark", ("pyspark",), files=("entrypoint.sh",), base_arg="DEBIAN_IMAGE",
               tag_version="4.2.0-python3", wheels_from_sources=True),

@@ -270,7 +270,7 @@ def driver_service(app: str, namespace: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": f"{app}-driver", "namespace": namespace, "labels": labels(app, "driver")},
             "spec": {"selector": {APP_LABEL: app, "app.kubernetes.io/component": "driver", "spark-role": "driver"},
-                     "ports": [{"name": "control", "port": CONTROL_PORT, "targetPort": CONTROL_PORT}]}}
+                     "ports": [{"name": "metrics", "port": CONTROL_PORT, "targetPort": CONTROL_PORT}]}}
 
 
 def kafka_topic_name(topic: str) -> str:
