@@ -323,3 +323,59 @@ def test_finalizer_only_while_a_driver_runs_or_topics_must_be_deleted(operator_p
     kube_cluster.kubectl("delete", "sapp", name, "-n", namespace, "--timeout=60s")
     wait_for(lambda: topic_partitions(kafka_bootstrap, topic) is None, what="the topic deleted with its app")
     assert all(topic_partitions(kafka_bootstrap, t["name"]) for t in doomed["spec"]["topics"][1:])
+
+
+def test_operator_killed_mid_reconcile_converges_without_duplicates(crds_installed, kafka_bootstrap, tmp_path):
+    """SIGKILL at random moments while apps are created and updated: after a restart every app converges,
+    with one child of each kind, one pipeline ConfigMap (its revision) and its topics."""
+    import random
+    import time
+
+    from conftest import HA_NAMESPACE_PREFIX, OperatorProcess  # a namespace the shared operator leaves alone
+
+    namespace = f"{HA_NAMESPACE_PREFIX}kill-{tmp_path.name[-6:].strip('_').lower()}".replace("_", "-")
+    crds_installed.kubectl("create", "namespace", namespace)
+    rng = random.Random(11)
+    apps = [example(name, kafka_bootstrap, f"{namespace}-{name}") for name in ("wordcount", "frequency-count")]
+    kills = 0
+    try:
+        for round_ in range(6):
+            operator = OperatorProcess(crds_installed.kubeconfig, tmp_path / f"op-{round_}.log",
+                                       scope=("--namespace", namespace))
+            operator.wait_alive()
+            if round_ == 0:
+                for app in apps:
+                    apply(crds_installed, app, namespace)
+            elif round_ == 3:
+                apps[0]["spec"]["pipeline"]["nodes"][2]["filter"] = "word != '' AND length(word) > 1"
+                apply(crds_installed, apps[0], namespace)
+            time.sleep(rng.uniform(0.2, 2.5))
+            operator.proc.kill()  # SIGKILL: no cleanup, whatever it was doing
+            operator.proc.wait()
+            kills += 1
+        survivor = OperatorProcess(crds_installed.kubeconfig, tmp_path / "op-final.log",
+                                   scope=("--namespace", namespace))
+        try:
+            survivor.wait_alive()
+            for app in apps:
+                name = app["metadata"]["name"]
+                converged = wait_for(lambda n=name: (a := get(crds_installed, "sapp", n, namespace))
+                                     and a.get("status", {}).get("observedGeneration") == a["metadata"]["generation"]
+                                     and a["status"].get("phase") == "Pending" and a, timeout=90,
+                                     what=f"{name} converged after {kills} kills")
+                revision = converged["status"]["revision"]
+                configmaps = wait_for(lambda n=name: (items := crds_installed.kubectl(
+                    "get", "configmap", "-n", namespace, "-l", f"sluice.dev/app={n},app.kubernetes.io/component="
+                    "pipeline", "-o", "name").stdout.split()) and len(items) == 1 and items, timeout=60,
+                    what=f"one pipeline ConfigMap of {name}")
+                assert configmaps == [f"configmap/{children.configmap_name(name, revision)}"]
+                for kind in ("sparkapplication", "networkpolicy", "secret", "pvc", "service"):
+                    found = crds_installed.kubectl("get", kind, "-n", namespace, "-l", f"sluice.dev/app={name}",
+                                                   "-o", "name").stdout.split()
+                    assert len(found) == 1, (kind, found)
+                for topic in app["spec"]["topics"]:
+                    assert topic_partitions(kafka_bootstrap, topic["name"]) == topic.get("partitions", 1)
+        finally:
+            survivor.stop()
+    finally:
+        crds_installed.kubectl("delete", "namespace", namespace, "--wait=false")
