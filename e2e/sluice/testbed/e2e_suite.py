@@ -436,6 +436,9 @@ class E2ESuite:
         kinds = ("streamingapps", "sparkapplications", "kafkatopics", "kafkas", "pods", "pvc")
         commands = [*(("get", kind, "-A", "-o", "wide") for kind in kinds),  # one by one: some may not exist
                     ("get", "events", "-A", "--sort-by=.lastTimestamp"),
+                    # spark-operator keeps spark-submit's whole output here (events cut it to a line).
+                    ("get", "sparkapplications", "-A", "-o",
+                     "jsonpath={range .items[*]}{.metadata.name}: {.status.applicationState.errorMessage}{'\\n'}{end}"),
                     ("logs", "-n", self.release_namespace, f"deployment/{self.release}", "--tail=60")]
         for namespace, pod in self.troubled_pods():
             commands.append(("logs", "-n", namespace, pod, "--all-containers", "--tail=80"))
