@@ -56,7 +56,8 @@ def test_example_gets_its_children_and_loses_them_on_delete(name, operator_proce
     assert shipped.kafkaBootstrap == kafka_bootstrap
     for kind, child in (("service", f"{name}-driver"), ("serviceaccount", f"{name}-spark"),
                         ("role", f"{name}-spark"), ("rolebinding", f"{name}-spark"),
-                        ("networkpolicy", f"{name}-driver"), ("secret", f"{name}-control")):
+                        ("networkpolicy", f"{name}-driver"), ("networkpolicy", f"{name}-executor"),
+                        ("secret", f"{name}-control")):
         assert get(kube_cluster, kind, child, namespace), f"{kind}/{child} missing"
     app = wait_for(lambda: (a := get(kube_cluster, "sapp", name, namespace)) and a.get("status", {}).get("phase")
                    and a, what="status")
@@ -369,10 +370,11 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(crds_install
                     "pipeline", "-o", "name").stdout.split()) and len(items) == 1 and items, timeout=60,
                     what=f"one pipeline ConfigMap of {name}")
                 assert configmaps == [f"configmap/{children.configmap_name(name, revision)}"]
-                for kind in ("sparkapplication", "networkpolicy", "secret", "pvc", "service"):
+                for kind, count in (("sparkapplication", 1), ("networkpolicy", 2), ("secret", 1), ("pvc", 1),
+                                    ("service", 1)):
                     found = crds_installed.kubectl("get", kind, "-n", namespace, "-l", f"sluice.dev/app={name}",
                                                    "-o", "name").stdout.split()
-                    assert len(found) == 1, (kind, found)
+                    assert len(found) == count, (kind, found)
                 for topic in app["spec"]["topics"]:
                     assert topic_partitions(kafka_bootstrap, topic["name"]) == topic.get("partitions", 1)
         finally:

@@ -28,6 +28,7 @@ CONTROL_TOKEN_KEY = "token"
 # Pods with this label may reach drivers' control ports (the chart puts it on the operator's pods; give
 # it to Prometheus to scrape /metrics). Writes still need the app's token.
 DRIVER_CLIENT_LABEL = "sluice.dev/driver-client"
+SPARK_NETWORK_POLICY_STEP = "org.apache.spark.deploy.k8s.features.NetworkPolicyFeatureStep"
 # The container names spark-operator gives Spark for its pod templates.
 SPARK_CONTAINERS = {"driver": "spark-kubernetes-driver", "executor": "spark-kubernetes-executor"}
 SPARK_APPLICATION_API = "sparkoperator.k8s.io/v1beta2"
@@ -126,18 +127,23 @@ def control_secret(app: str, namespace: str, token: str) -> dict[str, Any]:
             "stringData": {CONTROL_TOKEN_KEY: token}}
 
 
-def network_policy(app: str, namespace: str) -> dict[str, Any]:
-    """The driver admits its control port only from driver clients (the operator), and anything from its
-    own executors (Spark's RPC and block manager)."""
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": f"{app}-driver", "namespace": namespace, "labels": labels(app, "driver")},
-            "spec": {"podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": "driver"}},
-                     "policyTypes": ["Ingress"],
-                     "ingress": [
-                         {"from": [{"podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": "executor"}}}]},
-                         {"from": [{"namespaceSelector": {},
-                                    "podSelector": {"matchLabels": {DRIVER_CLIENT_LABEL: "true"}}}],
-                          "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]}]}}
+def network_policies(app: str, namespace: str) -> list[dict[str, Any]]:
+    """The driver admits its control port only from driver clients (the operator) and anything from its own
+    executors (Spark's RPC and block manager); executors admit only their driver and each other (what Spark
+    4.2's own executor policy does, made here because spark-operator may not create it)."""
+    def peers(*roles: str) -> list[dict[str, Any]]:
+        return [{"podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": role}}} for role in roles]
+
+    def policy(role: str, ingress: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": f"{app}-{role}", "namespace": namespace, "labels": labels(app, role)},
+                "spec": {"podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": role}},
+                         "policyTypes": ["Ingress"], "ingress": ingress}}
+
+    clients = {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {DRIVER_CLIENT_LABEL: "true"}}}],
+               "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]}
+    return [policy("driver", [{"from": peers("executor")}, clients]),
+            policy("executor", [{"from": peers("driver", "executor")}])]
 
 
 def _pod_spec(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
@@ -194,7 +200,10 @@ def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
     defaults = {"spark.sql.streaming.metricsEnabled": "true",
                 "spark.sql.shuffle.partitions": str(ceiling),
                 # Executors change through the control API (live), never through Spark's own policy.
-                "spark.dynamicAllocation.enabled": "false"}
+                "spark.dynamicAllocation.enabled": "false",
+                # Spark 4.2 creates an executor NetworkPolicy at submission, which needs RBAC spark-operator
+                # does not hold; the operator makes the same policy itself (network_policies).
+                "spark.kubernetes.driver.pod.excludedFeatureSteps": SPARK_NETWORK_POLICY_STEP}
     return {**defaults, **spec.spark.sparkConf}
 
 
@@ -296,7 +305,7 @@ def children(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str,
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
     out += [driver_role(app, namespace), driver_role_binding(app, namespace, spec),
             pipeline_configmap(app, namespace, spec, bootstrap), driver_service(app, namespace),
-            network_policy(app, namespace)]
+            *network_policies(app, namespace)]
     claim = checkpoint_claim(app, namespace, spec, claims or ClaimDefaults())
     if claim is not None and (claims or ClaimDefaults()).create:
         out.append(claim)
