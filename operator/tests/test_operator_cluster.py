@@ -285,6 +285,9 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
         # kopf logs success only after the handler's status patch, a moment after the child exists.
         wait_for(lambda: "Handler 'reconcile' succeeded" in active.log.read_text(), what="the active replica's log")
         assert "Handler 'reconcile' succeeded" not in standby.log.read_text(), "the standby must not act"
+        # The periodic tick is a kopf timer: it runs on the active replica only (peering pauses the standby).
+        wait_for(lambda: "Timer 'tick' succeeded" in active.log.read_text(), what="the active replica's tick")
+        assert "Timer 'tick'" not in standby.log.read_text(), "a paused standby must not tick"
 
         active.stop()
         second = example("frequency-count", kafka_bootstrap, f"{namespace}-b")
