@@ -610,8 +610,9 @@ class E2ESuite:
         app = autoscale_app(self.apps_namespace, self.images, self.kafka.app_kafka(), self.CHECKPOINT_CLAIM)
         name, report = app["metadata"]["name"], self.autoscale_report
         self.target.apply(app)
-        wait_for(lambda: self.app_status(name).get("phase") == "Running" and self.executor_pods(name) == 1,
-                 timeout=self.timeout, what=f"{name} running with one executor")
+        wait_for(lambda: self.app_status(name).get("phase") == "Running" and self.executor_pods(name) == 1
+                 and self.app_status(name).get("observedAt"), timeout=self.timeout,
+                 what=f"{name} running with one executor, its driver answering the operator")
         load = PacedLoad(self.kafka, AUTOSCALE_WORDS)
         capacity = self.one_executor_capacity(name, load)
         before = self.driver_identity(name)
