@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sluice.testbed.e2e_suite import duplicated_windows, final_counts, word_counts
+from sluice.testbed.e2e_suite import duplicated_windows, word_counts, word_tally
 
 
 def row(start: str, word: str, count: int) -> str:
@@ -29,7 +29,6 @@ def test_duplicated_windows_names_each_result_written_twice():
     assert duplicated_windows(records[:3]) == []
 
 
-def test_final_counts_keep_the_newest_running_count():
-    updates = [json.dumps({"word": "ant", "count": n}) for n in (1, 4, 9)] + [json.dumps({"word": "bee", "count": 2})]
-    assert final_counts(updates) == {"ant": 9, "bee": 2}
+def test_word_tally_counts_each_record():
+    assert word_tally(["ant", "bee", "ant"]) == {"ant": 2, "bee": 1}
 

@@ -8,9 +8,15 @@ from pathlib import Path
 
 import yaml
 
+from sluice.operator.autoscaler import AutoscalerState, parse_time
 from sluice.operator.autoscaler.simulation import EPOCH, Plant, constant, step
 from sluice.operator.model import StreamingAppSpec
-from sluice.operator.scaling import INSTANCES_ANNOTATION, SCALING_STATE_ANNOTATION, plan_scaling
+from sluice.operator.scaling import (
+    INSTANCES_ANNOTATION,
+    SCALING_STATE_ANNOTATION,
+    needs_executor_request,
+    plan_scaling,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "frequency-count.yaml"
 FAST = {"enabled": True, "interval": "10s", "metricsWindow": "30s", "stabilization": "30s",
@@ -93,3 +99,29 @@ def test_a_kubectl_scale_beyond_the_bounds_is_clamped():
     assert plan.desired == 3
     assert plan_scaling(spec, {}, None, EPOCH, periodic=True).desired == 1
 
+
+
+def test_a_decision_is_never_older_than_the_driver_answer_it_was_made_on():
+    """The driver's clock stamps samples, the operator's the decisions: a change made on an answer stamped
+    later than the operator's `now` must still be newer than that answer's sample."""
+    spec = spec_with()
+    plant = Plant(step(500, 2000, at=60), 1)
+    plant.set_executors(1)
+    annotations, _ = drive(spec, plant, 300)
+    late_now = EPOCH + plant.time - 3  # the operator's clock 3 s behind the driver's
+    plan = plan_scaling(spec, annotations, plant.status(), late_now, periodic=True)
+    state = AutoscalerState.from_json(plan.annotations[SCALING_STATE_ANNOTATION])
+    assert state.last_decision is not None
+    assert state.last_decision.time >= parse_time(plant.status().observedAt)
+
+
+def test_the_driver_is_asked_again_when_it_runs_more_executors_than_its_target():
+    plant = Plant(constant(100), 2)
+    plant.set_executors(1)  # the plant keeps target 1 with 2 working until told
+    plant.executors, plant.target = 2, 1
+    assert needs_executor_request(plant.status(), 1), "one executor too many must be removed"
+    plant.executors = 1
+    assert not needs_executor_request(plant.status(), 1)
+    assert needs_executor_request(plant.status(), 3), "a scale-up is asked once"
+    plant.target = None
+    assert needs_executor_request(plant.status(), 1), "a restarted driver (no target) gets the count again"

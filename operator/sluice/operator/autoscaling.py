@@ -27,6 +27,10 @@ def autoscale(spec: StreamingAppSpec, annotations: dict[str, str], driver: Drive
         desired = min(max(current_executors(state, bounds), bounds.min), bounds.max)
         return ScalingPlan(desired, _status(desired, state, None))
 
+    if driver is not None:
+        # Samples carry the driver's time: a decision made on this answer must not look older than it, or the
+        # next pass would take the count before this change for the current one.
+        now = max(now, parse_time(driver.observedAt))
     events: list[tuple[str, str, str]] = []
     kinds: list[str] = []
     seen = annotations.get(INSTANCES_ANNOTATION)

@@ -25,7 +25,7 @@ from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable
 from .model import GROUP, KIND, PLURAL, VERSION
 from .planner import DesiredState, Invalid, Observation, checkpoint_problem, desired_state, parse_spec, status_for
-from .scaling import ScalingPlan, plan_scaling
+from .scaling import ScalingPlan, needs_executor_request, plan_scaling
 from .settings import SETTINGS, Settings
 from .topics import AdminTopics, plan_topics
 
@@ -301,7 +301,7 @@ class Reconciler:
     def _realize(self, namespace: str, app: str, obs: Observation, plan: ScalingPlan) -> list[tuple[str, str, str]]:
         """Ask the driver for the desired count when it runs another one (after a restart it runs none:
         the count is re-asserted)."""
-        if obs.driver is None or plan.desired is None or obs.driver.executorTarget == plan.desired:
+        if obs.driver is None or plan.desired is None or not needs_executor_request(obs.driver, plan.desired):
             return []
         token = self._control_token(namespace, app)
         if token is None:

@@ -32,6 +32,13 @@ class ScalingPlan:
     kinds: list[str] = field(default_factory=list)  # up, down or manual, per change decided
 
 
+def needs_executor_request(driver: DriverStatus, desired: int) -> bool:
+    """Ask the driver when its target differs (after a restart it has none: the count is re-asserted), or
+    when live executors outnumber the target: one that registered after a scale-down began stays otherwise
+    (Spark's allocator never removes running executors beyond its target by itself)."""
+    return driver.executorTarget != desired or len(driver.executors) > desired
+
+
 def plan_scaling(spec: StreamingAppSpec, annotations: dict[str, str], driver: DriverStatus | None, now: float,
                  *, periodic: bool = False) -> ScalingPlan:
     """`periodic`: the tick, the only pass that runs the autoscaler and writes its state."""
