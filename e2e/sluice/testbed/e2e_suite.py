@@ -345,15 +345,17 @@ class PacedLoad:
         self.sent.update(values)
 
     def _run(self) -> None:
-        owed, next_slice = 0.0, time.monotonic()
+        """What is owed grows with wall time, so a slow send makes the next slice larger, not the rate lower."""
+        owed, last = 0.0, time.monotonic()
         try:
             while not self._stop.is_set():
-                owed += self.rate * self.SLICE
+                now = time.monotonic()
+                owed += self.rate * (now - last)
+                last = now
                 if owed >= 1:
                     self.burst(int(owed))
                     owed -= int(owed)
-                next_slice += self.SLICE
-                self._stop.wait(max(0.0, next_slice - time.monotonic()))
+                self._stop.wait(self.SLICE)
         except BaseException as error:  # surfaced by stop()
             self._error = error
 
