@@ -78,7 +78,8 @@ class Driver:
         began = time.monotonic()
         code, body = call("PUT", f"{self.base}/v1/executors", json.dumps({"target": target}).encode())
         assert code == 200, body
-        status = wait_for(lambda: (s := self.status()) and len(s.executors) == target and s,
+        # A just-registered executor reports its cores a moment later: wait for its task slots too.
+        status = wait_for(lambda: (s := self.status()) and len(s.executors) == target and s.taskSlots == target and s,
                           timeout=120, what=f"{target} executors", interval=0.2)
         return ExecutorsResponse.model_validate(body), status, time.monotonic() - began
 
