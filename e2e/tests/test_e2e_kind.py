@@ -76,7 +76,7 @@ def suite(kind_cluster: Target) -> E2ESuite:
                     release_namespace=namespace)
 
 
-@pytest.mark.parametrize("step", E2ESuite.STEPS)
+@pytest.mark.parametrize("step", E2ESuite.steps())
 def test_step(suite: E2ESuite, step: str) -> None:
     if suite.failed:
         pytest.skip(f"step {suite.failed} failed")

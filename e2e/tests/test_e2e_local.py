@@ -104,7 +104,7 @@ def suite(local_run: LocalRun) -> E2ESuite:
                     spark_operator=spark_operator_values())
 
 
-@pytest.mark.parametrize("step", E2ESuite.STEPS)
+@pytest.mark.parametrize("step", E2ESuite.steps())
 def test_step(suite: E2ESuite, step: str) -> None:
     if suite.failed:
         pytest.skip(f"step {suite.failed} failed")
