@@ -5,10 +5,15 @@ The chart is linted, rendered with several value sets and each rendering applied
 are rejected. Installed and upgraded for real, its RBAC is checked verb by verb with `kubectl auth can-i`
 as the operator's ServiceAccount, and then proven sufficient by running the real operator with that
 ServiceAccount's token and the args the chart gives it, and watching it reconcile apps.
+
+The admission webhook is the chart's own configuration, served by that operator: the test bed's API server
+runs on this machine with no route to Services, so each release's configuration is pointed at the
+operator's port on loopback (a test certificate for 127.0.0.1), the rest of it as installed.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -25,9 +30,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sluice.operator import children
+from sluice.operator import admission, children
 from sluice.operator.crd import CRD_FILE
-from sluice.testbed.common import ProvisionError, free_ports, tail
+from sluice.testbed.common import ProvisionError, free_ports, port_in_use, tail
 from sluice.testbed.e2e_suite import (
     CHART_DIR,
     IMAGES_DIR,
@@ -133,6 +138,8 @@ VALUE_SETS: dict[str, Manifest] = {
                                      "storage": {"type": "persistent-claim", "size": "5Gi"}},
                     "grafanaDashboard": {"enabled": True}, "monitoring": {"enabled": True},
                     "operator": {"logFormat": "plain", "env": [{"name": "X", "value": "1"}]}},
+    "no-webhook-no-policy": {"webhook": {"enabled": False}, "networkPolicy": {"enabled": False},
+                             "image": {"pullPolicy": "IfNotPresent"}},
 }
 
 
@@ -171,14 +178,22 @@ def test_defaults_watch_all_namespaces_standalone(chart_helm: Helm) -> None:
     container = pod["containers"][0]
 
     assert operator_args(manifests) == ["--log-format=json", "--all-namespaces", "--metrics-port=8080",
-                                        "--liveness=http://0.0.0.0:8081/healthz"]
+                                        "--liveness=http://0.0.0.0:8081/healthz", "--webhook-port=9443",
+                                        "--webhook-cert-dir=/etc/sluice-webhook"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert not of_kind(manifests, "Role")
     assert ("sparkoperator.k8s.io", "sparkapplications", "create") in rule_set(role["rules"])
     assert not any(group == "kopf.dev" for group, _, _ in rule_set(role["rules"]))
     assert container["image"] == "sluice/operator:0.1.0"
+    assert container["imagePullPolicy"] == "Always"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081}
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "webhook"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081,
+                                                                           "webhook": 9443}
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "160Mi", "ephemeral-storage": "128Mi"},
+        "limits": {"cpu": "1", "memory": "320Mi", "ephemeral-storage": "256Mi"}}
+    assert "affinity" not in pod and not of_kind(manifests, "PodDisruptionBudget")
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
@@ -190,14 +205,36 @@ def test_defaults_watch_all_namespaces_standalone(chart_helm: Helm) -> None:
         "app.kubernetes.io/version": "0.1.0", "app.kubernetes.io/managed-by": "Helm"}
 
 
+def pod_labels(manifests: list[Manifest]) -> dict[str, str]:
+    (deployment,) = of_kind(manifests, "Deployment")
+    return deployment["spec"]["template"]["metadata"]["labels"]
+
+
+def selects_operator_pods(selector: dict[str, str], manifests: list[Manifest]) -> bool:
+    return bool(selector) and selector.items() <= pod_labels(manifests).items()
+
+
 def test_replicas_run_with_peering(chart_helm: Helm) -> None:
     manifests = chart_helm.template("sluice", "sys", {"replicaCount": 2})
     (role,) = of_kind(manifests, "ClusterRole")
+    (budget,) = of_kind(manifests, "PodDisruptionBudget")
+    (deployment,) = of_kind(manifests, "Deployment")
+    (spread,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    own_affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ops"]}]}]}}}
+    with_own = of_kind(chart_helm.template("sluice", "sys", {"replicaCount": 2, "affinity": own_affinity}),
+                       "Deployment")[0]
 
     assert "--peering=sluice" in operator_args(manifests)
-    assert of_kind(manifests, "Deployment")[0]["spec"]["replicas"] == 2
+    assert deployment["spec"]["replicas"] == 2
     assert {(r, v) for g, r, v in rule_set(role["rules"]) if g == "kopf.dev"} == {
         ("clusterkopfpeerings", verb) for verb in ("create", "list", "watch", "patch")}
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert selects_operator_pods(budget["spec"]["selector"]["matchLabels"], manifests)
+    assert spread["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert selects_operator_pods(spread["podAffinityTerm"]["labelSelector"]["matchLabels"], manifests)
+    assert with_own["spec"]["template"]["spec"]["affinity"] == own_affinity
 
 
 def test_namespace_list_gets_roles_and_minimal_cluster_rules(chart_helm: Helm) -> None:
@@ -256,6 +293,124 @@ def test_quick_start_kafka_cluster(chart_helm: Helm) -> None:
         ("apps", "sluice"), ("sys", "sluice-kafkatopics")}
 
 
+def pem_certificate(data: str) -> Any:
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(base64.b64decode(data))
+
+
+def test_webhook_is_for_streamingapps_only_and_trusts_the_secret_it_serves(chart_helm: Helm) -> None:
+    from cryptography import x509
+
+    manifests = chart_helm.template("sluice", "sys")
+    (configuration,) = of_kind(manifests, "ValidatingWebhookConfiguration")
+    (webhook,) = configuration["webhooks"]
+    (service,) = of_kind(manifests, "Service")
+    (secret,) = of_kind(manifests, "Secret")
+    pod = of_kind(manifests, "Deployment")[0]["spec"]["template"]["spec"]
+    (tls_volume,) = [v for v in pod["volumes"] if v.get("secret")]
+    (tls_mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == tls_volume["name"]]
+    ca, served = pem_certificate(secret["data"]["ca.crt"]), pem_certificate(secret["data"]["tls.crt"])
+    names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName)
+
+    assert webhook["rules"] == [{"apiGroups": ["sluice.dev"], "apiVersions": ["v1alpha1"],
+                                 "resources": ["streamingapps"], "operations": ["CREATE", "UPDATE"],
+                                 "scope": "Namespaced"}]
+    assert (webhook["failurePolicy"], webhook["timeoutSeconds"], webhook["sideEffects"]) == ("Fail", 10, "None")
+    assert "namespaceSelector" not in webhook and "objectSelector" not in webhook
+    assert [c["expression"] for c in webhook["matchConditions"]] == [
+        "request.operation == 'CREATE' || object.spec != oldObject.spec"]
+    assert webhook["clientConfig"]["service"] == {"name": service["metadata"]["name"], "namespace": "sys",
+                                                  "path": admission.WEBHOOK_PATH, "port": 443}
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+    assert selects_operator_pods(service["spec"]["selector"], manifests)
+    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    served.verify_directly_issued_by(ca)
+    assert f"{service['metadata']['name']}.sys.svc" in names
+    assert tls_volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert f"--webhook-cert-dir={tls_mount['mountPath']}" in operator_args(manifests)
+
+
+def test_webhook_values(chart_helm: Helm) -> None:
+    manifests = chart_helm.template("sluice", "sys", {"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 3},
+                                                      "watchNamespaces": ["a", "b"]})
+    (webhook,) = of_kind(manifests, "ValidatingWebhookConfiguration")[0]["webhooks"]
+    disabled = chart_helm.template("sluice", "sys", {"webhook": {"enabled": False}})
+    (on_1_27,) = of_kind(chart_helm.template("sluice", "sys", {}, "--kube-version", "1.27.3"),
+                         "ValidatingWebhookConfiguration")[0]["webhooks"]
+    (policy,) = of_kind(disabled, "NetworkPolicy")
+    container = of_kind(disabled, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+
+    assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Ignore", 3)
+    # Apps in other namespaces belong to another release's operator.
+    assert webhook["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]}
+    assert "matchConditions" in webhook and "matchConditions" not in on_1_27  # GA in 1.30, beta on since 1.28
+    assert not {"ValidatingWebhookConfiguration", "Service", "Secret"} & {m["kind"] for m in disabled}
+    assert not [a for a in operator_args(disabled) if a.startswith("--webhook")]
+    assert "readinessProbe" not in container and "webhook" not in {p["name"] for p in container["ports"]}
+    assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == ["metrics", "health"]
+
+
+def test_webhook_certificate_from_cert_manager(chart_helm: Helm) -> None:
+    cert_manager = ("--api-versions", "cert-manager.io/v1")
+    manifests = chart_helm.template("sluice", "sys", {"webhook": {"certManager": {"enabled": True}}}, *cert_manager)
+    certificates = {c["metadata"]["name"]: c for c in of_kind(manifests, "Certificate")}
+    issuers = {i["metadata"]["name"]: i for i in of_kind(manifests, "Issuer")}
+    (configuration,) = of_kind(manifests, "ValidatingWebhookConfiguration")
+    (service,) = of_kind(manifests, "Service")
+    pod = of_kind(manifests, "Deployment")[0]["spec"]["template"]["spec"]
+    cluster_issuer = {"name": "corp-ca", "kind": "ClusterIssuer"}
+    own_issuer = chart_helm.template("sluice", "sys", {"webhook": {"certManager": {
+        "enabled": True, "issuerRef": cluster_issuer}}}, *cert_manager)
+
+    service_name = service["metadata"]["name"]
+    certificate, ca = certificates[service_name], certificates[f"{service_name}-ca"]
+
+    assert not of_kind(manifests, "Secret")
+    assert certificate["spec"]["secretName"] in {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert certificate["spec"]["dnsNames"] == [f"{service_name}.sys.svc", f"{service_name}.sys.svc.cluster.local"]
+    # Served certificate <- the release's CA (renewals keep it, so the injected caBundle stays valid) <- self-signed.
+    assert certificate["spec"]["issuerRef"] == {"name": service_name, "kind": "Issuer"}
+    assert issuers[service_name]["spec"] == {"ca": {"secretName": ca["spec"]["secretName"]}}
+    assert ca["spec"]["isCA"] is True
+    assert issuers[ca["spec"]["issuerRef"]["name"]]["spec"] == {"selfSigned": {}}
+    assert configuration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": f"sys/{certificate['metadata']['name']}"}
+    assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
+    assert not of_kind(own_issuer, "Issuer")
+    assert [c["spec"]["issuerRef"] for c in of_kind(own_issuer, "Certificate")] == [cluster_issuer]
+    with pytest.raises(HelmError, match="needs cert-manager"):
+        chart_helm.template("sluice", "sys", {"webhook": {"certManager": {"enabled": True}}})
+
+
+def test_network_policy_admits_and_reaches_only_what_the_operator_uses(chart_helm: Helm) -> None:
+    manifests = chart_helm.template("sluice", "sys", {"networkPolicy": {
+        "kafkaPorts": [9092, 9094], "extraEgress": [{"ports": [{"protocol": "TCP", "port": 3128}]}]}})
+    (policy,) = of_kind(manifests, "NetworkPolicy")
+    spec = policy["spec"]
+    egress_ports = [{(p["protocol"], p["port"]) for p in rule["ports"]} for rule in spec["egress"]]
+    (to_drivers,) = [rule for rule in spec["egress"] if "to" in rule]
+    (drivers,) = to_drivers["to"]
+    (driver_policy,) = [p for p in children.network_policies("app", "ns") if p["metadata"]["name"] == "app-driver"]
+
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert selects_operator_pods(spec["podSelector"]["matchLabels"], manifests)
+    assert [[p["port"] for p in rule["ports"]] for rule in spec["ingress"]] == [["metrics", "health"], ["webhook"]]
+    assert not any("from" in rule for rule in spec["ingress"])
+    assert egress_ports[:3] == [{("UDP", 53), ("TCP", 53)}, {("TCP", 443), ("TCP", 6443)},
+                                {("TCP", 9092), ("TCP", 9094)}]
+    assert {("TCP", 3128)} in egress_ports
+    # The drivers' control port, on the pods each driver's own policy opens it on.
+    assert to_drivers["ports"] == [{"protocol": "TCP", "port": children.CONTROL_PORT}]
+    assert drivers["namespaceSelector"] == {}
+    assert drivers["podSelector"]["matchLabels"].items() <= driver_policy["spec"]["podSelector"]["matchLabels"].items()
+    assert drivers["podSelector"]["matchExpressions"] == [{"key": children.APP_LABEL, "operator": "Exists"}]
+    assert pod_labels(manifests)[children.DRIVER_CLIENT_LABEL] == "true"
+    assert not of_kind(chart_helm.template("sluice", "sys", {"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--set", "replicaCount=two"], "at '/replicaCount': got string, want integer"),
     (["--set", "replicaCount=0"], "at '/replicaCount': minimum: got 0, want 1"),
@@ -265,6 +420,9 @@ def test_quick_start_kafka_cluster(chart_helm: Helm) -> None:
     (["--set", "image.pullPolicy=Sometimes"], "at '/image/pullPolicy'"),
     (["--set", "kafkaCluster.storage.type=persistent-claim"], "at '/kafkaCluster/storage': missing property 'size'"),
     (["--set", "monitoring.interval=often"], "at '/monitoring/interval'"),
+    (["--set", "webhook.failurePolicy=Sometimes"], "at '/webhook/failurePolicy'"),
+    (["--set", "webhook.timeoutSeconds=60"], "at '/webhook/timeoutSeconds': maximum: got 60, want 30"),
+    (["--set", "networkPolicy.kafkaPorts={0}"], "at '/networkPolicy/kafkaPorts/0'"),
 ])
 def test_values_violating_the_schema_are_rejected(chart_helm: Helm, args: list[str], message: str) -> None:
     with pytest.raises(HelmError) as caught:
@@ -303,6 +461,9 @@ NEVER = [("list", "secrets", ""), ("delete", "secrets", ""), ("get", "services",
          ("delete", TOPICS, ""), ("escalate", ROLES, ""), ("bind", ROLES, ""),
          ("create", "clusterroles.rbac.authorization.k8s.io", ""), ("delete", "namespaces", ""), ("list", "nodes", ""),
          ("create", "kopfpeerings.kopf.dev", ""), ("create", "clusterkopfpeerings.kopf.dev", "")]
+# The chart owns the webhook's configuration and certificate: the operator only serves the webhook.
+WEBHOOK_CONFIGURATIONS = "validatingwebhookconfigurations.admissionregistration.k8s.io"
+NEVER += [(verb, WEBHOOK_CONFIGURATIONS, "") for verb in ("create", "patch", "update", "delete")]
 
 
 def can_i(target: Target, account: str, checks: list[tuple[str, str, str]], namespace: str) -> dict[tuple, bool]:
@@ -315,11 +476,43 @@ def can_i(target: Target, account: str, checks: list[tuple[str, str, str]], name
 
 
 @dataclass(frozen=True)
+class LoopbackWebhook:
+    """Where the operator under test serves the webhook: 127.0.0.1:port, a certificate of a test CA."""
+
+    port: int
+    cert_dir: Path  # tls.crt, tls.key
+    ca: bytes  # PEM
+
+    def client_config(self, path: str) -> Manifest:
+        return {"url": f"https://127.0.0.1:{self.port}{path}", "caBundle": base64.b64encode(self.ca).decode()}
+
+
+@pytest.fixture(scope="module")
+def loopback_webhook(tmp_path_factory: pytest.TempPathFactory) -> LoopbackWebhook:
+    from ipaddress import ip_address
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from sluice.testbed.kube import issue_cert, write_key_pair
+
+    cert_dir = tmp_path_factory.mktemp("webhook-tls")
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = issue_cert("sluice-webhook-test-ca", ca_key, signer=None, usage="ca")
+    write_key_pair(cert_dir, "tls", issue_cert("127.0.0.1", key, signer=(ca, ca_key), usage="server",
+                                               sans=[x509.IPAddress(ip_address("127.0.0.1"))]), key)
+    (port,) = free_ports(1)
+    return LoopbackWebhook(port, cert_dir, ca.public_bytes(serialization.Encoding.PEM))
+
+
+@dataclass(frozen=True)
 class Release:
     name: str
     namespace: str
     manifests: list[Manifest]  # as installed (helm get manifest)
     notes: str  # what `helm install` printed
+    webhook: LoopbackWebhook
 
     @property
     def account(self) -> str:
@@ -331,16 +524,32 @@ class Release:
         return f"system:serviceaccount:{self.namespace}:{self.account}"
 
 
-def install(target: Target, name: str, values: Manifest | None = None) -> Release:
+def install(target: Target, name: str, webhook: LoopbackWebhook, values: Manifest | None = None) -> Release:
     namespace = unique(name)
     notes = target.helm.install(name, CHART_DIR, namespace, values)
     manifests = [m for m in yaml.safe_load_all(target.helm("get", "manifest", name, "-n", namespace)) if m]
-    return Release(name, namespace, manifests, notes)
+    release = Release(name, namespace, manifests, notes, webhook)
+    point_webhook_at_loopback(target, release)
+    return release
+
+
+def point_webhook_at_loopback(target: Target, release: Release, *, back: bool = False) -> None:
+    """The test bed's API server has no route to Services: the release's webhook calls the operator under
+    test on 127.0.0.1 instead; the rest of the configuration stays as installed. back: the Service again
+    (for an upgrade: helm cannot merge its Service into a url)."""
+    for configuration in of_kind(release.manifests, "ValidatingWebhookConfiguration"):
+        (webhook,) = configuration["webhooks"]
+        installed_config = webhook["clientConfig"]
+        client_config = installed_config if back else release.webhook.client_config(installed_config["service"]["path"])
+        patch = [{"op": "replace", "path": "/webhooks/0/clientConfig", "value": client_config}]
+        target.kubectl("patch", "validatingwebhookconfiguration", configuration["metadata"]["name"], "--type=json",
+                       "-p", json.dumps(patch))
 
 
 @contextlib.contextmanager
-def installed(target: Target, name: str, values: Manifest | None = None) -> Iterator[Release]:
-    release = install(target, name, values)
+def installed(target: Target, name: str, webhook: LoopbackWebhook, values: Manifest | None = None
+              ) -> Iterator[Release]:
+    release = install(target, name, webhook, values)
     try:
         yield release
     finally:
@@ -348,33 +557,52 @@ def installed(target: Target, name: str, values: Manifest | None = None) -> Iter
 
 
 @pytest.fixture(scope="module")
-def release(target: Target) -> Iterator[Release]:
-    """The chart installed with its defaults: all namespaces, one replica."""
-    with installed(target, "sluice") as release:
+def release(target: Target, loopback_webhook: LoopbackWebhook) -> Iterator[Release]:
+    """The chart installed with its defaults: all namespaces, one replica, the webhook."""
+    with installed(target, "sluice", loopback_webhook) as release:
         yield release
 
 
 @contextlib.contextmanager
-def operator_as(target: Target, release: Release, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def operator_as(target: Target, release: Release, log: Path, *, priority: int | None = None,
+                webhook_port: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """The real operator, with the release's ServiceAccount token and the args its Deployment has
-    (ports, log format and a short resync overridden for the test)."""
+    (ports, log format and a short resync overridden for the test; the webhook served on loopback, on
+    the release's port unless webhook_port says otherwise)."""
     kubeconfig = log.with_suffix(".kubeconfig")
     kubeconfig.write_text(service_account_kubeconfig(target, release.namespace, release.account))
     metrics_port, health_port = free_ports(2)
-    cmd = [sys.executable, "-m", "sluice.operator", *operator_args(release.manifests), "--log-format=plain",
+    chart_args = operator_args(release.manifests)
+    webhook_port = webhook_port or release.webhook.port
+    serves_webhook = any(arg.startswith("--webhook-port=") for arg in chart_args)
+    cmd = [sys.executable, "-m", "sluice.operator", *chart_args, "--log-format=plain",
            "--verbose", f"--metrics-port={metrics_port}", f"--liveness=http://127.0.0.1:{health_port}/healthz"]
+    if serves_webhook:
+        cmd += [f"--webhook-port={webhook_port}", f"--webhook-cert-dir={release.webhook.cert_dir}",
+                "--webhook-address=127.0.0.1"]
+    if priority is not None:
+        cmd.append(f"--priority={priority}")
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": "2"}
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
-    def alive() -> bool:
+    def running() -> None:
         assert process.poll() is None, "operator exited:\n" + "\n".join(tail(log, 30))
+
+    def alive() -> bool:
+        running()
         with contextlib.suppress(OSError):
             return urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2).status == 200
         return False
 
+    def webhook_listening() -> bool:  # kopf opens the port once it has scanned the cluster's resources
+        running()
+        return port_in_use(webhook_port)
+
     try:
         wait_for(alive, timeout=60, what="the operator's liveness endpoint", interval=0.3)
+        if serves_webhook:
+            wait_for(webhook_listening, timeout=60, what="the operator's webhook port", interval=0.3)
         yield process
     finally:
         process.terminate()
@@ -386,6 +614,30 @@ def operator_as(target: Target, release: Release, log: Path) -> Iterator[subproc
     text = log.read_text(errors="replace")
     denied = [line for line in text.splitlines() if re.search(r"\(403\)|[Ff]orbidden|Not enough permissions", line)]
     assert not denied, "the operator was denied:\n" + "\n".join(denied[:10])
+
+
+WEBHOOK = "validate.streamingapps.sluice.dev"
+
+
+def with_unknown_input(app: Manifest) -> Manifest:
+    return {**app, "spec": {**app["spec"], "pipeline": {**app["spec"]["pipeline"], "nodes": [
+        {**node, "inputs": ["missing"]} if node["name"] == "words" else node
+        for node in app["spec"]["pipeline"]["nodes"]]}}}
+
+
+@contextlib.contextmanager
+def webhook_configuration_removed(target: Target, release: Release) -> Iterator[None]:
+    """As if the release had been installed without the webhook (or the app created before it was)."""
+    (configuration,) = of_kind(release.manifests, "ValidatingWebhookConfiguration")
+    name = configuration["metadata"]["name"]
+    live = json.loads(target.kubectl("get", "validatingwebhookconfiguration", name, "-o", "json").stdout)
+    target.kubectl("delete", "validatingwebhookconfiguration", name)
+    try:
+        yield
+    finally:
+        live["metadata"] = {key: live["metadata"][key] for key in ("name", "labels", "annotations")
+                            if key in live["metadata"]}
+        target.kubectl("create", "-f", "-", input=json.dumps(live))
 
 
 def status(target: Target, namespace: str, name: str) -> Manifest:
@@ -411,13 +663,19 @@ def pipeline_configmaps(target: Target, namespace: str, app: str) -> list[str]:
                           f"{children.APP_LABEL}={app},app.kubernetes.io/component=pipeline").stdout.split()
 
 
-def test_install_and_upgrade(target: Target) -> None:
-    with installed(target, "upgrade") as release:
+def test_install_and_upgrade(target: Target, loopback_webhook: LoopbackWebhook) -> None:
+    with installed(target, "upgrade", loopback_webhook) as release:
         before = target.get("deployment", "upgrade-sluice", release.namespace)
+        tls_before = target.get("secret", "upgrade-sluice-webhook-tls", release.namespace)
+        point_webhook_at_loopback(target, release, back=True)
         target.helm.install("upgrade", CHART_DIR, release.namespace,
                             {"replicaCount": 2, "operator": {"logFormat": "plain"}}, upgrade=True)
         after = target.get("deployment", "upgrade-sluice", release.namespace)
+        tls_after = target.get("secret", "upgrade-sluice-webhook-tls", release.namespace)
+        upgraded = [m for m in yaml.safe_load_all(target.helm("get", "manifest", "upgrade", "-n", release.namespace))
+                    if m]
         history = json.loads(target.helm("history", "upgrade", "-n", release.namespace, "-o", "json"))
+    (configuration,) = of_kind(upgraded, "ValidatingWebhookConfiguration")
 
     assert before is not None and after is not None
     assert f"sluice 0.1.0 is installed as release upgrade in namespace {release.namespace}" in release.notes
@@ -428,6 +686,11 @@ def test_install_and_upgrade(target: Target) -> None:
     assert [h["status"] for h in history] == ["superseded", "deployed"]
     for crd in ("streamingapps.sluice.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
         target.kubectl("get", "crd", crd)
+    # The webhook's CA and certificate are made once: an upgrade keeps what the replicas serve.
+    assert tls_before is not None and tls_after is not None and tls_after["data"] == tls_before["data"]
+    assert configuration["webhooks"][0]["clientConfig"]["caBundle"] == tls_after["data"]["ca.crt"]
+    assert not target.kubectl("get", "validatingwebhookconfiguration", "upgrade-sluice", "--ignore-not-found",
+                              "-o", "name").stdout.strip()  # uninstalled with the release
 
 
 def test_rbac_is_what_the_operator_uses(target: Target, release: Release) -> None:
@@ -452,7 +715,8 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
         # Every child is there: the driver Role too, which RBAC allows only with its verbs held.
         for kind, child in [("serviceaccount", f"{name}-spark"), ("role", f"{name}-spark"),
                             ("rolebinding", f"{name}-spark"), ("service", f"{name}-driver"),
-                            ("networkpolicy", f"{name}-driver"), ("secret", f"{name}-control"),
+                            ("networkpolicy", f"{name}-driver"), ("networkpolicy", f"{name}-executor"),
+                            ("secret", f"{name}-control"),
                             ("sparkapplication", name)]:
             assert target.get(kind, child, namespace) is not None, (kind, child)
 
@@ -476,12 +740,13 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
         wait_for(lambda: target.get("sparkapplication", name, namespace) is None, timeout=30,
                  what="the SparkApplication to be deleted", interval=0.5)
 
-        # An invalid pipeline: a Warning event, posted by the operator.
-        invalid = {**app, "metadata": {"name": "invalid", "namespace": namespace}}
-        invalid["spec"] = {**app["spec"], "pipeline": {**app["spec"]["pipeline"], "nodes": [
-            {**node, "inputs": ["missing"]} if node["name"] == "words" else node
-            for node in app["spec"]["pipeline"]["nodes"]]}}
-        target.apply(invalid)
+        # An invalid pipeline is refused at apply, with the field path, by the webhook this operator serves.
+        invalid = with_unknown_input({**app, "metadata": {"name": "invalid", "namespace": namespace}})
+        refused = target.kubectl("apply", "-f", "-", input=json.dumps(invalid), check=False)
+        # One accepted while no webhook was configured: Valid=False and a Warning event, by the operator.
+        with webhook_configuration_removed(target, release):
+            wait_for(lambda: target.kubectl("apply", "-f", "-", input=json.dumps(invalid), check=False).returncode == 0,
+                     what="the invalid app to be accepted without the webhook")
         wait_phase(target, namespace, "invalid", "Invalid")
         events = wait_for(lambda: json.loads(target.kubectl(
             "get", "events", "-n", namespace, "--field-selector", "reason=InvalidSpec", "-o", "json").stdout)["items"],
@@ -490,17 +755,21 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
     assert conditions == {"Valid": "True", "TopicsReady": "True", "DriverSubmitted": "True", "Running": "Unknown"}
     assert len(topics) == len(app["spec"]["topics"])
     assert status(target, namespace, name)["revision"] != first_revision
+    assert refused.returncode != 0
+    assert f'admission webhook "{WEBHOOK}" denied the request: ' in refused.stderr
+    assert "spec.pipeline.nodes[1].inputs[0]: unknown node 'missing'" in refused.stderr
     assert events[0]["involvedObject"]["name"] == "invalid"
     assert running.get("observedAt") is None and running.get("lag") is None
     assert running["desiredExecutors"] == app["spec"].get("executors", {}).get("instances", 1)
 
 
-def test_namespace_list_release_with_replicas(target: Target, tmp_path: Path) -> None:
+def test_namespace_list_release_with_replicas(target: Target, loopback_webhook: LoopbackWebhook,
+                                              tmp_path: Path) -> None:
     watched, unwatched, kafka_namespace = unique("watched"), unique("unwatched"), unique("kafka")
     for namespace in (watched, unwatched, kafka_namespace):
         target.kubectl("create", "namespace", namespace)
     values = {"watchNamespaces": [watched], "kafkaTopicNamespaces": [kafka_namespace], "replicaCount": 2}
-    with installed(target, "scoped", values) as release:
+    with installed(target, "scoped", loopback_webhook, values) as release:
         in_watched = can_i(target, release.user, operator_uses() + ALL_NAMESPACES_ONLY, watched)
         elsewhere = can_i(target, release.user, operator_uses(), unwatched)
         topics_only = can_i(target, release.user, operator_uses(), kafka_namespace)
@@ -522,6 +791,47 @@ def test_namespace_list_release_with_replicas(target: Target, tmp_path: Path) ->
     assert peering is not None
     assert unwatched_status == {}
 
+
+
+def test_every_replica_serves_the_webhook_and_one_down_blocks_only_streamingapps(
+        target: Target, loopback_webhook: LoopbackWebhook, tmp_path: Path) -> None:
+    namespace = unique("webhook")
+    target.kubectl("create", "namespace", namespace)
+    app = wordcount_app(namespace, Images.release(), {"strimziCluster": {"name": "events", "namespace": namespace}})
+    name = app["metadata"]["name"]
+    another = {**app, "metadata": {**app["metadata"], "name": "another"}}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unrelated", "namespace": namespace},
+                 "data": {"any": "thing"}}
+
+    def kubectl_apply(manifest: Manifest) -> subprocess.CompletedProcess[str]:
+        return target.kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
+
+    with installed(target, "webhook", loopback_webhook, {"watchNamespaces": [namespace], "replicaCount": 2}) as release:
+        (active_port,) = free_ports(1)
+        with (operator_as(target, release, tmp_path / "active.log", priority=200, webhook_port=active_port),
+              operator_as(target, release, tmp_path / "standby.log", priority=100)):
+            # The configuration calls the standby's port.
+            refused = kubectl_apply(with_unknown_input(app))
+            accepted = kubectl_apply(app)
+            wait_phase(target, namespace, name, "Pending")
+            standby_log = (tmp_path / "standby.log").read_text()
+        # No replica left: nothing answers the webhook.
+        blocked = kubectl_apply(another)
+        spec_change = target.kubectl("patch", "streamingapp", name, "-n", namespace, "--type=merge",
+                                     "-p", json.dumps({"spec": {"suspend": True}}), check=False)
+        metadata_change = target.kubectl("label", "streamingapp", name, "-n", namespace, "team=a", check=False)
+        unrelated = kubectl_apply(configmap)
+
+    assert refused.returncode != 0 and "unknown node 'missing'" in refused.stderr
+    assert accepted.returncode == 0, accepted.stderr
+    # kopf starts paused and the replica of lower priority never resumes: it handled nothing.
+    assert "Resuming operations" not in standby_log and "Handler 'reconcile'" not in standby_log
+    assert blocked.returncode != 0
+    assert f'failed calling webhook "{WEBHOOK}"' in blocked.stderr and "connection refused" in blocked.stderr
+    assert target.get("streamingapp", "another", namespace) is None
+    assert spec_change.returncode != 0 and "failed calling webhook" in spec_change.stderr
+    assert metadata_change.returncode == 0, metadata_change.stderr  # not sent to the webhook (matchConditions)
+    assert unrelated.returncode == 0, unrelated.stderr
 
 # --- images ------------------------------------------------------------------------------------------
 
@@ -589,7 +899,7 @@ def test_build_contexts_pin_dependencies_and_bring_the_connector(contexts: dict[
 
 
 @pytest.mark.parametrize(("name", "entry"), [("operator", "import sluice.operator.__main__, sluice.operator.handlers, "
-                                                          "sluice.operator.topics"),
+                                                          "sluice.operator.topics, sluice.operator.admission"),
                                              ("spark", "import sluice.pipelines.runner")])
 def test_image_requirements_are_enough_to_import_its_code(name: str, entry: str) -> None:
     """Every pyproject dependency the image leaves out (pyspark: the Spark image's own) is unimportable."""

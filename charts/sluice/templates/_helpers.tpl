@@ -16,6 +16,12 @@ app.kubernetes.io/name: {{ include "sluice.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The operator's pods: the Deployment's selector, and what its Service, policies and budget select. */}}
+{{- define "sluice.operatorSelectorLabels" -}}
+{{ include "sluice.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
 {{- define "sluice.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "sluice.selectorLabels" . }}
@@ -38,6 +44,25 @@ app.kubernetes.io/part-of: sluice
 
 {{- define "sluice.ha" -}}
 {{- if gt (int .Values.replicaCount) 1 }}true{{ end }}
+{{- end }}
+
+{{/* The webhook: its Service, the Secret with its serving certificate, and that certificate's names. */}}
+{{- define "sluice.webhookService" -}}
+{{- printf "%s-webhook" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sluice.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sluice.webhookDNSNames" -}}
+{{- $service := include "sluice.webhookService" . }}
+{{- toJson (list (printf "%s.%s.svc" $service .Release.Namespace) (printf "%s.%s.svc.cluster.local" $service .Release.Namespace)) }}
+{{- end }}
+
+{{/* Where the operator reads the webhook's certificate (tls.crt, tls.key). */}}
+{{- define "sluice.webhookCertDir" -}}
+/etc/sluice-webhook
 {{- end }}
 
 {{/* Namespaces outside watchNamespaces where the operator only manages KafkaTopics. */}}

@@ -71,6 +71,7 @@ def prefetch_command(args: argparse.Namespace) -> int:
     from .external_crds import prefetch_external_crds
     from .kafka import java_binary, kafka_jars
     from .kube import prefetch_kubernetes
+    from .kube_score import kube_score_binary
     from .node import prefetch_node
     from .spark import spark_kafka_jars
     from .spark_operator import spark_operator_binary
@@ -83,6 +84,7 @@ def prefetch_command(args: argparse.Namespace) -> int:
                       prefetch_node))
         steps.append(("spark-operator and Strimzi CRDs", prefetch_external_crds))
         steps.append(("spark-operator binary", spark_operator_binary))
+        steps.append(("kube-score (chart linter)", kube_score_binary))
     for label, step in steps:
         print(f"prefetch: {label} …", flush=True)
         step()

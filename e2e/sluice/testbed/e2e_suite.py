@@ -145,7 +145,8 @@ class Images:
 
     def chart_values(self) -> dict[str, Any]:
         repository, _, tag = self.operator.rpartition(":")
-        return {"image": {"repository": repository, "tag": tag}}
+        # The images are built into the node's containerd, not pushed: the chart's default Always cannot pull.
+        return {"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}}
 
 
 def service_account_kubeconfig(target: Target, namespace: str, account: str, duration: str = "2h") -> str:

@@ -14,3 +14,4 @@ COREDNS = "1.12.1"  # what kubeadm deploys with Kubernetes 1.34
 
 SPARK_OPERATOR = "2.5.2"  # kubeflow spark-operator: SparkApplication CRD and Helm chart (Go module)
 STRIMZI = "1.2.0"  # Strimzi api + crd-generator (Maven Central): KafkaTopic/Kafka/KafkaNodePool CRDs
+KUBE_SCORE = "1.20.0"  # chart linter (Go module github.com/zegl/kube-score)

@@ -68,6 +68,15 @@ def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults) -> Problem
                    "checkpoint.volumeClaim, or a Hadoop URI location (s3a://, hdfs://…)")
 
 
+def admissible_spec(raw: dict[str, Any], claims: ClaimDefaults) -> StreamingAppSpec | Invalid:
+    """What the operator accepts: a parsed spec, or every problem (the admission webhook asks the same)."""
+    parsed = parse_spec(raw)
+    if isinstance(parsed, Invalid):
+        return parsed
+    problem = checkpoint_problem(parsed, claims)
+    return Invalid([problem]) if problem else parsed
+
+
 def desired_state(app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None,
                   claims: ClaimDefaults | None = None) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children)."""

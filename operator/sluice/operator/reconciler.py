@@ -24,7 +24,7 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable
 from .model import GROUP, KIND, PLURAL, VERSION
-from .planner import DesiredState, Invalid, Observation, checkpoint_problem, desired_state, parse_spec, status_for
+from .planner import DesiredState, Invalid, Observation, admissible_spec, desired_state, parse_spec, status_for
 from .scaling import ScalingPlan, needs_executor_request, plan_scaling
 from .settings import SETTINGS, Settings
 from .topics import AdminTopics, plan_topics
@@ -135,9 +135,7 @@ class Reconciler:
         clock = time.time() if clock is None else clock
         now = dt.datetime.fromtimestamp(clock, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         old_status = body.get("status") or {}
-        parsed = parse_spec(body.get("spec") or {})
-        if not isinstance(parsed, Invalid) and (problem := checkpoint_problem(parsed, self.settings.checkpoints)):
-            parsed = Invalid([problem])
+        parsed = admissible_spec(body.get("spec") or {}, self.settings.checkpoints)
         if isinstance(parsed, Invalid):
             # Nothing is created or changed for an invalid spec: what runs keeps running.
             return Outcome(status_for(Observation(valid=parsed), generation=meta.get("generation"),

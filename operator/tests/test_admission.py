@@ -1,0 +1,79 @@
+"""The validating admission webhook's decision (pure). Served by the real operator to the real
+kube-apiserver, with the chart's configuration and certificate: e2e/tests/test_chart.py."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+
+from sluice.operator import admission
+from sluice.operator.planner import Invalid, admissible_spec
+from sluice.operator.settings import ClaimDefaults
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "wordcount.yaml"
+
+
+def wordcount() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def with_unknown_input_and_duplicate_name(app: dict[str, Any]) -> dict[str, Any]:
+    broken = copy.deepcopy(app)
+    nodes = broken["spec"]["pipeline"]["nodes"]
+    nodes[1]["inputs"] = ["lnes"]
+    nodes[3]["name"] = nodes[2]["name"]
+    return broken
+
+
+def review(operation: str, new: dict[str, Any] | None, old: dict[str, Any] | None = None) -> None:
+    body = new if new is not None else old
+    admission.refuse_invalid_app(body=kopf.Body(body), old=kopf.Body(old) if old else None, operation=operation)
+
+
+def test_an_invalid_app_is_refused_with_every_problem_and_its_path() -> None:
+    with pytest.raises(kopf.AdmissionError) as refused:
+        review("CREATE", with_unknown_input_and_duplicate_name(wordcount()))
+
+    message = str(refused.value)
+    assert refused.value.code == 422
+    assert "spec.pipeline.nodes[1].inputs[0]: unknown node 'lnes'" in message
+    assert "duplicate" in message and "spec.pipeline.nodes[3]" in message
+    assert message.count("spec.") >= 2
+
+
+def test_a_valid_app_is_admitted() -> None:
+    review("CREATE", wordcount())
+    review("UPDATE", wordcount(), wordcount())
+
+
+def test_an_update_is_judged_by_its_spec_and_a_delete_not_at_all() -> None:
+    valid, invalid = wordcount(), with_unknown_input_and_duplicate_name(wordcount())
+    labelled = {**invalid, "metadata": {**invalid["metadata"], "finalizers": ["sluice.dev/finalizer"]}}
+
+    review("UPDATE", labelled, invalid)  # metadata only: an app accepted before the webhook stays handled
+    review("DELETE", None, invalid)
+    with pytest.raises(kopf.AdmissionError):
+        review("UPDATE", invalid, valid)
+
+
+def test_a_pod_local_checkpoint_is_refused_only_when_the_operator_makes_no_claims() -> None:
+    spec = wordcount()["spec"]
+
+    assert not isinstance(admissible_spec(spec, ClaimDefaults(create=True)), Invalid)
+    invalid = admissible_spec(spec, ClaimDefaults(create=False))
+    assert isinstance(invalid, Invalid) and invalid.message.startswith("spec.checkpoint: ")
+
+
+def test_the_webhook_port_needs_a_certificate(capsys: pytest.CaptureFixture[str]) -> None:
+    from sluice.operator.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--webhook-port", "9443"])
+
+    assert exited.value.code == 2
+    assert "--webhook-port needs --webhook-cert-dir" in capsys.readouterr().err
