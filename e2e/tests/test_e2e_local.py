@@ -108,7 +108,9 @@ def suite(local_run: LocalRun) -> E2ESuite:
 def test_step(suite: E2ESuite, step: str) -> None:
     if suite.failed:
         pytest.skip(f"step {suite.failed} failed")
-    suite.run(step)
-    if step == "autoscale":  # the decision timeline, for the record
-        REPORT.parent.mkdir(parents=True, exist_ok=True)
-        REPORT.write_text(json.dumps(suite.autoscale_report, indent=1))
+    try:
+        suite.run(step)
+    finally:
+        if step == "autoscale":  # the decision timeline, for the record (also of a failed run)
+            REPORT.parent.mkdir(parents=True, exist_ok=True)
+            REPORT.write_text(json.dumps(suite.autoscale_report, indent=1))
