@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -294,7 +295,7 @@ class BatchWrite:
                                "another query writing with the same transactional ids?")
         written = self._send_all(owner.producer, partition, head, records, probed=not fresh)
         try:
-            owner.producer.commit_transaction(CLIENT_TIMEOUT_S)
+            retried(owner.producer.commit_transaction)
         except KafkaException as exc:
             self._forget_on(exc, partition, owner.producer)
             raise
@@ -327,7 +328,7 @@ class BatchWrite:
         # Brokers known first: a coordinator lookup sent while the bootstrap connection is being replaced
         # fails and is retried only 500 ms later.
         producer.list_topics(self.topic, timeout=CLIENT_TIMEOUT_S)
-        producer.init_transactions(CLIENT_TIMEOUT_S)
+        retried(producer.init_transactions)
         owner = OwnedPartition(producer, last_marker(self._consumer(), self.topic, partition, self.writer))
         with _Workers.lock:
             _Workers.producers[transactional_id] = owner
@@ -400,16 +401,49 @@ class BatchWrite:
                 producer.poll(0.05)
 
 
+# Errors a client meets while a broker restarts or a topic grows: its metadata is behind, the next try works.
+TRANSIENT = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.NOT_LEADER_FOR_PARTITION,
+                       KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                       KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_COORDINATOR,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+
+
+def transient(error: KafkaError) -> bool:
+    return error.code() in TRANSIENT or (error.retriable() and not error.fatal())
+
+
+def retried(call: Callable[[float], None]) -> None:
+    """A transactional call (init_transactions, commit_transaction) made again while it fails with an error
+    librdkafka marks retriable (a coordinator moving with a restarted broker), for up to CLIENT_TIMEOUT_S."""
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        try:
+            return call(CLIENT_TIMEOUT_S)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            log.info("%s: %s; trying again", call.__name__, exc.args[0].str())
+        time.sleep(0.5)
+
+
 def with_fresh_metadata(client: Producer | Consumer, topic: str, action: Callable[[], T]) -> T:
-    """Run the action; if the client's metadata does not know the partition yet (the topic gained partitions
-    since it last looked), refresh it and run the action again."""
-    try:
-        return action()
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
-            raise
-    client.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
-    return action()
+    """Run the action; on a transient error (a partition the client does not know yet because the topic gained
+    partitions since it last looked, a leader that moved with a restarted broker) refresh the client's
+    metadata and run it again, for up to CLIENT_TIMEOUT_S."""
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        try:
+            return action()
+        except KafkaException as exc:
+            if not transient(exc.args[0]) or time.monotonic() > deadline:
+                raise
+            log.info("%s: %s; trying again", topic, exc.args[0].str())
+        time.sleep(0.5)
+        try:
+            client.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+        except KafkaException as exc:
+            if not transient(exc.args[0]):
+                raise
 
 
 def last_marker(consumer: Consumer, topic: str, partition: int, writer: str) -> Marker | None:
@@ -443,6 +477,8 @@ def _last_marker_between(consumer: Consumer, topic: str, partition: int, start: 
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         return found
+                    if transient(error):  # the consumer fetches again by itself
+                        continue
                     raise KafkaException(error)
                 if message.offset() >= stop:
                     return found
