@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format bench bench-autoscaler local-kafka local-kafka-down local-cluster local-cluster-down \
+.PHONY: help venv demo test lint format bench bench-delivery bench-autoscaler faults local-kafka local-kafka-down local-cluster local-cluster-down \
 	operator crds clean
 
 help:
@@ -45,6 +45,13 @@ format: $(STAMP)
 
 bench: $(STAMP) ## benchmarks: figures printed and written to .sluice/bench/ (SLUICE_BENCH_RECORDS, default 10M)
 	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench operator/tests
+
+bench-delivery: $(STAMP) ## toKafka delivery exactlyOnce vs atLeastOnce: throughput, p50/p99 latency; .sluice/bench/delivery.json
+	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_delivery.py
+
+faults: $(STAMP) ## the long fault runs (20 driver SIGKILLs, executor kills in commits, broker restarts, 1% malformed): .sluice/faults/
+	$(PY) -m sluice.testbed prefetch
+	$(PY) -m pytest -m faults -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/tests/test_faults.py
 
 bench-autoscaler: $(STAMP) ## the autoscaler on a simulated plant: table, .sluice/bench/autoscaler.json and a PNG per scenario
 	flock /tmp/sluice-bench.lock $(PY) operator/bench/bench_autoscaler.py

@@ -138,9 +138,10 @@ def test_source_parameters(wordcount, edit, change):
 @pytest.mark.parametrize("edit, change", [
     (lambda s: nodes(s)[4]["toKafka"].update(topic="elsewhere"), Change.COMPATIBLE),
     (lambda s: nodes(s)[4]["toKafka"].update(key="upper(word)"), Change.COMPATIBLE),
+    (lambda s: nodes(s)[4]["toKafka"].update(delivery="atLeastOnce"), Change.COMPATIBLE),
     (lambda s: nodes(s)[4].update(toKafka=None, toFiles={"path": "/out"}), Change.INCOMPATIBLE),
     (lambda s: nodes(s)[4]["toKafka"].update(outputMode="update"), Change.INCOMPATIBLE),
-], ids=["topic", "key", "kafka-to-files", "output-mode-of-stateful-query"])
+], ids=["topic", "key", "delivery", "kafka-to-files", "output-mode-of-stateful-query"])
 def test_sink_changes(wordcount, edit, change):
     diff = diff_of(wordcount, edit)
     assert diff.query("out").change is change

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -54,6 +55,13 @@ class SystemResult:
     def spark_rows_per_s(self) -> float | None:
         return max(self.runs_spark_rows_per_s) if self.runs_spark_rows_per_s else None
 
+    def add_run(self, records: int, seconds: float, spark_rows_per_s: float) -> str:
+        """Note a Spark run's throughput; its figures as the log line shows them."""
+        self.runs_records_per_s.append(records / seconds)
+        self.runs_spark_rows_per_s.append(spark_rows_per_s)
+        return (f"{records:,} records in {seconds:.2f}s ({records / seconds:,.0f}/s, "
+                f"Spark {spark_rows_per_s:,.0f} rows/s)")
+
 
 @dataclass(frozen=True)
 class Target:
@@ -69,11 +77,22 @@ TARGETS = (
 )
 
 
+
+def common_settings() -> dict[str, Any]:
+    """The settings every Kafka benchmark reads from the environment: partitions of its topics, measured runs
+    per system, and the latency run's measured seconds and warm-up."""
+    env = os.environ.get
+    return {"partitions": int(env("SLUICE_BENCH_PARTITIONS", "4")), "repeats": int(env("SLUICE_BENCH_REPEATS", "2")),
+            "latency_seconds": float(env("SLUICE_BENCH_LATENCY_SECONDS", "30")),
+            "latency_warmup": float(env("SLUICE_BENCH_LATENCY_WARMUP", "10"))}
+
+
 @dataclass
 class Report:
     title: str
     setup: dict[str, Any]
     systems: dict[str, SystemResult]
+    targets: tuple[Target, ...] = TARGETS
 
     def ratio(self, target: Target) -> float:
         return self.systems[target.numerator].records_per_s / self.systems[target.denominator].records_per_s
@@ -94,7 +113,7 @@ class Report:
         table = Table(title="throughput ratios (targets are informational)")
         for column in ("ratio", "value", "target", ""):
             table.add_column(column, justify="left" if column == "ratio" else "right")
-        for target in TARGETS:
+        for target in self.targets:
             value = self.ratio(target)
             verdict = "[green]PASS[/]" if value >= target.minimum else "[red]MISS[/]"
             table.add_row(target.label, f"{value:.2f}x", f">= {target.minimum}x", verdict)
@@ -117,12 +136,16 @@ class Report:
                                "latency": asdict(r.latency) if r.latency else None}
                         for name, r in self.systems.items()},
             "ratios": {t.label: {"value": self.ratio(t), "target": t.minimum, "met": self.ratio(t) >= t.minimum}
-                       for t in TARGETS},
+                       for t in self.targets},
         }
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(_finite(self.to_json()), indent=2, allow_nan=False) + "\n")
+        write_json(path, self.to_json())
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
 
 
 def _finite(value: Any) -> Any:

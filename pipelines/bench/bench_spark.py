@@ -23,6 +23,7 @@ from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import duration_ms
 from sluice.pipelines.validation import document_from, load_documents
 from sluice.testbed.common import REPO_ROOT
+from sluice.testbed.kafka_io import create_topic
 
 EXAMPLE = REPO_ROOT / "pipelines" / "examples" / "frequency-count.yaml"
 
@@ -52,14 +53,16 @@ class Job(Protocol):
 # ----------------------------------------------------------------------------------- the two jobs
 
 class SluiceJob:
-    """pipelines/examples/frequency-count.yaml as it is, run by sluice's PipelineRun; only its topics,
-    Kafka address and trigger are set by the benchmark."""
+    """An example pipeline (default: pipelines/examples/frequency-count.yaml) as it is, run by sluice's
+    PipelineRun; only its topics, Kafka address, trigger and, when given, the delivery of its Kafka sinks
+    are set by the benchmark. A dead-letter sink writes to the topic `<sink>-dead-letters`."""
 
-    name = "sluice"
-
-    def __init__(self, spark: SparkSession, bootstrap: str, manifest: Path = EXAMPLE) -> None:
+    def __init__(self, spark: SparkSession, bootstrap: str, manifest: Path = EXAMPLE,
+                 delivery: str | None = None) -> None:
         self.spark = spark
         self.bootstrap = bootstrap
+        self.delivery = delivery
+        self.name = f"sluice {delivery}" if delivery else "sluice"
         self.source = str(manifest.relative_to(REPO_ROOT) if manifest.is_relative_to(REPO_ROOT) else manifest)
         loaded = load_documents(manifest)[0].manifest
         assert loaded is not None, f"{manifest} must hold a StreamingApp"
@@ -80,6 +83,13 @@ class SluiceJob:
             if "toKafka" in node:
                 node["toKafka"]["topic"] = sink
                 sink_node = node["name"]
+        dead_letters = (pipeline.get("deadLetter") or {}).get("toKafka")
+        if dead_letters is not None:
+            dead_letters["topic"] = f"{sink}-dead-letters"
+            create_topic(self.bootstrap, dead_letters["topic"])
+        for kafka_sink in ([n["toKafka"] for n in pipeline["nodes"] if "toKafka" in n] + [dead_letters]):
+            if kafka_sink is not None and self.delivery:
+                kafka_sink["delivery"] = self.delivery
         run = PipelineRun.from_document(self.spark, document_from(manifest, self.source),
                                         checkpoint_root=checkpoint, bootstrap_servers=self.bootstrap).start()
         return Started(next(q for q in run.queries if q.name == sink_node), run.stop)

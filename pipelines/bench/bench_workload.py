@@ -15,13 +15,12 @@ import time
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
-
-from sluice.testbed.kafka_io import consume_all
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 DICTIONARY_SIZE = 9_000
 DICTIONARY_SEED = 9_000
@@ -55,10 +54,14 @@ def _zipf_cumulative(size: int) -> tuple[float, ...]:
     return tuple(itertools.accumulate(1.0 / rank for rank in range(1, size + 1)))
 
 
-def word_stream(seed: int, count: int) -> list[bytes]:
-    """`count` words drawn with Zipf(1) frequencies (like natural text: a few words are very common)."""
+def word_stream(seed: int, count: int, words_per_record: int = 1) -> list[bytes]:
+    """`count` records of words drawn with Zipf(1) frequencies (like natural text: a few words are very
+    common), one word per record or lines of `words_per_record` words."""
     words = [w.encode() for w in dictionary()]
-    return random.Random(seed).choices(words, cum_weights=_zipf_cumulative(len(words)), k=count)
+    drawn = random.Random(seed).choices(words, cum_weights=_zipf_cumulative(len(words)), k=count * words_per_record)
+    if words_per_record == 1:
+        return drawn
+    return [b" ".join(drawn[i:i + words_per_record]) for i in range(0, len(drawn), words_per_record)]
 
 
 def decode_counts(counts: Counter[bytes]) -> dict[str, int]:
@@ -87,23 +90,26 @@ def _send(producer: Producer, topic: str, value: bytes, partition: int) -> None:
             producer.poll(0.05)
 
 
-def _prefill_partition(bootstrap: str, topic: str, partition: int, count: int, seed: int) -> dict[str, int]:
-    values = word_stream(seed, count)
+def _prefill_partition(bootstrap: str, topic: str, partition: int, count: int, seed: int,
+                       words_per_record: int) -> dict[str, int]:
+    values = word_stream(seed, count, words_per_record)
     producer = _bulk_producer(bootstrap)
     for value in values:
         _send(producer, topic, value, partition)
     if producer.flush(300):
         raise RuntimeError(f"prefill of {topic}[{partition}] did not finish")
-    return decode_counts(Counter(values))
+    return decode_counts(Counter(word for value in values for word in value.split()))
 
 
-def prefill(bootstrap: str, topic: str, partitions: int, records: int, seed: int = 1) -> dict[str, int]:
-    """Write `records` words spread evenly over the partitions; returns how often each word was written.
+def prefill(bootstrap: str, topic: str, partitions: int, records: int, seed: int = 1,
+            words_per_record: int = 1) -> dict[str, int]:
+    """Write `records` records (words, or lines of words) spread evenly over the partitions; returns how
+    often each word was written.
 
     One spawned producer process per partition, as many at a time as there are cores.
     """
     shares = [records // partitions + (p < records % partitions) for p in range(partitions)]
-    jobs = [(bootstrap, topic, p, n, seed * 1_000 + p) for p, n in enumerate(shares)]
+    jobs = [(bootstrap, topic, p, n, seed * 1_000 + p, words_per_record) for p, n in enumerate(shares)]
     with _spawn().Pool(min(partitions, os.cpu_count() or 1)) as pool:
         per_partition = pool.starmap(_prefill_partition, jobs)
     total: Counter[str] = Counter()
@@ -128,9 +134,9 @@ class Paced:
 
 
 def _paced_produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float,
-                   seed: int) -> Paced:
+                   seed: int, words_per_record: int) -> Paced:
     total = int(rate * seconds)
-    values = word_stream(seed, total)
+    values = word_stream(seed, total, words_per_record)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "compression.type": "lz4"})
     started = time.time()
     sent = 0
@@ -143,15 +149,16 @@ def _paced_produce(bootstrap: str, topic: str, partitions: int, rate: float, sec
         time.sleep(0.002)
     if producer.flush(60):
         raise RuntimeError(f"paced producer could not deliver everything to {topic}")
-    return Paced(decode_counts(Counter(values)), total, started * 1000, time.time() * 1000)
+    counts = Counter(word for value in values for word in value.split())
+    return Paced(decode_counts(counts), total, started * 1000, time.time() * 1000)
 
 
 class PacedProducer:
     """Produce `rate` records/s round-robin over the partitions for `seconds`, in a spawned process."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float, seconds: float,
-                 seed: int = 7) -> None:
-        self._args = (bootstrap, topic, partitions, rate, seconds, seed)
+                 seed: int = 7, words_per_record: int = 1) -> None:
+        self._args = (bootstrap, topic, partitions, rate, seconds, seed, words_per_record)
         self._pool = _spawn().Pool(1)
         self._result = None
 
@@ -173,9 +180,9 @@ class PacedProducer:
 
 # ------------------------------------------------------------------------------------ consumers
 
-def _assigned_consumer(bootstrap: str, topic: str) -> tuple[Consumer, list[int]]:
+def _assigned_consumer(bootstrap: str, topic: str, conf: dict[str, Any] | None = None) -> tuple[Consumer, list[int]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sluice-bench-{time.time_ns()}",
-                         **_CONSUMER_CONF})
+                         **_CONSUMER_CONF, **(conf or {})})
     partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     return consumer, partitions
@@ -271,10 +278,113 @@ def record_timestamps(bootstrap: str, topic: str) -> dict[int, PartitionTimes]:
     return times
 
 
+@dataclass
+class PartitionRecords:
+    """One partition's records in offset order."""
+
+    offsets: array
+    timestamps: array  # producer timestamps, ms
+    values: list[bytes]
+
+    def between(self, start: int, end: int) -> range:
+        """Indexes of the records with start <= offset < end."""
+        return range(bisect_left(self.offsets, start), bisect_left(self.offsets, end))
+
+
+def partition_records(bootstrap: str, topic: str) -> dict[int, PartitionRecords]:
+    """Offsets, producer timestamps and values of every record now in the topic, per partition."""
+    ends = end_offsets(bootstrap, topic)
+    records = {p: PartitionRecords(array("q"), array("q"), []) for p in ends}
+    position = dict.fromkeys(ends, 0)
+
+    def keep(batch: list[Message]) -> None:
+        for msg in batch:
+            kept = records[msg.partition()]
+            kept.offsets.append(msg.offset())
+            kept.timestamps.append(msg.timestamp()[1])
+            kept.values.append(msg.value() or b"")
+            position[msg.partition()] = msg.offset() + 1
+
+    _drain(bootstrap, topic, keep, lambda: all(position[p] >= ends[p] for p in ends), 600)
+    return records
+
+
+def records_to_end(batch: list[Message], at_end: set[int]) -> Iterator[Message]:
+    """The records of a fetched batch (a consumer with enable.partition.eof); partitions whose end it reports
+    join `at_end`."""
+    for msg in batch:
+        error = msg.error()
+        if error is None:
+            yield msg
+        elif error.code() == KafkaError._PARTITION_EOF:
+            at_end.add(msg.partition())
+        else:
+            raise KafkaException(error)
+
+
+Arrivals = dict[tuple[bytes | None, bytes | None], float]  # (key, value) -> first seen, epoch ms
+
+
+def _tail(bootstrap: str, topic: str, stop: Any, arrivals: Any) -> None:
+    """Note when each (key, value) first reaches a read_committed consumer, until `stop` is set and the topic
+    is read to its end; then hand the arrivals over."""
+    consumer, partitions = _assigned_consumer(bootstrap, topic, {"enable.partition.eof": True})
+    first: Arrivals = {}
+    at_end: set[int] = set()
+    try:
+        while not (stop.is_set() and len(at_end) == len(partitions)):
+            batch = _fetched(consumer)
+            now_ms = time.time() * 1000
+            for msg in records_to_end(batch, at_end):
+                first.setdefault((msg.key(), msg.value()), now_ms)
+                at_end.discard(msg.partition())
+    finally:
+        consumer.close()
+    arrivals.put(first)
+
+
+class OutputTail:
+    """A read_committed consumer in a spawned process noting when each output record becomes visible."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        context = _spawn()
+        self._stop, self._arrivals = context.Event(), context.Queue()
+        self._process = context.Process(target=_tail, args=(bootstrap, topic, self._stop, self._arrivals),
+                                        daemon=True)
+
+    def start(self) -> OutputTail:
+        self._process.start()
+        return self
+
+    def arrivals(self, timeout: float = 600) -> Arrivals:
+        """Stop once the topic is read to its end; when each (key, value) arrived."""
+        self._stop.set()
+        first = self._arrivals.get(timeout=timeout)
+        self._process.join(60)
+        return first
+
+
 def timestamps_between(times: PartitionTimes, start: int, end: int) -> array:
     """Producer timestamps of the records with start <= offset < end."""
     offsets, stamps = times
     return stamps[bisect_left(offsets, start):bisect_left(offsets, end)]
+
+
+def committed_records(bootstrap: str, topic: str, timeout_s: float = 600) -> list[Message]:
+    """Every record of the topic up to its end, as a read_committed consumer sees it. Transaction markers
+    take offsets, so the end is where librdkafka reports it (the last stable offset), not a last offset."""
+    consumer, partitions = _assigned_consumer(bootstrap, topic, {"enable.partition.eof": True})
+    records: list[Message] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(at_end) < len(partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} to its end took over {timeout_s:.0f}s")
+            records.extend(records_to_end(_fetched(consumer), at_end))
+    finally:
+        consumer.close()
+    return records
 
 
 def final_counts(bootstrap: str, topic: str) -> dict[str, int]:
@@ -282,8 +392,8 @@ def final_counts(bootstrap: str, topic: str) -> dict[str, int]:
 
     Counts only grow, so the largest value seen for a word is its final count."""
     counts: dict[str, int] = {}
-    for record in consume_all(bootstrap, topic):
-        word, count = (record.key or b"").decode(), _count_of(record.value or b"")
+    for record in committed_records(bootstrap, topic):
+        word, count = (record.key() or b"").decode(), _count_of(record.value() or b"")
         counts[word] = max(count, counts.get(word, 0))
     return counts
 

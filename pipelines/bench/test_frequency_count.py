@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 import pytest
-from bench_report import Latency, Report, SystemResult
+from bench_report import Latency, Report, SystemResult, common_settings
 from bench_spark import (
     HandWrittenJob,
     Job,
@@ -99,11 +99,7 @@ class BenchConfig:
     def from_env(cls) -> BenchConfig:
         env = os.environ.get
         rate = env("SLUICE_BENCH_LATENCY_RATE")
-        return cls(records=int(env("SLUICE_BENCH_RECORDS", "10000000")),
-                   partitions=int(env("SLUICE_BENCH_PARTITIONS", "4")),
-                   repeats=int(env("SLUICE_BENCH_REPEATS", "2")),
-                   latency_seconds=float(env("SLUICE_BENCH_LATENCY_SECONDS", "30")),
-                   latency_warmup=float(env("SLUICE_BENCH_LATENCY_WARMUP", "10")),
+        return cls(records=int(env("SLUICE_BENCH_RECORDS", "10000000")), **common_settings(),
                    latency_rate=float(rate) if rate else None,
                    latency_max_rate=float(env("SLUICE_BENCH_LATENCY_MAX_RATE", "50000")),
                    trigger=env("SLUICE_BENCH_TRIGGER") or None,
@@ -112,16 +108,6 @@ class BenchConfig:
     @property
     def run_timeout(self) -> float:
         return 300 + self.records / 10_000
-
-
-@pytest.fixture(scope="module")
-def progress_log(spark_session) -> Iterator[ProgressLog]:
-    log = ProgressLog()
-    spark_session.streams.addListener(log)
-    try:
-        yield log
-    finally:
-        spark_session.streams.removeListener(log)
 
 
 class Bench:
@@ -161,11 +147,8 @@ class Bench:
                                 self.config.run_timeout)
         assert final_counts(self.bootstrap, sink) == reference, f"{job.name}: wrong final counts"
         if measured:
-            result = self.results[job.name]
-            result.runs_records_per_s.append(records / run.seconds)
-            result.runs_spark_rows_per_s.append(processed_rows_per_second(run.batches))
-            console.log(f"{job.name}: {records:,} records in {run.seconds:.2f}s "
-                        f"({records / run.seconds:,.0f}/s, Spark {result.runs_spark_rows_per_s[-1]:,.0f} rows/s)")
+            figures = self.results[job.name].add_run(records, run.seconds, processed_rows_per_second(run.batches))
+            console.log(f"{job.name}: {figures}")
 
     def run_raw(self, topic: str, records: int) -> None:
         seconds = raw_consume_seconds(self.bootstrap, topic, records, self.config.run_timeout)

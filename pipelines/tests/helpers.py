@@ -23,11 +23,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from kafka_output import read_committed
 from pyspark.sql import SparkSession
 
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.validation import PipelineDocument, document_from, load_documents
-from sluice.testbed.kafka_io import ConsumedRecord, consume_all, produce
+from sluice.testbed.kafka_io import ConsumedRecord, produce
 from sluice.testbed.manifests import retarget_topics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -252,7 +253,7 @@ class Harness:
             yield run
 
     def read(self, example: Example, topic: str) -> list[ConsumedRecord]:
-        return consume_all(self.bootstrap, example.topics[topic])
+        return read_committed(self.bootstrap, example.topics[topic])
 
     def read_json(self, example: Example, topic: str) -> list[dict[str, Any]]:
         return [json.loads(r.value or b"null", parse_float=Decimal) for r in self.read(example, topic)]

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import EXAMPLES, load_example, load_manifest
+from kafka_output import read_committed
 
 from sluice.pipelines.contract import RunnerConfig
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import PipelineSpec
 from sluice.pipelines.validation import PipelineInvalid
 from sluice.testbed.common import free_port
-from sluice.testbed.kafka_io import consume_all, produce
+from sluice.testbed.kafka_io import produce
 
 
 def _wordcount_manifest(tmp_path: Path, new_topic) -> tuple[Path, dict[str, str]]:
@@ -70,9 +71,9 @@ def test_runner_serves_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, new
         health = json.loads(_get(f"http://127.0.0.1:{port}/healthz")[1])
         assert {q["name"] for q in health["queries"]} == {"out", "lines-dead-letters"}
 
-        _wait_for(lambda: len(consume_all(kafka_bootstrap, topics["counts"])) >= 3, 180, "window counts", proc)
+        _wait_for(lambda: len(read_committed(kafka_bootstrap, topics["counts"])) >= 3, 180, "window counts", proc)
         counts = {(r["word"], r["count"]) for r in map(json.loads, (m.value for m in
-                                                                   consume_all(kafka_bootstrap, topics["counts"])))}
+                                                                   read_committed(kafka_bootstrap, topics["counts"])))}
         assert counts == {("a", 1), ("b", 2), ("c", 1)}
 
         _, metrics = _get(f"http://127.0.0.1:{port}/metrics")
@@ -144,7 +145,7 @@ def test_sluice_run_until_caught_up(kafka_bootstrap, new_topic, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "sluice run: wordcount" in result.stderr  # the live view
     counts = {(r["word"], r["count"]) for r in (json.loads(m.value) for m in
-                                                consume_all(kafka_bootstrap, topics["counts"]))}
+                                                read_committed(kafka_bootstrap, topics["counts"]))}
     assert counts == {("x", 1), ("y", 2)}
 
 

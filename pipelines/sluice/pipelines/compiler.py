@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .metrics import OBSERVED_QUALITY
+from .sinks.kafka import kafka_record
 from .spec import (
     SINK_OPS,
     DeadLetter,
@@ -33,6 +34,7 @@ BatchStep = Callable[[DataFrame], DataFrame]
 ERROR_COLUMN = "_sluice_error"
 CORRUPT_COLUMN = "_sluice_corrupt"
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+ISOLATION_LEVELS = {"readCommitted": "read_committed", "readUncommitted": "read_uncommitted"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class QueryPlan:
     batch_steps: tuple[BatchStep, ...] = ()
     late_rule: LateRule | None = None
     dead_letter_source: str | None = None  # set on a source's dead-letter query
+    app: str = "app"
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ class Compiler:
         reader = (self.spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", bootstrap)
                   .option("startingOffsets", src.startingOffsets)
+                  .option("kafka.isolation.level", ISOLATION_LEVELS[src.isolationLevel])
                   .option("includeHeaders", str("headers" in src.metadata).lower()))
         reader = reader.option("subscribe", src.topic) if src.topic else reader.option("subscribePattern",
                                                                                         src.pattern)
@@ -355,10 +359,9 @@ class Compiler:
         if node.operation == "toFiles" and mode != "append":
             raise self.fail(node, "file sinks take append mode only: aggregate over a window with a "
                                   "watermark so each window is written once", "outputMode")
-        df = stream.df
         if node.operation == "toKafka" and not stream.batch_steps:
-            df = kafka_record(df, cfg)
-        return QueryPlan(node.name, df, node.operation, cfg, mode, stream.batch_steps)
+            kafka_record(stream.df, cfg)  # Spark analyses the key/value/headers expressions now, not mid-stream
+        return QueryPlan(node.name, stream.df, node.operation, cfg, mode, stream.batch_steps, app=self.app_name)
 
     def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:
         src, name = records.node.fromKafka, records.node.name
@@ -374,7 +377,7 @@ class Compiler:
             df = df.where(F.col("error").isNotNull())
         sink_op = dead.sink_operation
         return QueryPlan(f"{name}-dead-letters", df, sink_op, getattr(dead, sink_op), "append",
-                         late_rule=late, dead_letter_source=name)
+                         late_rule=late, dead_letter_source=name, app=self.app_name)
 
     def _late_rule(self, source: str, delay_ms: int) -> LateRule:
         """The rule of the first stateful operation downstream of the source."""
@@ -400,28 +403,6 @@ class Compiler:
                     seen.add(node.name)
                     queue.append(node.name)
         return LateRule(delay_ms)
-
-
-def kafka_record(df: DataFrame, cfg) -> DataFrame:
-    """The key/value/headers columns Spark's Kafka sink expects, from the sink's expressions."""
-    columns = [F.expr(cfg.value).alias("value")]
-    if cfg.key:
-        columns.append(F.expr(cfg.key).alias("key"))
-    if cfg.headers:
-        columns.append(F.expr(cfg.headers).alias("headers"))
-    out = df.select(*columns)
-    casts = {c: F.col(c).cast("string") for c, t in out.dtypes if c in ("key", "value") and t != "binary"}
-    return out.withColumns(casts) if casts else out
-
-
-def dead_letter_kafka_record(df: DataFrame) -> DataFrame:
-    """Original key and value bytes, with the error and the record's origin in headers."""
-    header = lambda name, column: F.struct(F.lit(name).alias("key"),  # noqa: E731
-                                          F.col(column).cast("string").cast("binary").alias("value"))
-    return df.select("key", "value", F.array(header("sluice.error", "error"), header("sluice.source", "source"),
-                                             header("sluice.topic", "topic"),
-                                             header("sluice.partition", "partition"),
-                                             header("sluice.offset", "offset")).alias("headers"))
 
 
 def compile_pipeline(spark: SparkSession, spec: PipelineSpec, *, bootstrap_servers: str | None,

@@ -1,18 +1,16 @@
-"""Start the compiled queries: sink writers, triggers, checkpoints, per-batch steps and late records."""
+"""Start the compiled queries: sinks, triggers, checkpoints, per-batch steps and late records."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from .compiler import LateRule, QueryPlan, dead_letter_kafka_record, kafka_record
+from .compiler import LateRule, QueryPlan
+from .sinks import Sink, SinkContext, create_sink
+from .sinks.checkpoint_files import BatchFiles
 from .spec import ProcessingTime, duration_to_spark
 
 
@@ -32,65 +30,20 @@ def apply_trigger(writer: DataStreamWriter, trigger: ProcessingTime, spark_versi
     return writer.trigger(processingTime=duration_to_spark(trigger.processingTime or "1s"))
 
 
-class MemoryTables:
-    """Memory sinks fed from foreachBatch (after top-N) keep their rows here, as temp views."""
-
-    _rows: dict[str, list] = {}
-    _lock = threading.Lock()
-
-    @classmethod
-    def append(cls, spark: SparkSession, table: str, batch: DataFrame) -> None:
-        with cls._lock:
-            rows = cls._rows.setdefault(table, [])
-            rows.extend(batch.collect())
-            spark.createDataFrame(rows, batch.schema).createOrReplaceTempView(table)
-
-
-def kafka_sink_options(sink: Any, bootstrap: str | None) -> dict[str, str]:
-    """Options of Spark's Kafka sink, the same for the streaming writer and the per-batch writer."""
-    return {"topic": sink.topic, "kafka.bootstrap.servers": sink.bootstrapServers or bootstrap, **sink.options}
-
-
-def _native_writer(df: DataFrame, plan: QueryPlan, bootstrap: str | None) -> DataStreamWriter:
-    sink = plan.sink
-    op = plan.sink_op
-    if op == "toKafka":
-        return df.writeStream.format("kafka").options(**kafka_sink_options(sink, bootstrap))
-    if op == "toConsole":
-        return (df.writeStream.format("console").option("numRows", sink.numRows)
-                .option("truncate", str(sink.truncate).lower()))
-    if op == "toFiles":
-        writer = df.writeStream.format(sink.format).option("path", sink.path)
-        return writer.partitionBy(*sink.partitionBy) if sink.partitionBy else writer
-    return df.writeStream.format("memory").queryName(sink.table)
-
-
-def write_batch(batch: DataFrame, plan: QueryPlan, bootstrap: str | None) -> None:
-    sink, op = plan.sink, plan.sink_op
-    if op == "toKafka":
-        batch.write.format("kafka").options(**kafka_sink_options(sink, bootstrap)).save()
-    elif op == "toConsole":
-        batch.show(sink.numRows, truncate=sink.truncate)
-    elif op == "toFiles":
-        writer = batch.write.mode("append").format(sink.format)
-        (writer.partitionBy(*sink.partitionBy) if sink.partitionBy else writer).save(sink.path)
-    else:
-        MemoryTables.append(batch.sparkSession, sink.table, batch)
-
-
 class LateTracker:
-    """Applies a LateRule per micro-batch of the dead-letter query. The max event time seen so far is
-    kept in the query's checkpoint folder, so the rule survives restarts."""
+    """Applies a LateRule per micro-batch of the dead-letter query.
 
-    def __init__(self, state_file: Path, rule: LateRule) -> None:
-        self.state_file = state_file
+    The max event time seen up to each batch is kept beside the query's checkpoint (one file per batch,
+    sluice/late-records/<batch>), so the rule survives restarts and a replayed batch uses the max from
+    before its first run.
+    """
+
+    KEPT_FILES = 10
+
+    def __init__(self, checkpoint: str, rule: LateRule) -> None:
+        self.folder = f"{checkpoint.rstrip('/')}/sluice/late-records"
         self.rule = rule
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.state_file.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {"batch_id": -1, "max": None, "previous_max": None}
+        self._known: dict[int, int | None] = {}  # batch id -> max event time (µs) up to it
 
     def late_condition(self, max_before_us: int):
         rule = self.rule
@@ -105,41 +58,49 @@ class LateTracker:
                            F.lit(" is behind the watermark "), F.timestamp_micros(watermark).cast("string"))
         return F.col("error").isNull() & (bound <= watermark), message
 
+    def _max_before(self, files: BatchFiles, batch_id: int) -> int | None:
+        if batch_id - 1 in self._known:
+            return self._known[batch_id - 1]
+        latest = files.latest(before=batch_id)
+        return None if latest is None else latest[1]["max"]
+
     def mark(self, batch: DataFrame, batch_id: int) -> DataFrame:
-        state = self._load()
-        # A replayed batch (after a crash) must use the max from before its first run.
-        max_before = state["previous_max"] if state["batch_id"] == batch_id else state["max"]
+        files = BatchFiles(batch.sparkSession, self.folder)
+        max_before = self._max_before(files, batch_id)
         marked = batch
         if max_before is not None:
             late, message = self.late_condition(max_before)
             marked = batch.withColumn("error", F.when(late, message).otherwise(F.col("error")))
         seen = batch.where(F.col("error").isNull()).agg(F.max(F.unix_micros("_event_time"))).first()[0]
         known = [x for x in (max_before, seen) if x is not None]
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        self.state_file.write_text(json.dumps({"batch_id": batch_id, "max": max(known) if known else None,
-                                               "previous_max": max_before}))
+        self._known = {batch_id: max(known) if known else None}
+        files.write(batch_id, {"max": self._known[batch_id]})
+        files.delete(batch_id - self.KEPT_FILES)
         return marked.where(F.col("error").isNotNull()).drop("_event_time")
 
 
 def start_query(plan: QueryPlan, *, checkpoint_root: str, trigger: ProcessingTime, bootstrap: str | None,
-                spark_version: str, on_dead_letters: Callable[[str, int], None] | None = None) -> StreamingQuery:
+                spark_version: str, on_dead_letters: Callable[[str, int], None] | None = None,
+                app_id: str | None = None) -> StreamingQuery:
+    """Start one query. `app_id` names the app across the Kafka cluster (namespace/app; default: the app's
+    name): exactly-once Kafka sinks derive their transactional ids from it."""
     checkpoint = f"{checkpoint_root.rstrip('/')}/{plan.name}"
+    sink = create_sink(plan.sink_op, plan.sink, SinkContext(plan.name, checkpoint, bootstrap, app_id or plan.app,
+                                                            dead_letters=plan.dead_letter_source is not None))
     if plan.dead_letter_source is None and not plan.batch_steps:
-        writer = _native_writer(plan.df, plan, bootstrap)
-        query_name = plan.sink.table if plan.sink_op == "toMemory" else plan.name
+        writer, query_name = sink.stream_writer(sink.records(plan.df)), sink.query_name
     else:
-        handler = _batch_handler(plan, checkpoint, bootstrap, on_dead_letters)
-        writer, query_name = plan.df.writeStream.foreachBatch(handler), plan.name
+        writer, query_name = plan.df.writeStream.foreachBatch(_batch_handler(plan, sink, on_dead_letters)), plan.name
     writer = (writer.queryName(query_name).outputMode(plan.output_mode)
               .option("checkpointLocation", checkpoint))
     return apply_trigger(writer, trigger, spark_version).start()
 
 
-def _batch_handler(plan: QueryPlan, checkpoint: str, bootstrap: str | None,
+def _batch_handler(plan: QueryPlan, sink: Sink,
                    on_dead_letters: Callable[[str, int], None] | None) -> Callable[[DataFrame, int], None]:
     """Per micro-batch work: top-N and what follows it, or the dead letters (late marking, counting)."""
     source = plan.dead_letter_source
-    tracker = LateTracker(Path(checkpoint) / "sluice-late-state.json", plan.late_rule) if plan.late_rule else None
+    tracker = LateTracker(sink.context.checkpoint, plan.late_rule) if plan.late_rule else None
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
         cached = batch.persist()  # read the source once although this batch runs several jobs
@@ -148,12 +109,11 @@ def _batch_handler(plan: QueryPlan, checkpoint: str, bootstrap: str | None,
             for step in plan.batch_steps:
                 out = step(out)
             dead = out.count() if source else 0
-            if plan.sink_op == "toKafka":
-                out = dead_letter_kafka_record(out) if source else kafka_record(out, plan.sink)
-            write_batch(out, plan, bootstrap)
+            sink.write_batch(sink.records(out), batch_id)
             if source and on_dead_letters:
                 on_dead_letters(source, dead)
         finally:
             cached.unpersist()
 
     return each_batch
+

@@ -127,7 +127,8 @@ class PipelineRun:
                 self.queries.append(start_query(plan, checkpoint_root=self.config.checkpointRoot,
                                                 trigger=self.spec.trigger, bootstrap=self.config.kafkaBootstrap,
                                                 spark_version=self.spark.version,
-                                                on_dead_letters=self._count_dead_letters))
+                                                on_dead_letters=self._count_dead_letters,
+                                                app_id=f"{self.config.namespace}/{self.config.app}"))
                 self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
         except UnsupportedTrigger as exc:
             self.stop()

@@ -88,6 +88,9 @@ class FromKafka(Strict):
         None, description="Column holding event time (a schema field, or kafka_timestamp).")
     watermark: Duration | None = Field(None, description="How late events may arrive (needs eventTime).")
     startingOffsets: Literal["earliest", "latest"] = "earliest"
+    isolationLevel: Literal["readCommitted", "readUncommitted"] = Field(
+        "readCommitted", description="readCommitted: only records of committed Kafka transactions (an "
+        "exactly-once sink's output once its batch is complete); readUncommitted: also open and aborted ones.")
     maxRecordsPerTrigger: int | None = Field(None, ge=1)
     minPartitions: int | None = Field(None, ge=1, description="Split Kafka partitions into more Spark tasks.")
     bootstrapServers: str | None = Field(None, description="Overrides the app's Kafka for this source.")
@@ -209,8 +212,22 @@ class ToKafka(SinkBase):
     key: SqlExpr | None = Field(None, description="Key expression (default: no key).")
     value: SqlExpr = Field("to_json(struct(*))", description="Value expression (default: the row as JSON).")
     headers: SqlExpr | None = Field(None, description="array<struct<key: string, value: binary>> expression.")
+    delivery: Literal["exactlyOnce", "atLeastOnce"] = Field(
+        "exactlyOnce", description="exactlyOnce: each micro-batch is committed once in Kafka transactions, also "
+        "when a restart replays it (consumers read with isolation.level=read_committed); atLeastOnce: Spark's "
+        "Kafka sink, a replayed batch is written again.")
     bootstrapServers: str | None = None
-    options: dict[str, str] = Field(default_factory=dict)
+    options: dict[str, str] = Field(default_factory=dict, description="Kafka client settings prefixed kafka. "
+                                    "(atLeastOnce: Java client and Spark sink options; exactlyOnce: librdkafka "
+                                    "settings, e.g. kafka.sasl.username, kafka.transactional.id as the prefix).")
+
+    @model_validator(mode="after")
+    def _client_options(self) -> ToKafka:
+        spark_only = sorted(k for k in self.options if not k.startswith("kafka."))
+        if self.delivery == "exactlyOnce" and spark_only:
+            raise ValueError(f"options {', '.join(spark_only)}: with delivery exactlyOnce, options are Kafka client "
+                             "settings prefixed kafka. (Spark's sink options apply to atLeastOnce only)")
+        return self
 
 
 class ToConsole(SinkBase):

@@ -1,0 +1,489 @@
+"""toKafka with delivery exactlyOnce: every micro-batch's records are committed to Kafka once, however often
+a crash, a restart or a retried task makes Spark run the batch again.
+
+How (per micro-batch B, in foreachBatch):
+- The driver reads the topic's partition count N once. N is pinned per batch in the checkpoint folder
+  (`sluice/kafka-partitions/<batch>`) when it changes, and the first batch of a run (the only one that can
+  be a replay) uses the pinned N: a replayed batch sends every record where its first attempt did.
+- Each record goes to partition murmur2(key) mod N, the Java client's default partitioner, so keys land
+  where Spark's own Kafka sink (atLeastOnce) and Java producers put them; a record without a key is
+  placed by its value. The partition is computed in Spark SQL and the records are shuffled by the JVM so
+  that Spark task p holds exactly partition p's records (one Python stage per batch: the writing).
+- Task p owns partition p through a transactional producer with the stable id `sluice/<app>/<sink>/<p>`.
+  Initialising it fences every older producer with that id (a task of a dead driver, a retried task's
+  earlier attempt) and aborts or completes their open transaction.
+- The new producer then reads the sink's last commit in partition p (read_committed, from the end
+  backwards; transaction markers take offsets, so it reads to the end of the log rather than counting).
+  The last record of every transaction carries a `sluice.commit` header: the sink, the query id of the
+  checkpoint (batch ids count within one checkpoint) and the batch id. If B is there, the task skips the
+  batch; otherwise it writes the partition's records in one transaction.
+Spark replays a batch with the offsets recorded for it and the state of the batch before, so a replayed
+batch holds the same records; non-deterministic pipelines (rand(), now()) are outside this promise.
+
+Producers are kept in the Python worker between batches, with the partition's last commit: what they read
+when they took the partition, then their own commits. That stays true until another producer takes the id
+(a task of the same partition on another worker, a zombie): so a kept producer first sends one record and
+flushes, which fails if it was fenced meanwhile; then it is replaced by a new one, which reads the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from ..spec import ToKafka
+from .base import SinkContext
+from .checkpoint_files import BatchFiles, checkpoint_query_id
+from .kafka import KafkaRecords
+
+log = logging.getLogger("sluice.sinks.kafka")
+T = TypeVar("T")
+
+COMMIT_HEADER = "sluice.commit"
+DEFAULT_TRANSACTION_TIMEOUT_MS = 300_000  # a partition's share of a batch must be written within it
+CLIENT_TIMEOUT_S = 60.0
+MAX_KEPT_PRODUCERS = 64  # per Python worker
+MAX_FENCED = 5  # new producers in a row fenced by another one before a task gives up
+
+Header = tuple[str, bytes | None]
+KafkaRecord = tuple[bytes | None, bytes | None, list[Header] | None]  # key, value, headers
+
+
+# ------------------------------------------------------------------------- partitions (Spark SQL)
+
+PARTITION_COLUMN = "_sluice_partition"
+_M = 0x5BD1E995  # murmur2's multiplier
+
+
+def _mul32(x: str) -> str:
+    """x * m mod 2^32 in BIGINT arithmetic, for 0 <= x < 2^32 (the whole product would overflow)."""
+    return f"((({x}) * {_M & 0xFFFF} + ((({x}) * {_M >> 16}) & 65535) * 65536) & 4294967295)"
+
+
+def _xorshift(x: str, bits: int) -> str:
+    return f"(({x}) ^ shiftright({x}, {bits}))"
+
+
+def _byte(at: str) -> str:
+    """The byte at a 0-based position of _sluice_latin1 (the bytes read as ISO-8859-1: a character each)."""
+    return f"cast(ascii(substring(_sluice_latin1, ({at}) + 1, 1)) as bigint)"
+
+
+def _murmur2() -> str:
+    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2) of _sluice_latin1's bytes as a Spark SQL
+    expression: 32-bit unsigned arithmetic on BIGINT, one lambda over the 4-byte blocks."""
+    block = " + ".join(f"{_byte(f'4 * i + {o}')} * {1 << 8 * o}" for o in range(4))
+    blocks = f"transform(IF(_sluice_length >= 4, sequence(0, _sluice_length div 4 - 1), array()), i -> {block})"
+    base = "_sluice_length - _sluice_length % 4"
+    tail = (f"h ^ IF(_sluice_length % 4 = 3, shiftleft({_byte(f'{base} + 2')}, 16), 0)"
+            f" ^ IF(_sluice_length % 4 >= 2, shiftleft({_byte(f'{base} + 1')}, 8), 0) ^ {_byte(base)}")
+    final = _xorshift(_mul32(_xorshift("t", 13)), 15)  # on a lambda variable: copies of it are cheap
+    with_tail = f"element_at(transform(array(IF(_sluice_length % 4 = 0, h, {_mul32(tail)})), t -> {final}), 1)"
+    return (f"aggregate({blocks}, (2538058380 ^ _sluice_length) & 4294967295, "
+            f"(h, k) -> {_mul32('h')} ^ {_mul32(_xorshift(_mul32('k'), 24))}, h -> {with_tail})")
+
+
+def with_kafka_partition(records: DataFrame, partitions: int) -> DataFrame:
+    """The records with the partition Kafka's default partitioner gives their key, murmur2(key) mod N (a record
+    without a key: by its value), in PARTITION_COLUMN. Computed in the JVM: no Python stage before the shuffle."""
+    placed_by = F.coalesce("key", "value") if "key" in records.columns else F.col("value")
+    return (records.withColumn("_sluice_latin1", F.decode(placed_by.cast("binary"), "ISO-8859-1"))
+            .withColumn("_sluice_length", F.length("_sluice_latin1"))
+            .withColumn(PARTITION_COLUMN, F.expr(f"CAST(IF(_sluice_latin1 IS NULL, 0, "
+                                                 f"pmod({_murmur2()} & 2147483647, {partitions})) AS INT)"))
+            .drop("_sluice_latin1", "_sluice_length"))
+
+
+def routes(spark: SparkSession, partitions: int) -> list[int]:
+    """Per partition p an INT that repartition(N, it) sends to Spark partition p (pmod(hash(it), N) = p):
+    routed by them, Spark partition p holds exactly Kafka partition p's records."""
+    candidates = spark.range(0, 64 * partitions).select(F.col("id").cast("int").alias("route"))
+    found = dict(candidates.groupBy(F.expr(f"pmod(hash(route), {partitions})").alias("p"))
+                 .agg(F.min("route")).collect())
+    return [found[p] for p in range(partitions)]
+
+
+# ------------------------------------------------------------------------------------------ driver
+
+class PartitionResult(NamedTuple):
+    partition: int
+    records: int
+    skipped: bool  # the batch was already committed to this partition
+
+
+class ExactlyOnceKafkaSink(KafkaRecords):
+    """delivery: exactlyOnce."""
+
+    def __init__(self, config: ToKafka, context: SinkContext) -> None:
+        super().__init__(config, context)
+        self.client_config = {"bootstrap.servers": self.bootstrap,
+                              **{k.removeprefix("kafka."): v for k, v in config.options.items()
+                                 if k.startswith("kafka.")}}
+        self.writer = f"{context.app_id}/{context.query}"
+        self.transactional_prefix = self.client_config.pop("transactional.id", f"sluice/{self.writer}")
+        self._query_id: str | None = None
+        self._transaction_timeout_ms: int | None = None
+        self._pinned: tuple[int, int] | None = None  # (from batch, partitions) last pinned in this run
+        self._routes: dict[int, list[int]] = {}
+        self._lock = threading.Lock()
+        self.last_results: list[PartitionResult] = []
+
+    def write_batch(self, records: DataFrame, batch_id: int) -> None:
+        spark = records.sparkSession
+        with self._lock:
+            job = self._batch_write(spark, batch_id, [*records.columns, PARTITION_COLUMN])
+            if job.partitions not in self._routes:
+                self._routes[job.partitions] = routes(spark, job.partitions)
+            route = F.element_at(F.array(*map(F.lit, self._routes[job.partitions])), F.col(PARTITION_COLUMN) + 1)
+        spread = (with_kafka_partition(records, job.partitions).withColumn("_sluice_route", route)
+                  .repartition(job.partitions, "_sluice_route").drop("_sluice_route"))
+        results = spread.rdd.mapPartitionsWithIndex(job.write).collect()
+        self.last_results = sorted(results)
+        skipped = [r.partition for r in results if r.skipped]
+        if skipped:
+            log.info("%s: batch %d was already committed to %s partition(s) %s: not written again",
+                     self.context.query, batch_id, self.config.topic, skipped)
+
+    def _batch_write(self, spark: SparkSession, batch_id: int, columns: list[str]) -> BatchWrite:
+        if self._query_id is None:  # the first batch of this run
+            if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+                raise ValueError(f"sink {self.context.query}: delivery exactlyOnce needs spark.speculation=false")
+            self._query_id = checkpoint_query_id(spark, self.context.checkpoint)
+            self._transaction_timeout_ms = self._transaction_timeout()
+        return BatchWrite(topic=self.config.topic, writer=self.writer, query_id=self._query_id, batch_id=batch_id,
+                          partitions=self._partitions(spark, batch_id), columns=tuple(columns),
+                          client_config=self.client_config,
+                          transactional_prefix=self.transactional_prefix,
+                          transaction_timeout_ms=self._transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS)
+
+    # ------------------------------------------------------------------- partitions per batch
+    def _partitions(self, spark: SparkSession, batch_id: int) -> int:
+        history = BatchFiles(spark, f"{self.context.checkpoint.rstrip('/')}/sluice/kafka-partitions")
+        if self._pinned is None:
+            # Only the first batch of a run can replay one that ran before: it keeps that attempt's count.
+            latest = history.latest(before=batch_id + 1)
+            if latest is not None:
+                self._pinned = (latest[0], int(latest[1]["partitions"]))
+                return self._pinned[1]
+        current = self._topic_partitions()
+        if self._pinned is not None and current < self._pinned[1]:
+            raise RuntimeError(f"topic {self.config.topic} has {current} partitions, fewer than the "
+                               f"{self._pinned[1]} this sink wrote to: was it re-created?")
+        if self._pinned is None or current != self._pinned[1]:
+            history.write(batch_id, {"partitions": current})
+            self._pinned = (batch_id, current)
+        return current
+
+    def _topic_partitions(self) -> int:
+        metadata = self._new_admin().list_topics(self.config.topic, timeout=CLIENT_TIMEOUT_S).topics[self.config.topic]
+        if metadata.error is not None:
+            raise RuntimeError(f"output topic {self.config.topic} at {self.bootstrap}: {metadata.error.str()} "
+                               "(an exactly-once sink does not create its topic: declare it in spec.topics)")
+        return len(metadata.partitions)
+
+    def _new_admin(self) -> AdminClient:
+        """A client for one question: one kept beside a stopped query would reconnect to Kafka forever."""
+        return AdminClient({**self.client_config, "allow.auto.create.topics": False})
+
+    def _transaction_timeout(self) -> int:
+        """The option when set, else the default capped at the brokers' transaction.max.timeout.ms."""
+        if "transaction.timeout.ms" in self.client_config:
+            return int(self.client_config["transaction.timeout.ms"])
+        admin = self._new_admin()
+        try:
+            broker = next(iter(admin.list_topics(timeout=CLIENT_TIMEOUT_S).brokers))
+            resource = ConfigResource(ResourceType.BROKER, str(broker))
+            configs = admin.describe_configs([resource])[resource].result(timeout=CLIENT_TIMEOUT_S)
+            maximum = int(configs["transaction.max.timeout.ms"].value)
+        except (KafkaException, KeyError, StopIteration, ValueError, TypeError) as exc:
+            log.warning("%s: cannot read the brokers' transaction.max.timeout.ms (%s); transactions time out "
+                        "after %d ms", self.context.query, exc, DEFAULT_TRANSACTION_TIMEOUT_MS)
+            return DEFAULT_TRANSACTION_TIMEOUT_MS
+        return min(DEFAULT_TRANSACTION_TIMEOUT_MS, maximum)
+
+
+def _as_bytes(value: str | bytes | bytearray | None) -> bytes | None:
+    if value is None:
+        return None
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+# --------------------------------------------------------------------------------------- executors
+
+@dataclass(frozen=True)
+class Marker:
+    """The `sluice.commit` header on the last record of every transaction."""
+
+    writer: str
+    query_id: str
+    batch_id: int
+
+    def header(self) -> Header:
+        return COMMIT_HEADER, json.dumps({"writer": self.writer, "query": self.query_id,
+                                          "batch": self.batch_id}).encode()
+
+    @classmethod
+    def of(cls, headers: Iterable[Header] | None) -> Marker | None:
+        for name, value in headers or ():
+            if name == COMMIT_HEADER and value:
+                data = json.loads(value)
+                return cls(data["writer"], data["query"], int(data["batch"]))
+        return None
+
+    def covers(self, other: Marker) -> bool:
+        """Whether this commit already holds `other`'s batch (batch ids count within one checkpoint)."""
+        return (self.writer, self.query_id) == (other.writer, other.query_id) and self.batch_id >= other.batch_id
+
+
+@dataclass
+class OwnedPartition:
+    producer: Producer
+    committed: Marker | None  # the sink's last commit in the partition: read at init, then its own
+
+
+class _Workers:
+    """What a Python worker keeps between tasks: producers by transactional id, consumers by config."""
+
+    producers: OrderedDict[str, OwnedPartition] = OrderedDict()
+    consumers: dict[str, Consumer] = {}
+    lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class BatchWrite:
+    """One micro-batch's write, shipped to the tasks: `write` runs per output partition."""
+
+    topic: str
+    writer: str
+    query_id: str
+    batch_id: int
+    partitions: int
+    columns: tuple[str, ...]  # of the rows the tasks get: value, key?, headers?, PARTITION_COLUMN
+    client_config: dict[str, str]
+    transactional_prefix: str
+    transaction_timeout_ms: int
+
+    @property
+    def marker(self) -> Marker:
+        return Marker(self.writer, self.query_id, self.batch_id)
+
+    def write(self, partition: int, rows: Iterator[Row]) -> Iterator[PartitionResult]:
+        records = (self._record(row, partition) for row in rows)
+        head = [r for r in (next(records, None), next(records, None)) if r is not None]
+        if not head:
+            return iter(())
+        owner, fresh = self._owner(partition)
+        for _ in range(MAX_FENCED):
+            if owner.committed is not None and owner.committed.covers(self.marker):
+                return iter([PartitionResult(partition, 0, skipped=True)])
+            if self._began(owner, partition, head, fresh):
+                break
+            owner, fresh = self._owner(partition, replace=True)  # fenced: a newer producer took the id
+        else:
+            raise RuntimeError(f"{self._transactional_id(partition)}: fenced {MAX_FENCED} times in a row: is "
+                               "another query writing with the same transactional ids?")
+        written = self._send_all(owner.producer, partition, head, records, probed=not fresh)
+        try:
+            retried(owner.producer.commit_transaction)
+        except KafkaException as exc:
+            self._forget_on(exc, partition, owner.producer)
+            raise
+        owner.committed = self.marker
+        return iter([PartitionResult(partition, written, skipped=False)])
+
+    def _record(self, row: Row, partition: int) -> KafkaRecord:
+        fields = dict(zip(self.columns, row, strict=True))
+        if fields[PARTITION_COLUMN] != partition:
+            raise RuntimeError(f"a record of partition {fields[PARTITION_COLUMN]} reached the task of partition "
+                               f"{partition}: Spark's hash partitioning is not what routes() found")
+        headers = fields.get("headers")
+        return (_as_bytes(fields.get("key")), _as_bytes(fields["value"]),
+                [(h[0], _as_bytes(h[1])) for h in headers] if headers else None)
+
+    # ---------------------------------------------------------------------- ownership
+    def _transactional_id(self, partition: int) -> str:
+        return f"{self.transactional_prefix}/{partition}"
+
+    def _owner(self, partition: int, replace: bool = False) -> tuple[OwnedPartition, bool]:
+        """The kept producer for the partition, or a new one (True) that has fenced every older one."""
+        transactional_id = self._transactional_id(partition)
+        with _Workers.lock:
+            kept = _Workers.producers.pop(transactional_id, None)
+        if kept is not None and not replace:
+            _Workers.producers[transactional_id] = kept
+            return kept, False
+        producer = Producer({"linger.ms": 5, **self.client_config, "transactional.id": transactional_id,
+                             "transaction.timeout.ms": self.transaction_timeout_ms})
+        # Brokers known first: a coordinator lookup sent while the bootstrap connection is being replaced
+        # fails and is retried only 500 ms later.
+        producer.list_topics(self.topic, timeout=CLIENT_TIMEOUT_S)
+        retried(producer.init_transactions)
+        owner = OwnedPartition(producer, last_marker(self._consumer(), self.topic, partition, self.writer))
+        with _Workers.lock:
+            _Workers.producers[transactional_id] = owner
+            while len(_Workers.producers) > MAX_KEPT_PRODUCERS:
+                _Workers.producers.popitem(last=False)
+        return owner, True
+
+    def _began(self, owner: OwnedPartition, partition: int, head: list[KafkaRecord], fresh: bool) -> bool:
+        """Begin the transaction, False when fenced. A kept producer also sends the first record and waits for
+        it: fenced meanwhile, it learns so now, before the batch is decided on what it read."""
+        try:
+            owner.producer.begin_transaction()
+            if not fresh:
+                self._send(owner.producer, partition, head[0], last=len(head) == 1)
+                owner.producer.flush(CLIENT_TIMEOUT_S)
+        except KafkaException as exc:
+            if exc.args[0].fatal():
+                return False
+            self._forget_on(exc, partition, owner.producer)
+            raise
+        return True
+
+    def _forget_on(self, exc: KafkaException, partition: int, producer: Producer) -> None:
+        """After a failed send or commit: abort what can be aborted; a producer in doubt is not kept (the next
+        attempt starts a new one, which aborts or completes this one's transaction)."""
+        error: KafkaError = exc.args[0]
+        if error.txn_requires_abort():
+            producer.abort_transaction(CLIENT_TIMEOUT_S)
+            return
+        with _Workers.lock:
+            _Workers.producers.pop(self._transactional_id(partition), None)
+
+    def _consumer(self) -> Consumer:
+        config = {**self.client_config, "group.id": "sluice-exactly-once", "isolation.level": "read_committed",
+                  "enable.partition.eof": True, "enable.auto.commit": False, "fetch.wait.max.ms": 10}
+        key = json.dumps(config, sort_keys=True)
+        with _Workers.lock:
+            if key not in _Workers.consumers:
+                _Workers.consumers[key] = Consumer(config)
+            return _Workers.consumers[key]
+
+    # ------------------------------------------------------------------------- writing
+    def _send_all(self, producer: Producer, partition: int, head: list[KafkaRecord],
+                  rest: Iterator[KafkaRecord], probed: bool) -> int:
+        """Send the records (the first one already, when probed); the last one carries the marker."""
+        pending = head[1:] if probed else head
+        count = len(head)
+        try:
+            for record in rest:
+                self._send(producer, partition, pending.pop(0), last=False)
+                pending.append(record)
+                count += 1
+            for i, record in enumerate(pending):
+                self._send(producer, partition, record, last=i == len(pending) - 1)
+        except KafkaException as exc:
+            self._forget_on(exc, partition, producer)
+            raise
+        return count
+
+    def _send(self, producer: Producer, partition: int, record: KafkaRecord, last: bool) -> None:
+        key, value, headers = record
+        if last:
+            headers = [*(headers or []), self.marker.header()]
+        while True:
+            try:
+                with_fresh_metadata(producer, self.topic, lambda: producer.produce(
+                    self.topic, value=value, key=key, headers=headers, partition=partition))
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+
+# Errors a client meets while a broker restarts or a topic grows: its metadata is behind, the next try works.
+TRANSIENT = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.NOT_LEADER_FOR_PARTITION,
+                       KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                       KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_COORDINATOR,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+
+
+def transient(error: KafkaError) -> bool:
+    return error.code() in TRANSIENT or (error.retriable() and not error.fatal())
+
+
+def retried(call: Callable[[float], None]) -> None:
+    """A transactional call (init_transactions, commit_transaction) made again while it fails with an error
+    librdkafka marks retriable (a coordinator moving with a restarted broker), for up to CLIENT_TIMEOUT_S."""
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        try:
+            return call(CLIENT_TIMEOUT_S)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            log.info("%s: %s; trying again", call.__name__, exc.args[0].str())
+        time.sleep(0.5)
+
+
+def with_fresh_metadata(client: Producer | Consumer, topic: str, action: Callable[[], T]) -> T:
+    """Run the action; on a transient error (a partition the client does not know yet because the topic gained
+    partitions since it last looked, a leader that moved with a restarted broker) refresh the client's
+    metadata and run it again, for up to CLIENT_TIMEOUT_S."""
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        try:
+            return action()
+        except KafkaException as exc:
+            if not transient(exc.args[0]) or time.monotonic() > deadline:
+                raise
+            log.info("%s: %s; trying again", topic, exc.args[0].str())
+        time.sleep(0.5)
+        try:
+            client.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+        except KafkaException as exc:
+            if not transient(exc.args[0]):
+                raise
+
+
+def last_marker(consumer: Consumer, topic: str, partition: int, writer: str) -> Marker | None:
+    """The marker of the writer's last committed transaction in the partition, reading backwards from the end
+    in growing steps (usually it is the last record: the first step finds it)."""
+    low, end = with_fresh_metadata(consumer, topic, lambda: consumer.get_watermark_offsets(
+        TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S))  # `end`: the last stable offset (read_committed)
+    window, stop = 16, end
+    while stop > low:
+        start = max(low, stop - window)
+        found = _last_marker_between(consumer, topic, partition, start, stop, writer)
+        if found is not None:
+            return found
+        window, stop = window * 8, start
+    return None
+
+
+def _last_marker_between(consumer: Consumer, topic: str, partition: int, start: int, stop: int,
+                         writer: str) -> Marker | None:
+    consumer.assign([TopicPartition(topic, partition, start)])
+    found: Marker | None = None
+    try:
+        while True:
+            first = consumer.poll(CLIENT_TIMEOUT_S)
+            if first is None:
+                raise TimeoutError(f"reading {topic}[{partition}] from offset {start}: nothing within "
+                                   f"{CLIENT_TIMEOUT_S:.0f}s")
+            # consume(n, timeout) would wait for n messages: take only what is already fetched
+            for message in [first, *consumer.consume(num_messages=1000, timeout=0)]:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return found
+                    if transient(error):  # the consumer fetches again by itself
+                        continue
+                    raise KafkaException(error)
+                if message.offset() >= stop:
+                    return found
+                marker = Marker.of(message.headers())
+                if marker is not None and marker.writer == writer:
+                    found = marker
+    finally:
+        consumer.unassign()

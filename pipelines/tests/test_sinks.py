@@ -1,0 +1,232 @@
+"""The exactly-once Kafka sink, batch by batch, on real Kafka and Spark: replays, zombies, fenced producers,
+partition changes, and the partitions it gives keys (the same as the Java client's)."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
+from kafka_output import kafka_partition, read_committed
+from pydantic import ValidationError
+from pyspark.sql import DataFrame, SparkSession
+
+from sluice.pipelines.sinks import SinkContext
+from sluice.pipelines.sinks.kafka_eos import (
+    COMMIT_HEADER,
+    PARTITION_COLUMN,
+    BatchWrite,
+    ExactlyOnceKafkaSink,
+    Marker,
+    _Workers,
+    with_kafka_partition,
+)
+from sluice.pipelines.spec import ToKafka
+from sluice.testbed.kafka_io import ConsumedRecord, produce
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+KEYS = [f"key-{i}" for i in range(60)]
+
+
+class Target:
+    """One output topic and the checkpoint folder of the query writing it."""
+
+    def __init__(self, spark: SparkSession, bootstrap: str, topic: str, tmp_path: Path) -> None:
+        self.spark, self.bootstrap, self.topic = spark, bootstrap, topic
+        self.app_id = f"tests/{uuid.uuid4().hex[:8]}"
+        self.checkpoint = self.new_checkpoint(tmp_path / "checkpoint")
+
+    @staticmethod
+    def new_checkpoint(folder: Path) -> str:
+        """A folder holding what Spark writes when a query starts: its id."""
+        folder.mkdir(parents=True)
+        (folder / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
+        return str(folder)
+
+    def sink(self, checkpoint: str | None = None) -> ExactlyOnceKafkaSink:
+        """A sink as one run of the query makes it (a new one = a restarted driver)."""
+        config = ToKafka(topic=self.topic, key="k", value="v")
+        return ExactlyOnceKafkaSink(config, SinkContext("out", checkpoint or self.checkpoint, self.bootstrap,
+                                                        self.app_id))
+
+    def rows(self, sink: ExactlyOnceKafkaSink, tag: str, keys: list[str] = KEYS) -> DataFrame:
+        frame = self.spark.createDataFrame([(k, f"{tag}:{k}") for k in keys], "k STRING, v STRING")
+        return sink.records(frame)
+
+    def output(self) -> list[ConsumedRecord]:
+        return read_committed(self.bootstrap, self.topic)
+
+    def values(self) -> Counter[str]:
+        return Counter((r.value or b"").decode() for r in self.output())
+
+    def batch_write(self, sink: ExactlyOnceKafkaSink, batch_id: int, partitions: int) -> BatchWrite:
+        """What the sink ships to its tasks for a batch, to run one task here (an old driver's, another worker's)."""
+        query_id = json.loads(Path(sink.context.checkpoint, "metadata").read_text())["id"]
+        return BatchWrite(self.topic, sink.writer, query_id, batch_id, partitions, ("value", "key", PARTITION_COLUMN),
+                          sink.client_config, sink.transactional_prefix, 60_000)
+
+
+@pytest.fixture(autouse=True)
+def no_kept_producers() -> Iterator[None]:
+    """Tasks run here by a test keep their producers in this process like a Python worker: not past the test."""
+    yield
+    _Workers.producers.clear()
+    for consumer in _Workers.consumers.values():
+        consumer.close()
+    _Workers.consumers.clear()
+
+
+@pytest.fixture
+def target(spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str],
+           tmp_path: Path) -> Target:
+    return Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path)
+
+
+def expected(tag: str, keys: list[str] = KEYS) -> Counter[str]:
+    return Counter(f"{tag}:{k}" for k in keys)
+
+
+def rows(tag: str, partition: int, partitions: int) -> list[tuple[str, str, int]]:
+    """The rows (value, key, partition) of one partition of a batch, as the shuffle hands them to its task."""
+    return [(f"{tag}:{k}", k, partition) for k in KEYS if kafka_partition(k.encode(), partitions) == partition]
+
+
+# -------------------------------------------------------------------------------------- partitions
+
+def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, new_topic) -> None:
+    """Spark's own Kafka sink (the Java producer's default partitioner) and the exactly-once sink put every key
+    in the same partition: switching delivery keeps a key's records in one partition. Keys of every length
+    mod 4 and every byte value; a record without a key goes where its value would as a key."""
+    rng = random.Random(5)
+    keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40))) for _ in range(600)]
+    frame = spark_session.createDataFrame([(bytearray(k), bytearray(b"v")) for k in keys], "key BINARY, value BINARY")
+    topic = new_topic(partitions=7)
+    frame.write.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap).option("topic", topic).save()
+    by_java = {r.key: r.partition for r in read_committed(kafka_bootstrap, topic)}
+    by_sql = {bytes(r.key): r[PARTITION_COLUMN] for r in with_kafka_partition(frame, 7).collect()}
+    assert by_sql == by_java == {k: kafka_partition(k, 7) for k in keys}
+    unkeyed = spark_session.createDataFrame([(bytearray(k),) for k in keys], "value BINARY")
+    assert {bytes(r.value): r[PARTITION_COLUMN] for r in with_kafka_partition(unkeyed, 7).collect()} == by_java
+
+
+# ------------------------------------------------------------------------------------------ replays
+
+def test_a_replayed_batch_is_not_written_again(target: Target) -> None:
+    sink = target.sink()
+    sink.write_batch(target.rows(sink, "b0"), 0)
+    assert not any(r.skipped for r in sink.last_results)
+    replay = target.sink()  # a restarted driver replays batch 0
+    replay.write_batch(target.rows(replay, "b0"), 0)
+    assert [r.skipped for r in replay.last_results] == [True, True, True]
+    replay.write_batch(target.rows(replay, "b1"), 1)
+    assert target.values() == expected("b0") + expected("b1")
+    markers = [Marker.of(r.headers) for r in target.output() if dict(r.headers).get(COMMIT_HEADER)]
+    assert sorted(m.batch_id for m in markers if m) == [0, 0, 0, 1, 1, 1]  # one per transaction
+
+
+def test_a_new_checkpoint_counts_batches_from_zero_again(target: Target, tmp_path: Path) -> None:
+    sink = target.sink()
+    sink.write_batch(target.rows(sink, "old"), 0)
+    fresh = target.sink(Target.new_checkpoint(tmp_path / "new-checkpoint"))
+    fresh.write_batch(target.rows(fresh, "new"), 0)
+    assert target.values() == expected("old") + expected("new")
+
+
+def test_records_of_other_writers_after_the_last_commit(target: Target) -> None:
+    """The last commit is found however many records others appended since (the search backwards grows)."""
+    sink = target.sink()
+    sink.write_batch(target.rows(sink, "b0"), 0)
+    for partition in range(3):
+        produce(target.bootstrap, target.topic, [f"other-{i}".encode() for i in range(300)], partition=partition)
+    replay = target.sink()
+    replay.write_batch(target.rows(replay, "b0"), 0)
+    assert all(r.skipped for r in replay.last_results)
+    assert +(target.values() - Counter(f"other-{i}" for i in range(300) for _ in range(3))) == expected("b0")
+
+
+# ------------------------------------------------------------------------------ zombies and fencing
+
+def test_an_open_transaction_of_a_dead_driver_is_aborted(target: Target) -> None:
+    """A task of the old driver sent its records but did not commit: the new driver's task fences it (its
+    transaction is aborted, its commit fails) and writes the batch once."""
+    sink = target.sink()
+    zombie = Producer({"bootstrap.servers": target.bootstrap, "transactional.id": f"{sink.transactional_prefix}/1"})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for value, key, _ in rows("b0", 1, 3):
+        zombie.produce(target.topic, value=value, key=key, partition=1)
+    zombie.flush(30)
+    sink.write_batch(target.rows(sink, "b0"), 0)
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(30)
+    assert target.values() == expected("b0")
+
+
+def test_a_batch_committed_by_a_dead_driver_is_skipped(target: Target) -> None:
+    """The old driver's task committed partition 1, then the driver died before Spark recorded the batch."""
+    sink = target.sink()
+    old_task = target.batch_write(sink, 0, 3)
+    list(old_task.write(1, iter(rows("b0", 1, 3))))
+    sink.write_batch(target.rows(sink, "b0"), 0)
+    assert [(r.partition, r.skipped) for r in sink.last_results] == [(0, False), (1, True), (2, False)]
+    assert target.values() == expected("b0")
+
+
+def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
+    """Producers stay in their Python worker between batches. When another worker took the partition
+    meanwhile, the kept producer is fenced: it finds out before deciding, and a new one takes over."""
+    sink = target.sink()
+    write = lambda batch_id: list(target.batch_write(sink, batch_id, 3).write(  # noqa: E731
+        2, iter(rows(f"b{batch_id}", 2, 3))))
+    assert write(0)[0].records > 0  # this worker keeps its producer
+    transactional_id = f"{sink.transactional_prefix}/2"
+    kept = _Workers.producers.pop(transactional_id)
+    assert not write(1)[0].skipped  # "another worker": a new producer, which fences the kept one
+    _Workers.producers[transactional_id] = kept  # back on the first worker, its producer fenced
+    assert write(1)[0].skipped  # a replay of batch 1 there: fenced, replaced, then finds batch 1 committed
+    _Workers.producers[transactional_id] = kept
+    assert not write(2)[0].skipped
+    in_partition_2 = [k for k in KEYS if kafka_partition(k.encode(), 3) == 2]
+    assert target.values() == sum((expected(f"b{b}", in_partition_2) for b in range(3)), Counter())
+
+
+# -------------------------------------------------------------------------------------- partitions
+
+def test_a_replayed_batch_keeps_the_partition_count_of_its_first_run(target: Target) -> None:
+    """Partitions added between a batch and its replay do not move its keys; the batches after use them."""
+    sink = target.sink()
+    sink.write_batch(target.rows(sink, "b0"), 0)
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    admin.create_partitions([NewPartitions(target.topic, 5)])[target.topic].result(30)
+    replay = target.sink()
+    replay.write_batch(target.rows(replay, "b0"), 0)
+    assert [r.skipped for r in replay.last_results] == [True, True, True]
+    replay.write_batch(target.rows(replay, "b1"), 1)
+    assert target.values() == expected("b0") + expected("b1")
+    for record in target.output():
+        batch, key = (record.value or b"").decode().split(":")
+        assert record.partition == kafka_partition(key.encode(), 3 if batch == "b0" else 5)
+
+
+def test_the_topic_must_exist(target: Target, spark_session: SparkSession) -> None:
+    sink = target.sink()
+    sink.config = ToKafka(topic=f"missing-{uuid.uuid4().hex}", key="k", value="v")
+    with pytest.raises(RuntimeError, match="does not create its topic"):
+        sink.write_batch(target.rows(sink, "b0"), 0)
+
+
+@pytest.mark.parametrize("delivery", ["exactlyOnce", "atLeastOnce"])
+def test_exactly_once_options_are_kafka_client_settings(delivery: str) -> None:
+    options = {"kafka.linger.ms": "20", "failOnDataLoss": "false"}
+    if delivery == "atLeastOnce":
+        assert ToKafka(topic="t", delivery=delivery, options=options).options == options
+    else:
+        with pytest.raises(ValidationError, match="failOnDataLoss: with delivery exactlyOnce"):
+            ToKafka(topic="t", delivery=delivery, options=options)
