@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from sluice.pipelines.contract import DriverStatus, ExecutorsRequest, RunnerConfig, TopicStatus
 from sluice.pipelines.control.auth import NO_TOKEN, ControlToken, bearer_token
 from sluice.pipelines.control.errors import ApiFailure
-from sluice.pipelines.control.server import ControlServer, parse_executors_request
+from sluice.pipelines.control.server import ControlServer, parse_request
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import free_port, wait_for
@@ -85,14 +85,14 @@ def test_no_token_file_disables_writes(tmp_path: Path):
 ])
 def test_bad_executor_requests_name_the_field(body: bytes, field: str | None):
     with pytest.raises(ApiFailure) as info:
-        parse_executors_request(body)
+        parse_request(ExecutorsRequest, body, '{"target": N}')
     assert (info.value.status, info.value.error.field) == (400, field)
     assert info.value.error.error.startswith(f"{field}: " if field else "")
 
 
 def test_good_executor_requests():
-    assert parse_executors_request(b'{"target": 0}') == ExecutorsRequest(target=0)
-    assert parse_executors_request(b' {"target": 1000} ') == ExecutorsRequest(target=1000)
+    assert parse_request(ExecutorsRequest, b'{"target": 0}', '') == ExecutorsRequest(target=0)
+    assert parse_request(ExecutorsRequest, b' {"target": 1000} ', '') == ExecutorsRequest(target=1000)
 
 
 # ------------------------------------------------------------------------------ a real driver

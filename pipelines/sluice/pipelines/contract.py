@@ -2,7 +2,7 @@
 
 `RunnerConfig` is everything the operator hands the runner (written as JSON into the revisioned
 ConfigMap, validated by the runner at start). The driver control API's request and response bodies
-(`/v1/status`, `/v1/executors`) are the models below; the runner serves them and the operator's driver
+(`/v1/status`, `/v1/executors`, `/v1/pipeline`) are the models below; the runner serves them and the operator's driver
 client parses them, so both sides share one definition.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .spec import PipelineSpec, Strict
 
@@ -63,6 +63,7 @@ class QueryStatus(Strict):
     batches: int = 0
     inputRows: int = 0
     busyMs: int = Field(0, description="Sum of the batches' triggerExecution durations.")
+    revision: str | None = Field(None, description="The revision whose plan the query runs.")
     inputRowsPerSecond: float | None = None
     processedRowsPerSecond: float | None = None
     lastBatchDurationMs: int | None = None
@@ -110,3 +111,47 @@ class ApiError(Strict):
 
 
 Health = Literal["ok", "failed", "stopping", "starting"]
+
+
+# ------------------------------------------------------------------------------ rolling updates
+
+QueryAction = Literal["keep", "restart", "migrate", "start", "stop", "restore"]
+IN_DRIVER_ACTIONS: tuple[QueryAction, ...] = ("keep", "restart", "start", "stop")
+
+
+class QueryStep(Strict):
+    """What one streaming query (named after its sink, or `<source>-dead-letters`) does in a rollout.
+
+    keep: runs on unchanged (never stopped by an in-driver rollout); restart: stops at a batch boundary and
+    restarts on its own checkpoint with the new plan; migrate: the new plan starts on a checkpoint of the new
+    revision, from the old query's committed offsets rewound by rewindMs, behind an output gate; start: a new
+    query; stop: a removed query (its checkpoint is kept until the rollout is over); restore: back on the
+    checkpoint the stable revision kept (rollback of migrate and stop).
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    name: str
+    action: QueryAction
+    rewindMs: int | None = Field(
+        None, description="migrate: how much event time before the old query's position the new one re-reads "
+        "(watermark delay + longest window/join span); None: nothing carries over, it starts from its sources' "
+        "startingOffsets (unbounded state, or another Kafka cluster).")
+    reason: str | None = Field(None, description="Why, with the spec path that changed.")
+
+
+class SwapRequest(Strict):
+    """PUT /v1/pipeline: run `config`'s revision in this driver (a hot swap). Only the steps' queries stop, each at
+    a batch boundary; every query of the new pipeline needs a step (keep, restart or start) and every running
+    query one too (keep, restart or stop). Nothing changes when the new pipeline does not compile."""
+
+    config: RunnerConfig
+    steps: list[QueryStep] = Field(min_length=1)
+
+
+class SwapResponse(Strict):
+    revision: str
+    restarted: list[str] = Field(default_factory=list)
+    started: list[str] = Field(default_factory=list)
+    stopped: list[str] = Field(default_factory=list)
+    kept: list[str] = Field(default_factory=list)

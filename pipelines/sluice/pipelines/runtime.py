@@ -10,14 +10,15 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .compiler import compile_pipeline
-from .contract import RunnerConfig
+from .compiler import CompiledPipeline, QueryPlan, compile_pipeline
+from .contract import IN_DRIVER_ACTIONS, QueryStep, RunnerConfig, SwapResponse
 from .metrics import PipelineMetrics, ProgressListener
 from .queries import UnsupportedTrigger, start_query
 from .spec import PipelineSpec
@@ -87,6 +88,14 @@ class QueryState:
     progress: dict[str, Any] | None
 
 
+class SwapRefused(Exception):
+    """A hot swap this driver cannot do (nothing was changed): `field` is the request's field at fault."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class PipelineRun:
     """One running pipeline: its queries, metrics and lifecycle. Used by the runner, the CLI and tests.
 
@@ -100,8 +109,10 @@ class PipelineRun:
         self.pipeline_path = pipeline_path
         self.metrics = metrics or PipelineMetrics(config.app)
         self.queries: list[StreamingQuery] = []
+        self.query_revisions: dict[str, str] = {}  # query name -> the revision whose plan it runs
         self._listener: ProgressListener | None = None
         self._stopping = threading.Event()
+        self._changing = threading.Lock()  # a hot swap in progress: its queries stop and start
 
     @classmethod
     def from_document(cls, spark: SparkSession, document: PipelineDocument, *, checkpoint_root: str,
@@ -114,22 +125,12 @@ class PipelineRun:
         return self.config.pipeline
 
     def start(self) -> PipelineRun:
-        problems = semantic_problems(self.spec, self.pipeline_path, sql=spark_sql_parser(self.spark),
-                                     ddl=spark_ddl_parser(self.spark))
-        if problems:
-            raise PipelineInvalid(problems)
-        compiled = compile_pipeline(self.spark, self.spec, bootstrap_servers=self.config.kafkaBootstrap,
-                                    prefix=self.pipeline_path, app_name=self.config.app)
+        compiled = self._compile(self.config)
         self._listener = ProgressListener(self.metrics.record_progress)
         self.spark.streams.addListener(self._listener)
         try:
             for plan in compiled.queries:
-                self.queries.append(start_query(plan, checkpoint_root=self.config.checkpointRoot,
-                                                trigger=self.spec.trigger, bootstrap=self.config.kafkaBootstrap,
-                                                spark_version=self.spark.version,
-                                                on_dead_letters=self._count_dead_letters,
-                                                app_id=f"{self.config.namespace}/{self.config.app}"))
-                self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
+                self._start_query(plan, self.config)
         except UnsupportedTrigger as exc:
             self.stop()
             raise PipelineInvalid([Problem(join_path(self.pipeline_path, "trigger"), str(exc))]) from exc
@@ -137,6 +138,96 @@ class PipelineRun:
             self.stop()
             raise
         return self
+
+    def _compile(self, config: RunnerConfig) -> CompiledPipeline:
+        """The pipeline's queries, checked with Spark's parsers first (PipelineInvalid naming each node)."""
+        problems = semantic_problems(config.pipeline, self.pipeline_path, sql=spark_sql_parser(self.spark),
+                                     ddl=spark_ddl_parser(self.spark))
+        if problems:
+            raise PipelineInvalid(problems)
+        return compile_pipeline(self.spark, config.pipeline, bootstrap_servers=config.kafkaBootstrap,
+                                prefix=self.pipeline_path, app_name=config.app)
+
+    def _start_query(self, plan: QueryPlan, config: RunnerConfig) -> StreamingQuery:
+        query = start_query(plan, checkpoint_root=config.checkpointRoot, trigger=config.pipeline.trigger,
+                            bootstrap=config.kafkaBootstrap, spark_version=self.spark.version,
+                            on_dead_letters=self._count_dead_letters, app_id=f"{config.namespace}/{config.app}")
+        self.queries.append(query)
+        self.query_revisions[plan.name] = config.revision
+        self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
+        return query
+
+    # ------------------------------------------------------------------------------- hot swap
+    def swap(self, config: RunnerConfig, steps: Sequence[QueryStep]) -> SwapResponse:
+        """Run `config`'s revision in this driver: the steps' queries stop at a batch boundary and restart
+        (on their checkpoints), start or stop; `keep` queries are not touched. Nothing changes when the request
+        does not fit this run or the new pipeline does not compile (SwapRefused, PipelineInvalid). A query
+        that fails to start on the new plan is started on the old one again, and its error raised."""
+        with self._changing:
+            compiled = self._compile(config)
+            plans = {plan.name: plan for plan in compiled.queries}
+            by_action = self._check_swap(config, steps, set(plans))
+            running = {query.name: query for query in self.queries}
+            old_plans = {plan.name: plan for plan in self._compile(self.config).queries}
+            for name in by_action["stop"] + by_action["restart"]:
+                self._stop_query(running[name])
+            old_config, self.config = self.config, config
+            started: list[str] = []
+            try:
+                for name in by_action["restart"] + by_action["start"]:
+                    self._start_query(plans[name], config)
+                    started.append(name)
+            except BaseException:
+                for name in started:
+                    self._stop_query(self._query(name))
+                self.config = old_config
+                for name in by_action["restart"] + by_action["stop"]:
+                    self._start_query(old_plans[name], old_config)
+                raise
+            return SwapResponse(revision=config.revision, restarted=by_action["restart"], started=by_action["start"],
+                                stopped=by_action["stop"], kept=by_action["keep"])
+
+    def _check_swap(self, config: RunnerConfig, steps: Sequence[QueryStep], new: set[str]) -> dict[str, list[str]]:
+        """The steps' query names by action, or SwapRefused."""
+        for field in ("app", "namespace", "kafkaBootstrap", "checkpointRoot"):
+            if getattr(config, field) != getattr(self.config, field):
+                raise SwapRefused(f"a hot swap keeps the run's {field} ({getattr(self.config, field)!r})",
+                                  f"config.{field}")
+        running = {query.name for query in self.queries}  # a failed query may be restarted on a new plan
+        names: dict[str, list[str]] = {"restart": [], "start": [], "stop": [], "keep": []}
+        for index, step in enumerate(steps):
+            where = f"steps[{index}]"
+            if step.action not in IN_DRIVER_ACTIONS:
+                raise SwapRefused(f"{step.action} needs a checkpoint of its own: not a hot swap", f"{where}.action")
+            if any(step.name in listed for listed in names.values()):
+                raise SwapRefused(f"query {step.name!r} has two steps", f"{where}.name")
+            must_run, must_be_new = step.action != "start", step.action != "stop"
+            if must_run != (step.name in running):
+                raise SwapRefused(f"query {step.name!r} is {'not ' if must_run else ''}one of this driver's",
+                                  f"{where}.name")
+            if must_be_new != (step.name in new):
+                raise SwapRefused(f"query {step.name!r} is {'not ' if must_be_new else ''}in the new pipeline",
+                                  f"{where}.name")
+            names[step.action].append(step.name)
+        missing = sorted((running | new) - {name for listed in names.values() for name in listed})
+        if missing:
+            raise SwapRefused(f"no step for the queries {', '.join(missing)}", "steps")
+        return names
+
+    def _query(self, name: str) -> StreamingQuery:
+        return next(query for query in reversed(self.queries) if query.name == name)
+
+    def _stop_query(self, query: StreamingQuery, boundary_timeout: float = 30.0, forget: bool = True) -> None:
+        """Stopped between two micro-batches when it can be caught idle in time; `forget`: no longer one of
+        this run's queries (a swap), else it stays for its final state (the run stops)."""
+        deadline = time.monotonic() + boundary_timeout
+        while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        query.stop()
+        self.metrics.up.labels(app=self.metrics.app, query=query.name).set(0)
+        if forget and query in self.queries:
+            self.queries.remove(query)
+            self.query_revisions.pop(query.name, None)
 
     def _count_dead_letters(self, source: str, count: int) -> None:
         self.metrics.dead_letters.labels(app=self.metrics.app, source=source).inc(count)
@@ -201,7 +292,7 @@ class PipelineRun:
         while not self._stopping.is_set():
             if self.failed():
                 break
-            if self.queries and not any(q.isActive for q in self.queries):
+            if not self._changing.locked() and self.queries and not any(q.isActive for q in self.queries):
                 break
             self._stopping.wait(poll)
         return 1 if self.failed() else 0
@@ -211,11 +302,7 @@ class PipelineRun:
         """Stop every query, each between two micro-batches when it can be caught idle in time."""
         self._stopping.set()
         for query in self.queries:
-            deadline = time.monotonic() + boundary_timeout
-            while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
-                time.sleep(0.05)
-            query.stop()
-            self.metrics.up.labels(app=self.metrics.app, query=query.name).set(0)
+            self._stop_query(query, boundary_timeout, forget=False)
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

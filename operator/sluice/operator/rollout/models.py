@@ -8,37 +8,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
+from sluice.pipelines.contract import QueryStep
 from sluice.pipelines.spec import Strict
 
 Strategy = Literal["hotSwap", "checkpointMigration", "fencedHandover", "restart"]
 RolloutPhase = Literal["Planned", "Draining", "Starting", "Verifying", "Complete", "RollingBack", "RolledBack",
                        "Failed"]
 TERMINAL_PHASES: tuple[RolloutPhase, ...] = ("Complete", "RolledBack", "Failed")
-
-QueryAction = Literal["keep", "restart", "migrate", "start", "stop", "restore"]
-
-
-class QueryStep(Strict):
-    """What one streaming query (named after its sink, or `<source>-dead-letters`) does in the rollout.
-
-    keep: runs on unchanged (never stopped by an in-driver rollout); restart: stops at a batch boundary and
-    restarts on its own checkpoint with the new plan; migrate: the new plan starts on a checkpoint of the new
-    revision, from the old query's committed offsets rewound by rewindMs, behind an output gate; start: a new
-    query; stop: a removed query (its checkpoint is kept until the rollout is over); restore: back on the
-    checkpoint the stable revision kept (rollback of migrate and stop).
-    """
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-    name: str
-    action: QueryAction
-    rewindMs: int | None = Field(
-        None, description="migrate: how much event time before the old query's position the new one re-reads "
-        "(watermark delay + longest window/join span); None: nothing carries over, it starts from its sources' "
-        "startingOffsets (unbounded state, or another Kafka cluster).")
-    reason: str | None = Field(None, description="Why, with the spec path that changed.")
 
 
 class DriverRef(Strict):

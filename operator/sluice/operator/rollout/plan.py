@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, get_args
 
+from sluice.pipelines.contract import QueryAction, QueryStep
 from sluice.pipelines.spec import duration_ms
 
 from ..autoscaler.collect import format_time, parse_time
 from ..model import UpdateStrategy
 from .diff import Change, QueryChange, Reason, SpecDiff
-from .models import DriverRef, QueryAction, QueryStep, RolloutPhase, RolloutStatus, Strategy
+from .models import DriverRef, RolloutPhase, RolloutStatus, Strategy
 
 HEALTHY_BATCHES = 3  # batches every query of a new revision completes before it is healthy
 CRASH_LOOP_RESTARTS = 3  # driver restarts since the rollout began that count as a crash loop

@@ -1,6 +1,7 @@
 """The control port: its routes as a WSGI app, served by the stdlib's wsgiref on threads (ControlServer).
 
-Open: GET /metrics (prometheus-client's WSGI app), GET /healthz. Token-guarded writes: PUT /v1/executors.
+Open: GET /metrics (prometheus-client's WSGI app), GET /healthz. Token-guarded writes: PUT /v1/executors,
+PUT /v1/pipeline (a hot swap).
 GET /v1/status is open like /metrics (it tells no more than the metrics do).
 """
 
@@ -12,14 +13,14 @@ import threading
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 from pydantic import BaseModel, ValidationError
 
-from ..contract import ApiError, ExecutorsRequest
-from ..validation import join_path
+from ..contract import ApiError, ExecutorsRequest, SwapRequest
+from ..validation import PipelineInvalid, join_path
 from .auth import ControlToken
 from .errors import ApiFailure
 from .executors import Executors
@@ -35,14 +36,17 @@ StartResponse = Callable[..., Any]
 Handler = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 
-def parse_executors_request(body: bytes) -> ExecutorsRequest:
+RequestModel = TypeVar("RequestModel", bound=BaseModel)
+
+
+def parse_request(model: type[RequestModel], body: bytes, example: str) -> RequestModel:
     """The request, or ApiFailure 400 naming the first bad field (strict: "2" and 2.0 are not 2)."""
     try:
-        return ExecutorsRequest.model_validate_json(body, strict=True)
+        return model.model_validate_json(body, strict=True)
     except ValidationError as exc:
         error = exc.errors()[0]
         if error["type"] == "json_invalid":
-            raise ApiFailure(400, f"the body is not JSON ({error['msg']}); send {{\"target\": N}}") from None
+            raise ApiFailure(400, f"the body is not JSON ({error['msg']}); send {example}") from None
         field = join_path("", *error["loc"]) or None
         message = {"extra_forbidden": "unknown field", "missing": "required"}.get(error["type"], error["msg"])
         raise ApiFailure(400, f"{field}: {message}" if field else message, field=field) from None
@@ -82,6 +86,7 @@ class ControlApi:
             "/healthz": {"GET": self.health},
             "/v1/status": {"GET": self.status},
             "/v1/executors": {"PUT": self.put_executors},
+            "/v1/pipeline": {"PUT": self.put_pipeline},
         }
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -117,10 +122,31 @@ class ControlApi:
 
     def put_executors(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         self.token.check(environ.get("HTTP_AUTHORIZATION"))
-        request = parse_executors_request(read_body(environ))
+        request = parse_request(ExecutorsRequest, read_body(environ), '{"target": N}')
         response = self.executors.scale(request.target)
         log.info("executors: target %d (%d live before), killed %s", response.target, response.previous,
                  response.killed or "none")
+        return respond_model(start_response, response)
+
+    def put_pipeline(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        """A hot swap: 409 when it does not fit this run (nothing changed), 422 when the new pipeline does not
+        compile or a query fails to start on it (the old plan runs on), naming the node."""
+        from ..runtime import SwapRefused
+
+        self.token.check(environ.get("HTTP_AUTHORIZATION"))
+        request = parse_request(SwapRequest, read_body(environ), '{"config": RunnerConfig, "steps": [...]}')
+        try:
+            response = self.run.swap(request.config, request.steps)
+        except SwapRefused as exc:
+            raise ApiFailure(409, str(exc), field=exc.field) from None
+        except PipelineInvalid as exc:
+            first = exc.problems[0]
+            raise ApiFailure(422, str(exc), field=join_path("config", first.path)) from None
+        except Exception as exc:  # Spark refused to start a query: its first line names the problem
+            raise ApiFailure(422, f"a query failed to start on revision {request.config.revision}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        log.info("revision %s: restarted %s, started %s, stopped %s", response.revision, response.restarted,
+                 response.started, response.stopped)
         return respond_model(start_response, response)
 
 

@@ -42,7 +42,8 @@ def source_tasks(sources: Iterable[FromKafka], partitions: Mapping[str, int]) ->
                for source in sources)
 
 
-def query_status(query: StreamingQuery, record: QueryRecord | None, trigger: ProcessingTime) -> QueryStatus:
+def query_status(query: StreamingQuery, record: QueryRecord | None, trigger: ProcessingTime,
+                 revision: str | None = None) -> QueryStatus:
     error = query.exception()
     progress = record.last_progress if record else {}
     duration = progress.get("batchDuration", (progress.get("durationMs") or {}).get("triggerExecution"))
@@ -50,7 +51,8 @@ def query_status(query: StreamingQuery, record: QueryRecord | None, trigger: Pro
         name=query.name, id=query.id, runId=query.runId, active=query.isActive,
         error=str(error).split("\n")[0] if error else None, batchId=progress.get("batchId"),
         batches=record.batches if record else 0, inputRows=record.input_rows if record else 0,
-        busyMs=record.busy_ms if record else 0, inputRowsPerSecond=progress.get("inputRowsPerSecond"),
+        busyMs=record.busy_ms if record else 0, revision=revision,
+        inputRowsPerSecond=progress.get("inputRowsPerSecond"),
         processedRowsPerSecond=progress.get("processedRowsPerSecond"),
         lastBatchDurationMs=int(duration) if duration is not None else None,
         triggerIntervalMs=trigger_interval_ms(trigger), stateful=bool(progress.get("stateOperators")),
@@ -65,7 +67,8 @@ def driver_status(run: PipelineRun, executors: Executors) -> DriverStatus:
     return DriverStatus(
         app=run.config.app, revision=run.config.revision,
         observedAt=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        queries=[query_status(q, records.get(q.name), run.spec.trigger) for q in run.queries],
+        queries=[query_status(q, records.get(q.name), run.spec.trigger, run.query_revisions.get(q.name))
+                 for q in list(run.queries)],
         topics=topics, backlog=sum(t.backlog for t in topics), executors=live, executorTarget=executors.target,
         taskSlots=executors.task_slots(live),
         sourceTasks=source_tasks(kafka_sources, {t.topic: t.partitions for t in topics}),
