@@ -52,7 +52,7 @@ SYNTAX_TOUR_DDL = [
 ]
 # Mistakes as users make them: each is refused by Spark and must be refused here too.
 SYNTAX_ERRORS = ["word != '' AND (", "price * ", "count(*", "upper(word", "a = = b", "'unterminated",
-                 "x.", "a AND", "1 2 3", "cast(x AS)", "CASE WHEN a THEN 1", "a IN (1, 2"]
+                 "x.", "a AND (b", "1 2 3", "cast(x AS)", "CASE WHEN a THEN 1", "a IN (1, 2"]
 DDL_ERRORS = ["id STRING ts TIMESTAMP", "id", "id STRING, ts",
               "id ARRAY<STRING", "id DECIMAL(10,"]
 
