@@ -54,7 +54,8 @@ class Image:
 IMAGES = {
     image.name: image for image in (
         Image("operator", "sluice/operator",
-              ("kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "confluent-kafka", "httpx"),
+              ("kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "confluent-kafka", "httpx",
+               "sqlglot"),
               base_arg="PYTHON_IMAGE"),
         # pyspark comes with Spark in the base image.
         # confluent-kafka: the exactly-once Kafka sink's transactional producers run in the executors.

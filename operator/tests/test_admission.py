@@ -61,6 +61,29 @@ def test_an_update_is_judged_by_its_spec_and_a_delete_not_at_all() -> None:
         review("UPDATE", invalid, valid)
 
 
+def test_sql_and_schema_syntax_errors_are_refused_without_a_jvm() -> None:
+    app = wordcount()
+    nodes = app["spec"]["pipeline"]["nodes"]
+    nodes[0]["fromKafka"].update(format="json", schema="line STRING ts TIMESTAMP", eventTime="ts")
+    nodes[2]["filter"] = "word != '' AND ("
+    with pytest.raises(kopf.AdmissionError) as refused:
+        review("CREATE", app)
+
+    message = str(refused.value)
+    assert "spec.pipeline.nodes[0].fromKafka.schema: bad schema: syntax error" in message
+    assert "spec.pipeline.nodes[2].filter: bad SQL expression \"word != '' AND (\": syntax error" in message
+
+
+def test_an_event_time_outside_the_schema_is_refused() -> None:
+    app = wordcount()
+    app["spec"]["pipeline"]["nodes"][0]["fromKafka"].update(format="json", schema="line STRING, `at` TIMESTAMP",
+                                                            eventTime="ts")
+    invalid = admissible_spec(app["spec"], ClaimDefaults(create=True))
+    assert isinstance(invalid, Invalid)
+    assert invalid.message == ("spec.pipeline.nodes[0].fromKafka.eventTime: 'ts' is not a schema field (line, at) "
+                               "nor kafka_timestamp")
+
+
 def test_a_pod_local_checkpoint_is_refused_only_when_the_operator_makes_no_claims() -> None:
     spec = wordcount()["spec"]
 

@@ -114,6 +114,50 @@ def test_validate_cli_prints_every_error_with_its_path(tmp_path):
     assert f"{bad}: spec.pipeline.nodes[0]: the output of 'src' is not used by any node" in result.stdout
 
 
+WHOLE_APP_PROBLEMS = """\
+apiVersion: sluice.dev/v1alpha1
+kind: StreamingApp
+metadata: {name: bad}
+spec:
+  kafka: {bootstrapServers: "kafka:9092", strimziCluster: {name: my-cluster}}
+  topics: [{name: lines, partitions: 0}, {name: counts}, {name: counts}]
+  executors: {min: 5, max: 2}
+  pipeline:
+    nodes:
+      - {name: src, fromKafka: {topic: lines, format: json, schema: "id STRING, ts", eventTime: ts}}
+      - {name: keep, inputs: [src], filter: "id != '' AND ("}
+      - {name: out, inputs: [keep], toConsole: {}}
+"""
+
+
+def test_validate_cli_checks_the_whole_app_as_the_operator_does(tmp_path):
+    path = tmp_path / "app.yaml"
+    path.write_text(WHOLE_APP_PROBLEMS)
+    result = _sluice("validate", "--no-spark", str(path))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [f"{path}: {line}" for line in (
+        "spec.executors: min (5) must not exceed max (2)",
+        "spec.kafka: set exactly one of 'bootstrapServers' or 'strimziCluster'",
+        "spec.pipeline.nodes[0].fromKafka.schema: bad schema: field 'ts' has no type",
+        "spec.pipeline.nodes[1].filter: bad SQL expression \"id != '' AND (\": syntax error at line 1, column 14 "
+        "near '('",
+        "spec.topics: duplicate topic name 'counts' (topics[1] and topics[2])",
+        "spec.topics[0].partitions: Input should be greater than or equal to 1 (got 0)",
+    )]
+
+
+def test_validate_cli_still_takes_a_bare_pipeline(tmp_path):
+    pipeline = yaml.safe_load((EXAMPLES / "wordcount.yaml").read_text())["spec"]["pipeline"]
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(pipeline))
+    assert _sluice("validate", "--no-spark", str(path)).stdout == f"{path}: pipeline: valid\n"
+    pipeline["nodes"][2]["filter"] = "word !="
+    path.write_text(yaml.safe_dump(pipeline))
+    result = _sluice("validate", "--no-spark", str(path))
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"{path}: nodes[2].filter: bad SQL expression 'word !=': syntax error")
+
+
 @pytest.mark.spark
 def test_validate_cli_parses_sql_with_spark(tmp_path):
     manifest = yaml.safe_load((EXAMPLES / "wordcount.yaml").read_text())

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.pipelines.app import app_problems
 from sluice.pipelines.contract import DriverStatus
-from sluice.pipelines.validation import PipelineInvalid, Problem, model_problems, validate
+from sluice.pipelines.sqlcheck import static_ddl_parser, static_sql_parser
+from sluice.pipelines.validation import Problem
 
 from . import children as ch
 from .model import StreamingAppSpec, TopicSpec
@@ -36,18 +38,10 @@ class Invalid:
 
 
 def parse_spec(raw: dict[str, Any]) -> StreamingAppSpec | Invalid:
-    """The app's spec, or every problem with its path (spec.pipeline.nodes[2].inputs[0]: ...)."""
-    spec, problems = model_problems(raw, "spec", StreamingAppSpec)
-    problems += _pipeline_problems((raw or {}).get("pipeline"))
-    return Invalid(sorted(set(problems))) if problems else spec
-
-
-def _pipeline_problems(pipeline: Any) -> list[Problem]:
-    try:
-        validate(pipeline, "spec.pipeline")
-    except PipelineInvalid as exc:
-        return exc.problems
-    return []
+    """The app's spec, or every problem with its path (spec.pipeline.nodes[2].inputs[0]: ...). SQL syntax is
+    checked without a JVM (sluice.pipelines.sqlcheck); the driver parses it again with Spark at start."""
+    spec, problems = app_problems(raw, "spec", sql=static_sql_parser, ddl=static_ddl_parser)
+    return Invalid(problems) if spec is None else spec
 
 
 def bootstrap_for(spec: StreamingAppSpec, namespace: str) -> str:

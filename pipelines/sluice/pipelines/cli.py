@@ -13,8 +13,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from .app import manifest_problems
 from .control.backlog import topic_backlogs
-from .validation import PipelineDocument, PipelineInvalid, load_documents, validate
+from .sqlcheck import static_ddl_parser, static_sql_parser, strictest
+from .validation import DdlParser, PipelineDocument, PipelineInvalid, SqlParser, load_documents, validate
 
 console = Console(stderr=True)
 
@@ -24,16 +26,16 @@ def _spark_available() -> bool:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    sql = ddl = None
+    sql, ddl = static_sql_parser, static_ddl_parser
     spark = None
     if args.spark and _spark_available():
         from .runtime import spark_ddl_parser, spark_sql_parser
         from .session import build_session
 
         spark = build_session("sluice-validate", {"spark.ui.enabled": "false"}, master="local[1]")
-        sql, ddl = spark_sql_parser(spark), spark_ddl_parser(spark)
+        sql, ddl = strictest(spark_sql_parser(spark), spark_ddl_parser(spark))
     elif args.spark:
-        console.print("[yellow]note:[/] no Java found: SQL expressions are checked when the app starts")
+        console.print("[yellow]note:[/] no Java found: SQL is checked without Spark, and again when the app starts")
     failures = 0
     try:
         for path in args.files:
@@ -44,7 +46,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _validate_file(path: str, sql, ddl) -> int:
+def _validate_file(path: str, sql: SqlParser, ddl: DdlParser) -> int:
+    """A StreamingApp is checked whole, as the operator checks it; a bare pipeline as the runner does."""
     try:
         documents = load_documents(path)
     except (OSError, PipelineInvalid) as exc:
@@ -52,13 +55,20 @@ def _validate_file(path: str, sql, ddl) -> int:
         return 1
     failures = 0
     for document in documents:
-        try:
-            validate(document.pipeline, document.prefix, sql=sql, ddl=ddl)
-            print(f"{path}: {document.app_name}: valid")
-        except PipelineInvalid as exc:
+        if document.manifest is not None:
+            problems = manifest_problems(document.manifest, sql=sql, ddl=ddl)
+        else:
+            try:
+                validate(document.pipeline, document.prefix, sql=sql, ddl=ddl)
+                problems = []
+            except PipelineInvalid as exc:
+                problems = exc.problems
+        for problem in problems:
+            print(f"{path}: {problem}")
+        if problems:
             failures += 1
-            for problem in exc.problems:
-                print(f"{path}: {problem}")
+        else:
+            print(f"{path}: {document.app_name}: valid")
     return failures
 
 

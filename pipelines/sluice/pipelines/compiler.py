@@ -31,6 +31,9 @@ from .spec import (
 from .validation import PipelineInvalid, Problem, join_path
 
 BatchStep = Callable[[DataFrame], DataFrame]
+# Stands in for a source's Kafka stream (tests: batches of rows): a streaming DataFrame with the Kafka
+# source's columns (key, value, topic, partition, offset, timestamp, and headers when asked for).
+SourceFrames = Callable[[Node], DataFrame]
 ERROR_COLUMN = "_sluice_error"
 CORRUPT_COLUMN = "_sluice_corrupt"
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -100,8 +103,9 @@ class CompiledPipeline:
 
 class Compiler:
     def __init__(self, spark: SparkSession, spec: PipelineSpec, *, bootstrap_servers: str | None,
-                 prefix: str = "", app_name: str = "app") -> None:
+                 prefix: str = "", app_name: str = "app", source_frames: SourceFrames | None = None) -> None:
         self.spark = spark
+        self.source_frames = source_frames
         self.spec = spec
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
@@ -170,7 +174,7 @@ class Compiler:
             df = df.withWatermark(src.eventTime, duration_to_spark(src.watermark))
         return Stream(df, event_time=src.eventTime, watermarked=bool(src.watermark))
 
-    def _read_kafka(self, node: Node, src: FromKafka) -> SourceRecords:
+    def _kafka_frame(self, node: Node, src: FromKafka) -> DataFrame:
         bootstrap = src.bootstrapServers or self.bootstrap_servers
         if not bootstrap:
             raise self.fail(node, "no Kafka bootstrap servers: set spec.kafka.bootstrapServers, "
@@ -188,7 +192,10 @@ class Compiler:
             reader = reader.option("minPartitions", src.minPartitions)
         for key, value in src.options.items():
             reader = reader.option(key, value)
-        raw = reader.load()
+        return reader.load()
+
+    def _read_kafka(self, node: Node, src: FromKafka) -> SourceRecords:
+        raw = self.source_frames(node) if self.source_frames is not None else self._kafka_frame(node, src)
         text = F.col("value").cast("string")
         if src.format == "text":
             parsed, fields, malformed = raw.withColumn("value", text), ["value"], F.lit(False)
@@ -255,13 +262,13 @@ class Compiler:
         keys: list[Column] = [F.expr(k) for k in cfg.groupBy]
         window = cfg.window
         if window is not None:
+            if stream.windowed:  # before the event time, which a windowed aggregation's output has none of
+                raise self.fail(node, "windows over the output of a windowed aggregation are not "
+                                      "supported", "window")
             on = window.timeColumn or stream.event_time
             if on is None:
                 raise self.fail(node, "needs an event-time column: set eventTime on the source or "
                                       "window.timeColumn", "window")
-            if stream.windowed:
-                raise self.fail(node, "windows over the output of a windowed aggregation are not "
-                                      "supported", "window")
             if window.tumbling:
                 keys.insert(0, F.window(on, duration_to_spark(window.tumbling)).alias("window"))
             elif window.sliding:
@@ -406,9 +413,10 @@ class Compiler:
 
 
 def compile_pipeline(spark: SparkSession, spec: PipelineSpec, *, bootstrap_servers: str | None,
-                     prefix: str = "", app_name: str = "app") -> CompiledPipeline:
-    return Compiler(spark, spec, bootstrap_servers=bootstrap_servers, prefix=prefix,
-                    app_name=app_name).compile()
+                     prefix: str = "", app_name: str = "app",
+                     source_frames: SourceFrames | None = None) -> CompiledPipeline:
+    return Compiler(spark, spec, bootstrap_servers=bootstrap_servers, prefix=prefix, app_name=app_name,
+                    source_frames=source_frames).compile()
 
 
 __all__ = ["SINK_OPS", "CompiledPipeline", "Compiler", "QueryPlan", "compile_pipeline"]

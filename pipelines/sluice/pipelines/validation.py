@@ -286,10 +286,10 @@ def validate(data: Any, prefix: str = "", sql: SqlParser | None = None,
     if spec is not None:
         problems += semantic_problems(spec, prefix, sql, ddl)
     if problems:
-        raise PipelineInvalid(sorted(set(problems), key=_natural_key))
+        raise PipelineInvalid(sorted(set(problems), key=natural_key))
     assert spec is not None
     return spec
 
 
-def _natural_key(problem: Problem) -> tuple:
+def natural_key(problem: Problem) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", problem.path)), problem.message

@@ -1,0 +1,54 @@
+"""Sliding and session windows over event time with a watermark (append mode: each window once, when it
+closes). Records of the key `z` only move the watermark: their windows never close."""
+
+from __future__ import annotations
+
+import pytest
+from rows import at, run, sorted_rows, table, unique
+
+pytestmark = pytest.mark.spark
+
+SECOND = 1000
+
+
+def windowed(window: dict, table_name: str) -> dict:
+    return {"nodes": [
+        {"name": "events", "fromKafka": {"topic": "events", "format": "json", "schema": "word STRING, ts TIMESTAMP",
+                                         "eventTime": "ts", "watermark": "1s"}},
+        {"name": "counts", "inputs": ["events"],
+         "aggregate": {"groupBy": ["word"], "window": window, "aggregations": {"n": "count(*)"}}},
+        {"name": "out", "inputs": ["counts"], "toMemory": {"table": table_name}}]}
+
+
+def events(*pairs: tuple[str, float]) -> list[dict]:
+    return [{"word": word, "ts": at(seconds)} for word, seconds in pairs]
+
+
+def closing(rows, at: float) -> None:
+    """Two batches of `z`: the second runs with the watermark the first set (at - 1s)."""
+    rows.batch("events", events(("z", at))).batch("events", events(("z", at + 1)))
+
+
+def test_sliding_windows_count_each_record_in_every_window_it_falls_in(spark_session, rows, tmp_path):
+    name = unique("sliding")
+    rows.batch("events", events(("a", 1), ("a", 6), ("a", 7), ("b", 12)))
+    closing(rows, 30)
+    run(spark_session, windowed({"sliding": {"size": "10s", "slide": "5s"}}, name), rows, tmp_path / "cp")
+    assert table(spark_session, name) == sorted_rows([
+        {"window_start": -5 * SECOND, "window_end": 5 * SECOND, "word": "a", "n": 1},
+        {"window_start": 0, "window_end": 10 * SECOND, "word": "a", "n": 3},
+        {"window_start": 5 * SECOND, "window_end": 15 * SECOND, "word": "a", "n": 2},
+        {"window_start": 5 * SECOND, "window_end": 15 * SECOND, "word": "b", "n": 1},
+        {"window_start": 10 * SECOND, "window_end": 20 * SECOND, "word": "b", "n": 1}])
+
+
+def test_session_windows_close_after_the_gap(spark_session, rows, tmp_path):
+    name = unique("session")
+    rows.batch("events", events(("a", 0), ("a", 3), ("b", 1)))
+    rows.batch("events", events(("a", 7), ("a", 20)))  # 7 s extends a's first session, 20 s starts another
+    closing(rows, 40)
+    run(spark_session, windowed({"session": "5s"}, name), rows, tmp_path / "cp")
+    assert table(spark_session, name) == sorted_rows([
+        {"window_start": 0, "window_end": 12 * SECOND, "word": "a", "n": 3},
+        {"window_start": 20 * SECOND, "window_end": 25 * SECOND, "word": "a", "n": 1},
+        {"window_start": 1 * SECOND, "window_end": 6 * SECOND, "word": "b", "n": 1}])
