@@ -21,8 +21,9 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from sluice.pipelines.compiler import CompiledPipeline, compile_pipeline
-from sluice.pipelines.queries import MemoryTables, start_query
+from sluice.pipelines.queries import start_query
 from sluice.pipelines.runtime import spark_ddl_parser, spark_sql_parser
+from sluice.pipelines.sinks import MemoryTables
 from sluice.pipelines.spec import Node, PipelineSpec
 from sluice.pipelines.validation import validate
 
