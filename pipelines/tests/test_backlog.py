@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from sluice.pipelines.contract import ExecutorStatus, TopicStatus
 from sluice.pipelines.control.backlog import kafka_offsets, source_partitions, source_topics, topic_backlogs
 from sluice.pipelines.control.executors import host_of, least_loaded
+from sluice.pipelines.control.latest import LatestOffsets, LatestOffsetsUnavailable
 from sluice.pipelines.control.status import partitions_by_bootstrap, source_tasks, trigger_interval_ms
 from sluice.pipelines.metrics import PipelineMetrics, QueryRecord, RunningBatches
 from sluice.pipelines.spec import FromKafka, ProcessingTime
+from sluice.testbed.common import free_port
 
 
 def kafka_source(end: dict[str, dict[str, int]] | None, latest: dict[str, dict[str, int]] | None,
@@ -76,6 +80,14 @@ def test_source_partitions_and_their_kafka_clusters():
     sources = [FromKafka(topic="a"), FromKafka(pattern="b.*", bootstrapServers="other:9092")]
     assert partitions_by_bootstrap(source_partitions([joined]), sources, "app:9092") == {
         "app:9092": [("a", 0), ("a", 1)], "other:9092": [("b", 0)]}
+
+
+def test_kafka_that_does_not_answer_in_time_says_so():
+    unused_port = free_port()
+    latest = LatestOffsets(timeout=0.5)
+    with pytest.raises(LatestOffsetsUnavailable, match=f"127.0.0.1:{unused_port}"):
+        latest.get({f"127.0.0.1:{unused_port}": [("t", 0)]})
+    assert latest.get({}) == {}  # no partitions known yet: nothing to ask
 
 
 def batch(started: str, took_ms: int, rows: int = 10) -> dict[str, Any]:
