@@ -219,12 +219,12 @@ def test_durations(seconds, text):
 # ------------------------------------------------------------------------------------------------ state
 
 @pytest.mark.parametrize("stored", [
-    None, "", "{", "[]", "null", "42", '{"v": 1}', '{"v": 2}',
-    json.dumps({"v": 1, "k": "", "c": None, "s": [["x"] * 11], "r": [], "rs": None, "lc": None, "ld": None,
+    None, "", "{", "[]", "null", "42", '{"v": 2}', '{"v": 1}',
+    json.dumps({"v": 2, "k": "", "c": None, "s": [["x"] * 13], "r": [], "rs": None, "lc": None, "ld": None,
                 "cc": None, "b": None}),
-    json.dumps({"v": 1, "k": "", "c": None, "s": [], "r": [[1.0, -3]], "rs": None, "lc": None, "ld": None,
+    json.dumps({"v": 2, "k": "", "c": None, "s": [], "r": [[1.0, -3]], "rs": None, "lc": None, "ld": None,
                 "cc": None, "b": None}),
-    '{"v": 1, "k": "", "c": null, "s": [], "r": [], "rs": NaN, "lc": null, "ld": null, "cc": null, "b": null}',
+    '{"v": 2, "k": "", "c": null, "s": [], "r": [], "rs": NaN, "lc": null, "ld": null, "cc": null, "b": null}',
     "[" * 15_000, "x" * 100_000,
 ], ids=["none", "empty", "truncated", "list", "null", "number", "missing", "other version", "bad sample",
         "negative count", "nan", "deep", "huge"])
