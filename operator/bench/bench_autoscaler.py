@@ -1,17 +1,20 @@
 """Benchmark of the executor autoscaler on the simulated plant: no cluster, no Kafka, a few seconds.
 
-    python operator/bench/bench_autoscaler.py [--output-dir DIR]
+    python operator/bench/bench_autoscaler.py [--output-dir DIR] [--trigger SECONDS]
 
 Every scenario runs the default AutoscalingSpec (interval 10s, metricsWindow 1m, stabilization 1m,
 targetUtilization 0.7 ± 0.1, targetLagSeconds 30, cooldowns 1m up / 5m down, scaleDownWindow 5m, maxStep 4)
 with executors.min 1 and max 20, on a plant whose executors process 1000 records/s each (one core, 64
-partitions, 30 s before an added executor works):
+partitions, 30 s before an added executor works), which processes records as they arrive unless said otherwise
+(--trigger: every scenario as processingTime micro-batches of that interval):
 
     step   1.4k rec/s, four times that (5.6k) from minute 10
     ramp   1.4k rec/s rising to 5.6k between minutes 10 and 30
     sine   3.5k ± 2.1k rec/s over a one-hour period
     noise  2.6k rec/s ± 20%, a new random factor every 10 s (seed 1)
     drop   5.6k rec/s, a quarter of that (1.4k) from minute 10
+    slow   micro-batches every 10 s that read everything available, 300 rec/s on 1 executor, 2k rec/s from
+           minute 10: batches outlast the samples (the saturated executor that once looked idle)
 
 Figures per scenario, printed and written to DIR/autoscaler.json as
 {"scenarios": {NAME: {"decisions", "seconds_to_stable", "overshoot_executors", "flaps"}}}:
@@ -33,6 +36,7 @@ Targets, those of the unit tests (the script exits 1 when a scenario breaks one)
            overshoot 0, flaps 0
     ramp   overshoot <= 1, flaps 0
     sine   overshoot <= 1, flaps 0
+    slow   first change a scale-up after the step, ends at the count the load needs, overshoot <= 1, flaps 0
 
 A PNG per scenario (DIR/autoscaler-NAME.png) shows input rate, backlog and executors over time, changes marked.
 """
@@ -84,6 +88,7 @@ class Scenario:
     duration: float     # seconds
     load_change: float  # when the load starts to change
     peak_rate: float
+    trigger: float | None = None  # processingTime micro-batches; None: records processed as they arrive
 
 
 SCENARIOS = [
@@ -92,6 +97,7 @@ SCENARIOS = [
     Scenario("sine", sine((LOW + HIGH) / 2, (HIGH - LOW) / 2, 3600), 5, 3 * 3600, 0, HIGH),
     Scenario("noise", noisy(constant(2600), 0.2, seed=1), 4, 3600, 0, 2600 * 1.2),
     Scenario("drop", step(HIGH, LOW, CHANGE_AT), 8, 2400, CHANGE_AT, HIGH),
+    Scenario("slow", step(300, 2000, CHANGE_AT), 1, 2400, CHANGE_AT, 2000, trigger=10.0),
 ]
 
 
@@ -132,6 +138,13 @@ def broken_targets(scenario: Scenario, figures: Figures, timeline: Timeline, pol
             "first change after scaleDownWindow": first >= scenario.load_change + policy.scale_down_window,
             "ends at the need": timeline.moments[-1].decision.target == needed_executors(LOW, policy),
             "overshoot 0": figures.overshoot_executors == 0}
+    elif scenario.name == "slow":
+        first = timeline.changes[0] if timeline.changes else None
+        checks |= {
+            "first change up after the step": first is not None and first.decision.kind == "up"
+            and first.time >= scenario.load_change,
+            "ends at the need": timeline.moments[-1].decision.target == needed_executors(scenario.peak_rate, policy),
+            "overshoot <= 1": figures.overshoot_executors <= 1}
     else:
         checks |= {"overshoot <= 1": figures.overshoot_executors <= 1}
     return [name for name, met in checks.items() if not met]
@@ -171,11 +184,15 @@ def plot(scenario: Scenario, timeline: Timeline, figures: Figures, path: Path) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Benchmark of the executor autoscaler on a simulated plant.")
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / ".sluice" / "bench")
-    output_dir: Path = parser.parse_args(argv).output_dir
+    parser.add_argument("--trigger", type=float, default=None,
+                        help="run every scenario as processingTime micro-batches of this many seconds")
+    args = parser.parse_args(argv)
+    output_dir: Path = args.output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
     policy = Policy.from_spec(AutoscalingSpec(enabled=True))
 
-    table = Table(title="autoscaler on the simulated plant (interval 10s)")
+    batches = f", every scenario as {args.trigger:g} s micro-batches" if args.trigger else ""
+    table = Table(title=f"autoscaler on the simulated plant (interval 10s{batches})")
     for column in ("scenario", "decisions", "seconds to stable", "overshoot", "flaps", "final executors",
                    "peak backlog", "targets"):
         table.add_column(column, justify="left" if column in ("scenario", "targets") else "right")
@@ -183,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     for scenario in SCENARIOS:
         bounds = ExecutorsSpec(instances=scenario.executors, min=MIN_EXECUTORS, max=MAX_EXECUTORS)
-        timeline = simulate(Plant(scenario.load, scenario.executors), policy, bounds, scenario.duration)
+        plant = Plant(scenario.load, scenario.executors, trigger=args.trigger or scenario.trigger)
+        timeline = simulate(plant, policy, bounds, scenario.duration)
         figures = figures_of(scenario, timeline, policy)
         broken = broken_targets(scenario, figures, timeline, policy)
         failures += [f"{scenario.name}: {target}" for target in broken]

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sluice.operator.autoscaler import AutoscalerState, Policy, autoscaler_status, decide
+from sluice.operator.autoscaler import AutoscalerState, Policy, autoscaler_status, decide, evaluate, observe
 from sluice.operator.autoscaler.simulation import (
     EPOCH,
     InputRate,
@@ -56,6 +56,30 @@ def test_a_4x_step_settles_in_two_decisions_within_one_executor_of_the_need():
     assert max(timeline.targets()) == final.decision.target  # never above where it settled
     assert final.backlog == 0
     assert "backlog" in changes[0].decision.reason and "rec/s per executor" in changes[0].decision.reason
+    assert_counts_follow_changes(timeline)
+
+
+def test_a_saturated_executor_whose_batches_outlast_the_samples_looks_busy_and_scales_up():
+    # The bug seen on pods: a 10 s trigger, batches that read everything and run 30 s and more, 5 s samples.
+    # Per-sample clamped busy time said ~17% and progress-based offsets said no backlog: it held at 1.
+    plant, policy = Plant(constant(2_000), 1, trigger=10.0), policy_of(interval="5s")
+    state = observe(AutoscalerState(), plant.status(), policy)
+    for now in range(5, 125, 5):  # batches 10-30 s, 30-70 s, 70-150 s
+        plant.advance(now)
+        state = observe(state, plant.status(), policy)
+    window = [s for s in state.samples if s.time > EPOCH + 60]
+    assert all(s.busy == pytest.approx(1.0) for s in window)
+    evaluation = evaluate(window, policy.target_utilization, policy.target_lag)
+    assert evaluation.utilization == pytest.approx(1.0)
+    assert evaluation.input_rate == pytest.approx(2_000)  # what arrives, not what the batches read
+    assert evaluation.rate_per_executor == pytest.approx(RATE_PER_EXECUTOR)
+    assert evaluation.backlog > 2_000 * 40 and evaluation.needed_executors >= needed(2_000)
+
+    timeline = run(step(300, 2_000, 60), executors=1, duration=1800, policy=policy, trigger=10.0)
+    assert timeline.changes and timeline.changes[0].decision.kind == "up"
+    final = timeline.moments[-1]
+    assert final.decision.target == needed(2_000) and max(timeline.targets()) <= needed(2_000) + 1
+    assert final.backlog <= 2_000 * 10 * (1 + 0.7)  # only what waits for the next trigger
     assert_counts_follow_changes(timeline)
 
 

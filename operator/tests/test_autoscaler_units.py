@@ -46,8 +46,10 @@ def driver_status(seconds: float, rows: int, busy_ms: int, offsets: int, backlog
 
 
 def sample(time: float = 0.0, input_rate: float = 1000.0, processed_rate: float = 1000.0, busy: float = 0.5,
-           backlog: int = 0, executors: int = 2, duration: float = 10.0, tasks: int = 0) -> Sample:
+           backlog: int = 0, executors: int = 2, duration: float = 10.0, tasks: int = 0,
+           batch_busy: float | None = None, trigger: float = 0.0) -> Sample:
     return Sample(time=time, duration=duration, input_rate=input_rate, processed_rate=processed_rate, busy=busy,
+                  batch_busy=busy if batch_busy is None else batch_busy, trigger_interval=trigger,
                   backlog=backlog, executors=executors, executor_target=executors, cores_per_executor=1,
                   max_useful_tasks=tasks, tasks_limited_by="source" if tasks else "")
 
@@ -58,7 +60,7 @@ def test_sample_between_two_statuses_gives_rates_over_wall_clock_time():
     got = sample_between(driver_status(0, rows=1_000, busy_ms=1_000, offsets=5_000),
                          driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, backlog=4_000))
     assert got == Sample(time=EPOCH + 10, duration=10.0, input_rate=2500.0, processed_rate=2000.0, busy=0.5,
-                         backlog=4_000, executors=2, executor_target=2, cores_per_executor=2,
+                         batch_busy=0.5, backlog=4_000, executors=2, executor_target=2, cores_per_executor=2,
                          max_useful_tasks=12, tasks_limited_by="source")
 
 
@@ -92,13 +94,34 @@ def test_observe_skips_the_reading_after_a_driver_restart_and_carries_on():
 
 # --------------------------------------------------------------------------------------------- evaluate
 
-def test_rate_per_executor_is_processed_rate_over_busy_over_executors_ignoring_idle_samples():
+def test_rate_per_executor_is_the_windows_processed_records_over_its_executor_busy_time():
     evaluation = evaluate([sample(processed_rate=1000, busy=0.5, executors=2),
                            sample(processed_rate=3000, busy=0.75, executors=2),
                            sample(processed_rate=10, busy=0.01, executors=2)], 0.7, 30)
-    assert evaluation.rate_per_executor == pytest.approx((1000 + 2000) / 2)
-    assert evaluation.capacity == pytest.approx(3000)
+    assert evaluation.rate_per_executor == pytest.approx((1000 + 3000 + 10) * 10 / ((0.5 + 0.75 + 0.01) * 10 * 2))
+    assert evaluation.capacity == pytest.approx(2 * evaluation.rate_per_executor)
     assert evaluation.utilization == pytest.approx((0.5 + 0.75 + 0.01) / 3)
+
+
+def test_a_batch_longer_than_a_sample_counts_whole_in_the_window():
+    # One executor, a 30 s batch of 30k records seen by 5 s samples: its time shows in every sample (busy 1),
+    # its records and its completed time only in the last one, whose busy time is also a little late.
+    running = [sample(time=t, duration=5, processed_rate=0, busy=1.0, batch_busy=0, executors=1)
+               for t in range(5, 30, 5)]
+    done = sample(time=30, duration=5, processed_rate=30_000 / 5, busy=1.4, batch_busy=30 / 5, executors=1)
+    evaluation = evaluate([*running, done], 0.7, 30)
+    assert evaluation.utilization == 1.0
+    assert evaluation.rate_per_executor == pytest.approx(1000)
+    assert evaluation.processed_rate == pytest.approx(1000)
+
+
+def test_the_backlog_a_micro_batch_app_always_holds_needs_no_capacity():
+    # A 10 s trigger at 1k rec/s holds up to 10 s x (1 + 0.7) of input between batches.
+    steady = evaluate([sample(input_rate=1_000, busy=0.5, backlog=15_000, trigger=10)], 0.7, 30)
+    assert (steady.waiting, steady.excess_backlog, steady.catch_up_seconds) == (15_000, 0, 0.0)
+    assert steady.needed_rate == pytest.approx(1_000 / 0.7)
+    behind = evaluate([sample(input_rate=1_000, busy=0.5, backlog=47_000, trigger=10)], 0.7, 30)
+    assert behind.needed_rate == pytest.approx(1_000 / 0.7 + (47_000 - 17_000) / 30)
 
 
 def test_needed_executors_cover_the_input_at_target_utilization_plus_the_backlog_within_the_target_lag():
@@ -196,12 +219,12 @@ def test_durations(seconds, text):
 # ------------------------------------------------------------------------------------------------ state
 
 @pytest.mark.parametrize("stored", [
-    None, "", "{", "[]", "null", "42", '{"v": 1}', '{"v": 2}',
-    json.dumps({"v": 1, "k": "", "c": None, "s": [["x"] * 11], "r": [], "rs": None, "lc": None, "ld": None,
+    None, "", "{", "[]", "null", "42", '{"v": 2}', '{"v": 1}',
+    json.dumps({"v": 2, "k": "", "c": None, "s": [["x"] * 13], "r": [], "rs": None, "lc": None, "ld": None,
                 "cc": None, "b": None}),
-    json.dumps({"v": 1, "k": "", "c": None, "s": [], "r": [[1.0, -3]], "rs": None, "lc": None, "ld": None,
+    json.dumps({"v": 2, "k": "", "c": None, "s": [], "r": [[1.0, -3]], "rs": None, "lc": None, "ld": None,
                 "cc": None, "b": None}),
-    '{"v": 1, "k": "", "c": null, "s": [], "r": [], "rs": NaN, "lc": null, "ld": null, "cc": null, "b": null}',
+    '{"v": 2, "k": "", "c": null, "s": [], "r": [], "rs": NaN, "lc": null, "ld": null, "cc": null, "b": null}',
     "[" * 15_000, "x" * 100_000,
 ], ids=["none", "empty", "truncated", "list", "null", "number", "missing", "other version", "bad sample",
         "negative count", "nan", "deep", "huge"])

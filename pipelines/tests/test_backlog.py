@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from sluice.pipelines.contract import ExecutorStatus, TopicStatus
-from sluice.pipelines.control.backlog import kafka_offsets, source_topics, topic_backlogs
+from sluice.pipelines.control.backlog import kafka_offsets, source_partitions, source_topics, topic_backlogs
 from sluice.pipelines.control.executors import host_of, least_loaded
-from sluice.pipelines.control.status import source_tasks, trigger_interval_ms
-from sluice.pipelines.metrics import PipelineMetrics
+from sluice.pipelines.control.latest import LatestOffsets, LatestOffsetsUnavailable
+from sluice.pipelines.control.status import partitions_by_bootstrap, source_tasks, trigger_interval_ms
+from sluice.pipelines.metrics import PipelineMetrics, QueryRecord, RunningBatches
 from sluice.pipelines.spec import FromKafka, ProcessingTime
+from sluice.testbed.common import free_port
 
 
 def kafka_source(end: dict[str, dict[str, int]] | None, latest: dict[str, dict[str, int]] | None,
@@ -57,6 +61,62 @@ def test_missing_latest_offsets_leave_the_end_offsets():
 def test_a_partition_no_query_has_read_counts_from_zero():
     grown = progress("q", kafka_source({"t": {"0": 10}}, {"t": {"0": 10, "1": 6}}))
     assert topic_backlogs([grown])[0] == TopicStatus(topic="t", partitions=2, latestOffsets=16, backlog=6)
+
+
+def test_kafka_end_offsets_now_count_what_arrived_since_the_last_batch_began():
+    # The last batch read everything it saw (end == latest): by progress alone nothing is behind.
+    caught_up = progress("q", kafka_source({"t": {"0": 100, "1": 50}}, {"t": {"0": 100, "1": 50}}))
+    assert topic_backlogs([caught_up])[0].backlog == 0
+    now = {("t", 0): 160, ("t", 1): 70}
+    assert topic_backlogs([caught_up], now) == [TopicStatus(topic="t", partitions=2, latestOffsets=230, backlog=80)]
+    # Kafka's last stable offset below what a (read_uncommitted) query read: nothing behind, never negative.
+    assert topic_backlogs([caught_up], {("t", 0): 90, ("t", 1): 50})[0].backlog == 0
+
+
+def test_source_partitions_and_their_kafka_clusters():
+    joined = progress("join", kafka_source({"a": {"0": 1}}, {"a": {"0": 1, "1": 2}}),
+                      kafka_source(None, {"b": {"0": 3}}))
+    assert source_partitions([joined]) == {("a", 0), ("a", 1), ("b", 0)}
+    sources = [FromKafka(topic="a"), FromKafka(pattern="b.*", bootstrapServers="other:9092")]
+    assert partitions_by_bootstrap(source_partitions([joined]), sources, "app:9092") == {
+        "app:9092": [("a", 0), ("a", 1)], "other:9092": [("b", 0)]}
+
+
+def test_kafka_that_does_not_answer_in_time_says_so():
+    unused_port = free_port()
+    latest = LatestOffsets(timeout=0.5)
+    with pytest.raises(LatestOffsetsUnavailable, match=f"127.0.0.1:{unused_port}"):
+        latest.get({f"127.0.0.1:{unused_port}": [("t", 0)]})
+    assert latest.get({}) == {}  # no partitions known yet: nothing to ask
+
+
+def batch(started: str, took_ms: int, rows: int = 10) -> dict[str, Any]:
+    return {"name": "q", "timestamp": started, "numInputRows": rows, "durationMs": {"triggerExecution": took_ms}}
+
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def test_busy_time_grows_while_a_batch_runs_and_never_goes_back():
+    running = RunningBatches()
+    record = QueryRecord({}).add(batch("2026-01-01T00:00:00.000Z", 2_000))  # 0 s to 2 s
+    assert running.busy_ms("q", record, T0 + 5) == (2_000, 0)
+    running.observe("q", True, T0 + 10)                                     # a 30 s batch begins
+    assert running.busy_ms("q", record, T0 + 15) == (7_000, 5_000)
+    assert running.busy_ms("q", record, T0 + 35) == (27_000, 25_000)
+    running.observe("q", False, T0 + 40.2)                                  # ended; its progress is late
+    assert running.busy_ms("q", record, T0 + 40.3) == (27_000, 0)
+    done = record.add(batch("2026-01-01T00:00:10.000Z", 30_000))
+    assert running.busy_ms("q", done, T0 + 41) == (32_000, 0)
+
+
+def test_back_to_back_batches_count_from_the_previous_end_not_twice():
+    running = RunningBatches()
+    running.observe("q", True, T0)                   # the trigger never looks inactive from here on
+    first = QueryRecord({}).add(batch("2026-01-01T00:00:00.000Z", 30_000))
+    assert running.busy_ms("q", first, T0 + 40) == (40_000, 10_000)
+    second = first.add(batch("2026-01-01T00:00:30.000Z", 30_000))
+    assert running.busy_ms("q", second, T0 + 65) == (65_000, 5_000)
 
 
 def test_no_progress_and_non_kafka_sources_have_no_topics():

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +161,7 @@ def test_control_api_of_a_running_pipeline(spark_session: SparkSession, kafka_bo
         # Both queries read the topic: it counts once, behind the query that read less.
         backlog = produced - min(q.inputRows for q in status.queries)
         assert status.topics == [TopicStatus(topic=lines, partitions=4, latestOffsets=produced, backlog=backlog)]
-        assert status.backlog == backlog
+        assert status.backlog == backlog and status.latestOffsetsFrom == "kafka"
         assert (status.app, status.revision, status.executors, status.executorTarget) == ("wordcount", "rev-1", [],
                                                                                           None)
         assert (status.taskSlots, status.sourceTasks, status.shufflePartitions) == (2, 4, 2)
@@ -193,5 +196,68 @@ def test_control_api_of_a_running_pipeline(spark_session: SparkSession, kafka_bo
             raw.recv(1024)
         assert call("GET", f"{base}/healthz")[0] == 200  # still serving
     finally:
+        server.stop()
+        run.stop()
+
+
+SLOW = "aggregate(sequence(1, 1000000 + length(value)), 0L, (acc, x) -> acc + x)"  # ~0.1 s a record here
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_status_during_a_long_batch_shows_the_backlog_and_the_busy_time_growing(
+        spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path):
+    topic = new_topic(partitions=1)
+    pipeline = {"trigger": {"processingTime": "1s"}, "nodes": [
+        {"name": "src", "fromKafka": {"topic": topic}},
+        {"name": "slow", "inputs": ["src"], "select": [f"{SLOW} AS work"]},
+        {"name": "out", "inputs": ["slow"], "toMemory": {"table": "slow_batches"}}]}
+    config = RunnerConfig(app="slow", revision="rev-1", kafkaBootstrap=kafka_bootstrap,
+                          pipeline=PipelineSpec.model_validate(pipeline), checkpointRoot=str(tmp_path / "chk"),
+                          controlPort=free_port())
+    produce(kafka_bootstrap, topic, [b"first"])
+    run = PipelineRun(spark_session, config).start()
+    server = ControlServer(run).start()
+    base = f"http://127.0.0.1:{server.port}"
+    arriving = threading.Event()
+
+    def trickle() -> None:  # records keep arriving while the long batch runs
+        while not arriving.wait(0.25):
+            produce(kafka_bootstrap, topic, [b"later"])
+
+    try:
+        def after_first_batch() -> DriverStatus | None:
+            run.raise_if_failed()
+            status = driver_status(base)
+            return status if status.queries and status.queries[0].batches >= 1 else None
+
+        first = wait_for(after_first_batch, timeout=240, what="the first batch")
+        assert first.latestOffsetsFrom == "kafka" and first.latestOffsetsError is None
+        produce(kafka_bootstrap, topic, [b"x"] * 100)  # the next batch reads them all: ~10 s
+        producer = threading.Thread(target=trickle, daemon=True)
+        producer.start()
+
+        def running_long() -> DriverStatus | None:
+            run.raise_if_failed()
+            status = driver_status(base)
+            return status if status.queries[0].runningBatchMs >= 1_000 else None
+
+        during = [wait_for(running_long, timeout=120, what="a batch running for a second")]
+        for _ in range(3):
+            time.sleep(1.5)
+            during.append(driver_status(base))
+        # All four readings fell within that one batch: it completed none meanwhile.
+        assert {s.queries[0].batches for s in during} == {during[0].queries[0].batches}
+        assert all(s.queries[0].runningBatchMs > 0 and s.latestOffsetsFrom == "kafka" for s in during)
+        for before, after in itertools.pairwise(during):
+            wall_ms = (datetime.fromisoformat(after.observedAt) - datetime.fromisoformat(before.observedAt))
+            busy_ms = after.queries[0].busyMs - before.queries[0].busyMs
+            assert abs(busy_ms - wall_ms.total_seconds() * 1000) <= 20, (busy_ms, wall_ms)
+            assert after.backlog > before.backlog  # what arrives shows now, not when the batch is over
+            assert after.topics[0].latestOffsets > before.topics[0].latestOffsets
+        query = during[-1].queries[0]
+        assert query.busyMs == query.completedBusyMs + query.runningBatchMs
+    finally:
+        arriving.set()
         server.stop()
         run.stop()

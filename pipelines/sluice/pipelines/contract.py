@@ -62,7 +62,13 @@ class QueryStatus(Strict):
     batchId: int | None = None
     batches: int = 0
     inputRows: int = 0
-    busyMs: int = Field(0, description="Sum of the batches' triggerExecution durations.")
+    busyMs: int = Field(0, description=(
+        "Time spent in batches: the completed batches' triggerExecution durations plus the running batch's "
+        "elapsed time, so it grows with wall time while a batch runs. Never decreases."))
+    completedBusyMs: int | None = Field(None, description=(
+        "Sum of the completed batches' triggerExecution durations: the time their inputRows took. None: a "
+        "driver from before this field (busyMs then counts completed batches only)."))
+    runningBatchMs: int = Field(0, description="Elapsed time of the batch running now; 0: none.")
     revision: str | None = Field(None, description="The revision whose plan the query runs.")
     inputRowsPerSecond: float | None = None
     processedRowsPerSecond: float | None = None
@@ -78,8 +84,11 @@ class TopicStatus(Strict):
 
     topic: str
     partitions: int
-    latestOffsets: int = Field(description="Sum of the partitions' latest offsets.")
-    backlog: int = Field(description="Sum over partitions of latest offset - the slowest query's end offset.")
+    latestOffsets: int = Field(description=(
+        "Sum of the partitions' latest offsets: Kafka's end offsets (read_committed) at the time of the answer, "
+        "or, when Kafka could not be asked (see DriverStatus.latestOffsetsFrom), the newest its queries saw."))
+    backlog: int = Field(description=(
+        "Sum over partitions of latest offset - the slowest query's end offset (of its last completed batch)."))
 
 
 class ExecutorStatus(Strict):
@@ -98,6 +107,10 @@ class DriverStatus(Strict):
     queries: list[QueryStatus] = Field(default_factory=list)
     topics: list[TopicStatus] = Field(default_factory=list)
     backlog: int = Field(0, description="Sum of the topics' backlogs.")
+    latestOffsetsFrom: Literal["kafka", "progress"] = Field(
+        "progress", description=("Where the topics' latest offsets come from: kafka, asked when answering; "
+                                 "progress, the queries' last progress (stale while a batch runs)."))
+    latestOffsetsError: str | None = Field(None, description="Why Kafka could not be asked, if it was not.")
     executors: list[ExecutorStatus] = Field(default_factory=list)
     executorTarget: int | None = Field(None, description="The last total asked of Spark (None: none yet).")
     taskSlots: int = Field(0, description="Tasks the live executors run at once.")

@@ -32,6 +32,50 @@ class QueryRecord:
         return QueryRecord(progress, self.batches + 1, self.input_rows + int(progress.get("numInputRows") or 0),
                            self.busy_ms + int((progress.get("durationMs") or {}).get("triggerExecution") or 0))
 
+    def last_batch_end(self) -> float | None:
+        """Epoch seconds the last completed batch ended (its trigger's start + its triggerExecution)."""
+        try:
+            start = parse_spark_time(self.last_progress["timestamp"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return start + _number((self.last_progress.get("durationMs") or {}).get("triggerExecution")) / 1000
+
+
+class RunningBatches:
+    """Busy time that grows with wall time while a batch runs, not only when its progress arrives.
+
+    No event marks a batch's start, so whoever watches the queries reports whether each one's trigger is
+    active (`observe`, often: a poll every fraction of a second). A batch running now started when its trigger
+    was first seen active, or when the query's previous batch ended if that is later (batches back to back
+    never show an inactive trigger to a poll).
+    """
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}
+        self._reported: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, query: str, trigger_active: bool, now: float) -> None:
+        with self._lock:
+            if not trigger_active:
+                self._since.pop(query, None)
+            else:
+                self._since.setdefault(query, now)
+
+    def busy_ms(self, query: str, record: QueryRecord | None, now: float) -> tuple[int, int]:
+        """(busy ms including the running batch, the running batch's ms so far). The busy time never
+        decreases: a running batch's progress arrives a moment after its trigger stops looking active, and the
+        time seen running meanwhile must not be taken back."""
+        completed = record.busy_ms if record else 0
+        with self._lock:
+            since = self._since.get(query)
+            ended = record.last_batch_end() if record else None
+            start = since if since is None or ended is None else max(since, ended)
+            running = 0 if start is None else max(0, int((now - start) * 1000))
+            busy = max(self._reported.get(query, 0), completed + running)
+            self._reported[query] = busy
+        return busy, running
+
 
 class PipelineMetrics:
     def __init__(self, app: str, registry: CollectorRegistry | None = None) -> None:
@@ -62,6 +106,7 @@ class PipelineMetrics:
                              "Records of a source topic not yet read by the query furthest behind on it",
                              ["app", "topic"], registry=r)
         self._queries: dict[str, QueryRecord] = {}
+        self.running = RunningBatches()
         self._lock = threading.Lock()
 
     def queries(self) -> dict[str, QueryRecord]:

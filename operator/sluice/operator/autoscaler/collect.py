@@ -29,13 +29,17 @@ class Sample:
     duration: float             # seconds between the two readings
     input_rate: float           # records arriving in the source topics
     processed_rate: float       # records the queries read, over wall-clock time
-    busy: float                 # 0..1: the busiest query's batch time over wall-clock time
+    # The busiest query's batch time (the running batch's too) over wall-clock time: about 0..1, above 1 when
+    # time of a batch began before the sample lands in it. Not clamped: the window's totals must not lose it.
+    busy: float
+    batch_busy: float           # the same for completed batches only: the time the processed records took
     backlog: int                # records behind latest at the later reading
     executors: int              # live executors at the later reading
     executor_target: int | None  # the total last asked of Spark (None: never asked since the driver started)
     cores_per_executor: int
     max_useful_tasks: int       # tasks a batch's busiest stage splits into; 0: unknown
     tasks_limited_by: TaskBound  # source: Kafka partitions / minPartitions; shuffle: state partitions
+    trigger_interval: float = 0.0  # seconds between micro-batches (the longest query's); 0: none
 
     @property
     def start(self) -> float:
@@ -48,6 +52,7 @@ class QueryCounters:
     run: str           # crc32 of its runId: a new run restarted the counters
     input_rows: int
     busy_ms: int
+    completed_busy_ms: int
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,9 @@ class Counters:
     time: float
     revision: str
     queries: tuple[QueryCounters, ...]
-    read_offsets: int  # Σ over topics of latestOffsets times the queries reading it
+    # Σ over topics of latestOffsets (Kafka's end offsets now, from a current driver) times the queries reading
+    # it: its growth is the arrival rate, not what the batches happened to read.
+    read_offsets: int
 
 
 def short_hash(text: str) -> str:
@@ -83,7 +90,8 @@ def counters_of(status: DriverStatus) -> Counters | None:
     return Counters(
         time=time,
         revision=short_hash(status.revision),
-        queries=tuple(QueryCounters(short_hash(q.name), short_hash(q.runId or ""), q.inputRows, q.busyMs)
+        queries=tuple(QueryCounters(short_hash(q.name), short_hash(q.runId or ""), q.inputRows, q.busyMs,
+                                    q.busyMs if q.completedBusyMs is None else q.completedBusyMs)
                       for q in sorted(status.queries, key=lambda q: q.name)),
         read_offsets=sum(t.latestOffsets * readers.get(t.topic, 1) for t in status.topics))
 
@@ -108,8 +116,10 @@ def sample_since(earlier: Counters, current: DriverStatus) -> Sample | None:
         return None
     row_deltas = [b.input_rows - a.input_rows for a, b in zip(earlier.queries, later.queries, strict=True)]
     busy_deltas = [b.busy_ms - a.busy_ms for a, b in zip(earlier.queries, later.queries, strict=True)]
+    completed_deltas = [b.completed_busy_ms - a.completed_busy_ms
+                        for a, b in zip(earlier.queries, later.queries, strict=True)]
     offset_delta = later.read_offsets - earlier.read_offsets
-    if min([*row_deltas, *busy_deltas, offset_delta]) < 0:
+    if min([*row_deltas, *busy_deltas, *completed_deltas, offset_delta]) < 0:
         return None
     useful_tasks, bound = _useful_tasks(current)
     return Sample(
@@ -117,13 +127,15 @@ def sample_since(earlier: Counters, current: DriverStatus) -> Sample | None:
         duration=seconds,
         input_rate=round(offset_delta / seconds, 3),
         processed_rate=round(sum(row_deltas) / seconds, 3),
-        busy=round(min(1.0, max(busy_deltas, default=0) / 1000 / seconds), 5),
+        busy=round(max(busy_deltas, default=0) / 1000 / seconds, 5),
+        batch_busy=round(max(completed_deltas, default=0) / 1000 / seconds, 5),
         backlog=max(0, current.backlog),
         executors=len(executors),
         executor_target=current.executorTarget,
         cores_per_executor=_cores_per_executor(current, len(executors)),
         max_useful_tasks=useful_tasks,
-        tasks_limited_by=bound)
+        tasks_limited_by=bound,
+        trigger_interval=max((q.triggerIntervalMs or 0 for q in current.queries), default=0) / 1000)
 
 
 def _readers_per_topic(status: DriverStatus) -> dict[str, int]:

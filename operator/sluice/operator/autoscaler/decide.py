@@ -188,16 +188,16 @@ def recommend(evaluation: Evaluation, policy: Policy, bounds: ExecutorBounds,
               current: int) -> tuple[int | None, str]:
     """Executors to have, and the figures behind it; None when no rate could be measured."""
     if evaluation.needed_executors is None:
-        return None, (f"no rate per executor yet: utilization {percent(evaluation.utilization)}, "
-                      f"under {percent(BUSY_FLOOR)} in every sample")
+        return None, (f"no rate per executor yet: utilization {percent(evaluation.utilization)}, completed "
+                      f"batches took under {percent(BUSY_FLOOR)} of the window")
     in_band = abs(evaluation.utilization - policy.target_utilization) <= policy.utilization_band
     catch_up = evaluation.catch_up_seconds
     if in_band and catch_up <= policy.target_lag:
         return current, (f"utilization {percent(evaluation.utilization)} within "
                          f"{percent(policy.target_utilization)} ± {percent(policy.utilization_band)}, "
-                         f"backlog {compact(evaluation.backlog)} records drains in {duration_text(catch_up)}")
+                         f"backlog {backlog_text(evaluation)} records drains in {duration_text(catch_up)}")
     rate = evaluation.rate_per_executor
-    notes = [f"input {compact(evaluation.input_rate)} rec/s, backlog {compact(evaluation.backlog)} records, "
+    notes = [f"input {compact(evaluation.input_rate)} rec/s, backlog {backlog_text(evaluation)} records, "
              f"utilization {percent(evaluation.utilization)}: need {compact(evaluation.needed_rate)} rec/s, "
              + (f"{compact(rate)} rec/s per executor" if rate else "no rate per executor measured")]
     wanted = evaluation.needed_executors
@@ -210,6 +210,12 @@ def recommend(evaluation: Evaluation, policy: Policy, bounds: ExecutorBounds,
     elif wanted < bounds.min:
         notes.append(f"raised to executors.min {bounds.min}")
     return min(max(wanted, bounds.min), bounds.max), "; ".join(notes)
+
+
+def backlog_text(evaluation: Evaluation) -> str:
+    if not evaluation.waiting:
+        return compact(evaluation.backlog)
+    return f"{compact(evaluation.backlog)} ({compact(evaluation.waiting)} waiting for the next trigger)"
 
 
 def ineffective_scale_up(check: CapacityCheck | None, evaluation: Evaluation) -> str | None:

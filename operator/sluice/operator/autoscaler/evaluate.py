@@ -1,8 +1,14 @@
 """Evaluate: the samples of a metrics window → what the app needs, in plain numbers.
 
-An executor's true rate is what it would process if busy all the time: the processed rate ÷ the busy
-fraction ÷ the executors. The app needs input rate ÷ target utilization (headroom) plus backlog ÷
-target lag (catching up in time) records per second.
+An executor's true rate is what it would process if busy all the time: the records processed ÷ the time
+the completed batches took ÷ the executors. The app needs input rate ÷ target utilization (headroom) plus
+backlog ÷ target lag (catching up in time) records per second. The backlog counted there is what lies beyond
+the records a healthy micro-batch app always holds: what arrived since its last batch began, up to the trigger
+interval x (1 + target utilization) of input (the wait for the next trigger plus a batch at the target).
+
+Figures are the window's totals over its time, not means of the samples' ratios: a batch longer than a
+sample puts its records into one sample while its time spreads over several, and a ratio per sample would
+swing from 0 to several times the truth.
 """
 
 from __future__ import annotations
@@ -10,11 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import fmean
 
 from .collect import Sample, TaskBound
 
-# Below this busy fraction a sample's rate is mostly scheduling noise: it says little about capacity.
+# Below this share of the window spent in completed batches, a rate is mostly scheduling noise: it says
+# little about capacity.
 BUSY_FLOOR = 0.05
 
 
@@ -22,8 +28,9 @@ BUSY_FLOOR = 0.05
 class Evaluation:
     input_rate: float                # window mean, records/s
     processed_rate: float            # window mean, records/s
-    utilization: float               # window mean busy fraction
+    utilization: float               # the window's batch time (running batches too) over its time, at most 1
     backlog: int                     # latest, records
+    waiting: int                     # of which normal for micro-batches (see the module's text)
     executors: int                   # latest live count
     cores_per_executor: int
     rate_per_executor: float | None  # records/s one busy executor processes; None: never busy enough to tell
@@ -44,25 +51,34 @@ class Evaluation:
 
     @property
     def catch_up_seconds(self) -> float:
-        """Seconds to drain the backlog with the spare capacity; infinite when there is none."""
-        if self.backlog == 0:
+        """Seconds to drain the excess backlog with the spare capacity; infinite when there is none."""
+        if self.excess_backlog == 0:
             return 0.0
         spare = (self.capacity or 0.0) - self.input_rate
-        return self.backlog / spare if spare > 0 else math.inf
+        return self.excess_backlog / spare if spare > 0 else math.inf
+
+    @property
+    def excess_backlog(self) -> int:
+        return max(0, self.backlog - self.waiting)
 
 
 def evaluate(samples: Sequence[Sample], target_utilization: float, target_lag: float) -> Evaluation:
     """The window's figures; `samples` is not empty and in time order."""
     latest = samples[-1]
-    input_rate = fmean(s.input_rate for s in samples)
-    busy_rates = [s.processed_rate / s.busy / s.executors for s in samples if s.busy >= BUSY_FLOOR]
-    rate_per_executor = fmean(busy_rates) if busy_rates else None
-    needed_rate = input_rate / target_utilization + latest.backlog / target_lag
+    seconds = sum(s.duration for s in samples)
+    input_rate = sum(s.input_rate * s.duration for s in samples) / seconds
+    processed = sum(s.processed_rate * s.duration for s in samples)
+    batch_seconds = sum(s.batch_busy * s.duration for s in samples)
+    executor_seconds = sum(s.batch_busy * s.duration * s.executors for s in samples)
+    rate_per_executor = processed / executor_seconds if batch_seconds >= BUSY_FLOOR * seconds else None
+    waiting = min(latest.backlog, round(input_rate * latest.trigger_interval * (1 + target_utilization)))
+    needed_rate = input_rate / target_utilization + (latest.backlog - waiting) / target_lag
     return Evaluation(
         input_rate=input_rate,
-        processed_rate=fmean(s.processed_rate for s in samples),
-        utilization=fmean(s.busy for s in samples),
+        processed_rate=processed / seconds,
+        utilization=min(1.0, sum(s.busy * s.duration for s in samples) / seconds),
         backlog=latest.backlog,
+        waiting=waiting,
         executors=latest.executors,
         cores_per_executor=latest.cores_per_executor,
         rate_per_executor=rate_per_executor,

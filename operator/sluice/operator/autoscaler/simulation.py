@@ -2,8 +2,15 @@
 
 The plant is a Kafka topic fed by an input rate (a function of time) and an app whose executors each
 process a fixed rate per core, as long as the batch has a task for every core (partitions) and the sink
-keeps up. A new executor works after a warm-up delay; a removed one stops at once. The plant answers
-with `DriverStatus` objects, so the autoscaler's collect step runs on them exactly as on a real driver.
+keeps up. A new executor works after a warm-up delay; a removed one stops at once.
+
+With `trigger` unset, records are processed as they arrive (the limit of very short micro-batches). With a
+`trigger`, the app runs micro-batches as Spark does with a processingTime trigger and no maxOffsetsPerTrigger: a
+batch starts at a trigger time (a multiple of the interval) when records are waiting, or at once when the
+previous batch overran the interval, and reads everything available at its start; its records count as
+processed, and its offsets as committed, only when it completes. The plant answers with `DriverStatus`
+objects as a current driver does (latest offsets: Kafka's end offsets now; busy time growing while a batch
+runs), so the autoscaler's collect step runs on them exactly as on a real driver.
 """
 
 from __future__ import annotations
@@ -56,6 +63,14 @@ def noisy(base: InputRate, amplitude: float, seed: int, piece: float = 10.0) -> 
 
 
 @dataclass
+class Batch:
+    start: float       # seconds since the start
+    end_offset: float  # the topic's end offset when it started: it reads up to there
+    rows: float
+    left: float        # rows still to process
+
+
+@dataclass
 class Plant:
     input_rate: InputRate
     executors: int                     # working now
@@ -65,17 +80,24 @@ class Plant:
     shuffle_partitions: int = 0        # > 0: a stateful pipeline with that many state partitions
     sink_limit: float | None = None    # records/s the sink takes at most, whatever the executors
     warmup: float = 30.0               # seconds before an added executor works
+    trigger: float | None = None       # processingTime interval, seconds; None: records processed as they come
     tick: float = 1.0
     time: float = 0.0
-    produced: float = 0.0
-    consumed: float = 0.0
-    busy_seconds: float = 0.0
+    produced: float = 0.0              # the topic's end offset
+    committed: float = 0.0             # the end offset of the last completed batch
+    processed_rows: float = 0.0        # rows of completed batches
+    busy_seconds: float = 0.0          # time of completed batches
+    batch: Batch | None = None         # the batch running now
+    next_trigger: float = 0.0
     target: int | None = None          # the last count asked for; None: never asked
     starting: list[float] = field(default_factory=list)  # when each executor on its way starts working
 
     @property
     def backlog(self) -> float:
-        return self.produced - self.consumed
+        return self.produced - self.committed
+
+    def running_seconds(self) -> float:
+        return 0.0 if self.batch is None else self.time - self.batch.start
 
     @property
     def useful_tasks(self) -> int:
@@ -104,24 +126,64 @@ class Plant:
             self.executors += len(ready)
             self.starting = [t for t in self.starting if t > self.time]
             arriving = self.input_rate(self.time + seconds / 2) * seconds
-            capacity = self.capacity() * seconds
-            processed = min(self.backlog + arriving, capacity)
-            self.produced += arriving
-            self.consumed += processed
-            if capacity > 0:
-                self.busy_seconds += processed / capacity * seconds
+            if self.trigger is None:
+                self._flow(arriving, seconds)
+            else:
+                self.produced += arriving
+                self._run_batches(self.time + seconds)
             self.time += seconds
 
+    def _flow(self, arriving: float, seconds: float) -> None:
+        capacity = self.capacity() * seconds
+        processed = min(self.backlog + arriving, capacity)
+        self.produced += arriving
+        self.committed += processed
+        self.processed_rows += processed
+        if capacity > 0:
+            self.busy_seconds += processed / capacity * seconds
+
+    def _run_batches(self, end: float) -> None:
+        """Batches from `self.time` to `end`: started, worked on at the capacity of the moment, completed."""
+        now = self.time
+        while now < end - 1e-9:
+            if self.batch is None:
+                if now < self.next_trigger - 1e-9:
+                    now = min(end, self.next_trigger)
+                    continue
+                if self.produced - self.committed < 1:  # nothing new: the trigger waits for the next interval
+                    self.next_trigger = self._trigger_after(now)
+                    continue
+                rows = self.produced - self.committed
+                self.batch = Batch(start=now, end_offset=self.produced, rows=rows, left=rows)
+            batch, rate = self.batch, self.capacity()
+            work = end - now if rate <= 0 else min(end - now, batch.left / rate)
+            batch.left -= rate * work
+            now += work
+            if batch.left <= 1e-6:
+                self.processed_rows += batch.rows
+                self.busy_seconds += now - batch.start
+                self.committed = batch.end_offset
+                self.next_trigger = self._trigger_after(batch.start)  # passed already if the batch overran
+                self.batch = None
+
+    def _trigger_after(self, moment: float) -> float:
+        interval = self.trigger or 0.0
+        return (math.floor(moment / interval + 1e-9) + 1) * interval
+
     def status(self) -> DriverStatus:
-        latest, consumed = int(self.produced), int(self.consumed)
+        latest, committed = int(self.produced), int(self.committed)
+        running_ms = int(self.running_seconds() * 1000)
+        completed_ms = int(self.busy_seconds * 1000)
         return DriverStatus(
             app="sim", revision="r1", observedAt=format_time(EPOCH + self.time),
-            queries=[QueryStatus(name="main", runId="run-1", active=True, inputRows=consumed,
-                                 busyMs=int(self.busy_seconds * 1000), stateful=self.shuffle_partitions > 0,
-                                 topics=[TOPIC])],
+            queries=[QueryStatus(name="main", runId="run-1", active=True, inputRows=int(self.processed_rows),
+                                 busyMs=completed_ms + running_ms, completedBusyMs=completed_ms,
+                                 runningBatchMs=running_ms, stateful=self.shuffle_partitions > 0,
+                                 topics=[TOPIC],
+                                 triggerIntervalMs=None if self.trigger is None else int(self.trigger * 1000))],
             topics=[TopicStatus(topic=TOPIC, partitions=self.partitions, latestOffsets=latest,
-                                backlog=latest - consumed)],
-            backlog=latest - consumed,
+                                backlog=latest - committed)],
+            backlog=latest - committed, latestOffsetsFrom="kafka",
             executors=[ExecutorStatus(id=str(i + 1), totalCores=self.cores_per_executor)
                        for i in range(self.executors)],
             executorTarget=self.target,

@@ -18,7 +18,7 @@ from sluice.pipelines.contract import DriverStatus
 from .collect import Counters, QueryCounters, Sample, TaskBound, counters_of, sample_since
 from .policy import Policy
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: samples keep batch_busy and the trigger interval, counters the completed busy time
 MAX_SAMPLES = 48
 MAX_RECOMMENDATIONS = 64
 MAX_QUERIES = 32
@@ -66,8 +66,8 @@ class AutoscalerState:
             "v": FORMAT_VERSION,
             "k": self.spec_key,
             "c": _counters_json(self.counters),
-            "s": [[s.time, s.duration, s.input_rate, s.processed_rate, s.busy, s.backlog, s.executors,
-                   s.executor_target, s.cores_per_executor, s.max_useful_tasks, s.tasks_limited_by]
+            "s": [[s.time, s.duration, s.input_rate, s.processed_rate, s.busy, s.batch_busy, s.backlog, s.executors,
+                   s.executor_target, s.cores_per_executor, s.max_useful_tasks, s.tasks_limited_by, s.trigger_interval]
                   for s in self.samples],
             "r": [list(r) for r in self.recommendations],
             "rs": self.recommending_since,
@@ -140,7 +140,8 @@ def _merged(a: Sample, b: Sample) -> Sample:
         return round((x * a.duration + y * b.duration) / duration, digits)
 
     return replace(b, duration=duration, input_rate=mean(a.input_rate, b.input_rate, 3),
-                   processed_rate=mean(a.processed_rate, b.processed_rate, 3), busy=mean(a.busy, b.busy, 5))
+                   processed_rate=mean(a.processed_rate, b.processed_rate, 3), busy=mean(a.busy, b.busy, 5),
+                   batch_busy=mean(a.batch_busy, b.batch_busy, 5))
 
 
 # ------------------------------------------------------------------------------------------- JSON
@@ -148,7 +149,8 @@ def _merged(a: Sample, b: Sample) -> Sample:
 def _counters_json(counters: Counters | None) -> list[Any] | None:
     if counters is None or len(counters.queries) > MAX_QUERIES:
         return None  # the first sample after a restart is then skipped
-    return [counters.time, counters.revision, [[q.key, q.run, q.input_rows, q.busy_ms] for q in counters.queries],
+    return [counters.time, counters.revision,
+            [[q.key, q.run, q.input_rows, q.busy_ms, q.completed_busy_ms] for q in counters.queries],
             counters.read_offsets]
 
 
@@ -178,20 +180,23 @@ def _state_from(document: dict[str, Any]) -> AutoscalerState:
 
 
 def _sample_from(row: list[Any]) -> Sample:
-    (time, duration, input_rate, processed_rate, busy, backlog, executors, target, cores, tasks, bound) = row
-    if bound not in get_args(TaskBound) or _number(duration) <= 0 or not 0 <= _number(busy) <= 1:
+    (time, duration, input_rate, processed_rate, busy, batch_busy, backlog, executors, target, cores, tasks,
+     bound, trigger) = row
+    if bound not in get_args(TaskBound) or _number(duration) <= 0 or min(_number(busy), _number(batch_busy)) < 0:
         raise ValueError(f"not a sample: {row}")
     return Sample(time=_number(time), duration=_number(duration), input_rate=_number(input_rate),
-                  processed_rate=_number(processed_rate), busy=_number(busy), backlog=_count(backlog),
+                  processed_rate=_number(processed_rate), busy=_number(busy), batch_busy=_number(batch_busy),
+                  backlog=_count(backlog),
                   executors=_positive(executors), executor_target=_optional(target, _count),
-                  cores_per_executor=_positive(cores), max_useful_tasks=_count(tasks), tasks_limited_by=bound)
+                  cores_per_executor=_positive(cores), max_useful_tasks=_count(tasks), tasks_limited_by=bound,
+                  trigger_interval=_number(trigger))
 
 
 def _counters_from(row: list[Any]) -> Counters:
     time, revision, queries, read_offsets = row
     return Counters(time=_number(time), revision=_text(revision),
-                    queries=tuple(QueryCounters(_text(k), _text(r), _count(rows), _count(busy))
-                                  for k, r, rows, busy in queries[:MAX_QUERIES]),
+                    queries=tuple(QueryCounters(_text(k), _text(r), _count(rows), _count(busy), _count(completed))
+                                  for k, r, rows, busy, completed in queries[:MAX_QUERIES]),
                     read_offsets=_count(read_offsets))
 
 

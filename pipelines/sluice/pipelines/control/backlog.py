@@ -36,23 +36,28 @@ def kafka_offsets(offsets: Any) -> dict[TopicPartition, int]:
     return out
 
 
+def source_partitions(progresses: Iterable[Mapping[str, Any]]) -> set[TopicPartition]:
+    """The Kafka partitions the queries' last progresses name."""
+    return {partition for progress in progresses for source in progress.get("sources") or []
+            for key in ("startOffset", "endOffset", "latestOffset") for partition in kafka_offsets(source.get(key))}
+
+
 def source_topics(progress: Mapping[str, Any]) -> list[str]:
     """The Kafka topics a query's sources read, as its last progress names them."""
-    topics: set[str] = set()
-    for source in progress.get("sources") or []:
-        for key in ("startOffset", "endOffset", "latestOffset"):
-            topics.update(topic for topic, _ in kafka_offsets(source.get(key)))
-    return sorted(topics)
+    return sorted({topic for topic, _ in source_partitions([progress])})
 
 
-def topic_backlogs(progresses: Iterable[Mapping[str, Any]]) -> list[TopicStatus]:
+def topic_backlogs(progresses: Iterable[Mapping[str, Any]],
+                   latest: Mapping[TopicPartition, int] | None = None) -> list[TopicStatus]:
     """Each source topic once, with its backlog behind the slowest query reading it.
 
-    `progresses` holds the last progress of each query. A partition no query has reported reading yet counts
-    from offset 0 (a new partition, read from the earliest offset); a query that does not report the latest
-    offsets leaves them to the others, and to its own end offsets, which the latest offsets cannot be below.
+    `progresses` holds the last progress of each query; `latest`, Kafka's end offsets now, when known (the
+    progress only tells what a query saw when its last batch began). A partition no query has reported
+    reading yet counts from offset 0 (a new partition, read from the earliest offset); a query that does not
+    report the latest offsets leaves them to the others, and to its own end offsets, which the latest offsets
+    cannot be below.
     """
-    newest: dict[TopicPartition, int] = {}
+    newest: dict[TopicPartition, int] = dict(latest or {})
     slowest_end: dict[TopicPartition, int] = {}
     for progress in progresses:
         for source in progress.get("sources") or []:

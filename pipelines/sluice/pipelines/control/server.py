@@ -24,13 +24,15 @@ from ..validation import PipelineInvalid, join_path
 from .auth import ControlToken
 from .errors import ApiFailure
 from .executors import Executors
-from .status import driver_status
+from .latest import LatestOffsets
+from .status import driver_status, observe_triggers
 
 if TYPE_CHECKING:
     from ..runtime import PipelineRun
 
 log = logging.getLogger("sluice.control")
 MAX_BODY_BYTES = 64 * 1024
+TRIGGER_POLL_SECONDS = 0.25  # how late a batch's start may be noticed: busy time it may miss
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 Handler = Callable[[Environ, StartResponse], Iterable[bytes]]
@@ -76,10 +78,12 @@ def respond_model(start_response: StartResponse, model: BaseModel, status: int =
 class ControlApi:
     """The WSGI app of the control port."""
 
-    def __init__(self, run: PipelineRun, executors: Executors, token: ControlToken) -> None:
+    def __init__(self, run: PipelineRun, executors: Executors, token: ControlToken,
+                 latest: LatestOffsets | None = None) -> None:
         self.run = run
         self.executors = executors
         self.token = token
+        self.latest = latest
         self.prometheus = make_wsgi_app(run.metrics.registry)
         self.routes: dict[str, dict[str, Handler]] = {
             "/metrics": {"GET": self.metrics},
@@ -118,7 +122,7 @@ class ControlApi:
                        json.dumps({"healthy": healthy, "queries": states}).encode())
 
     def status(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        return respond_model(start_response, driver_status(self.run, self.executors))
+        return respond_model(start_response, driver_status(self.run, self.executors, self.latest))
 
     def put_executors(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         self.token.check(environ.get("HTTP_AUTHORIZATION"))
@@ -165,16 +169,29 @@ class ControlServer:
     """The control API of a run, on its config's control port."""
 
     def __init__(self, run: PipelineRun, host: str = "0.0.0.0") -> None:
-        self.api = ControlApi(run, Executors(run.spark), ControlToken(run.config.controlTokenFile))
+        self.api = ControlApi(run, Executors(run.spark), ControlToken(run.config.controlTokenFile), LatestOffsets())
         self.server = make_server(host, run.config.controlPort, self.api, server_class=_ThreadingWSGIServer,
                                   handler_class=_QuietHandler)
         self.port = self.server.server_port
         self.thread = threading.Thread(target=self.server.serve_forever, name="sluice-control", daemon=True)
+        self._stopped = threading.Event()
+        self.watch = threading.Thread(target=self._watch_triggers, name="sluice-triggers", daemon=True)
 
     def start(self) -> ControlServer:
         self.thread.start()
+        self.watch.start()
         return self
 
+    def _watch_triggers(self) -> None:
+        while not self._stopped.wait(TRIGGER_POLL_SECONDS):
+            try:
+                observe_triggers(self.api.run)
+            except Exception:  # the watch must outlive a hiccup of the JVM gateway
+                log.debug("trigger watch failed", exc_info=True)
+
     def stop(self) -> None:
+        self._stopped.set()
         self.server.shutdown()
         self.server.server_close()
+        if self.api.latest is not None:
+            self.api.latest.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -10,13 +12,16 @@ from typing import TYPE_CHECKING
 from pyspark.sql.streaming import StreamingQuery
 
 from ..contract import DriverStatus, QueryStatus
-from ..metrics import QueryRecord
+from ..metrics import QueryRecord, RunningBatches
 from ..spec import FromKafka, ProcessingTime, duration_ms
-from .backlog import source_topics, topic_backlogs
+from .backlog import TopicPartition, source_partitions, source_topics, topic_backlogs
 from .executors import Executors
+from .latest import LatestOffsets
 
 if TYPE_CHECKING:
     from ..runtime import PipelineRun
+
+log = logging.getLogger("sluice.control")
 
 
 def trigger_interval_ms(trigger: ProcessingTime) -> int | None:
@@ -42,16 +47,28 @@ def source_tasks(sources: Iterable[FromKafka], partitions: Mapping[str, int]) ->
                for source in sources)
 
 
+def observe_triggers(run: PipelineRun, now: float | None = None) -> None:
+    """Tell the run's busy clock which queries have a batch running now."""
+    for query in list(run.queries):
+        try:
+            active = bool(query.isActive and query.status.get("isTriggerActive"))
+        except Exception:  # a query stopping under us: its batch is not running
+            active = False
+        run.metrics.running.observe(query.name, active, time.time() if now is None else now)
+
+
 def query_status(query: StreamingQuery, record: QueryRecord | None, trigger: ProcessingTime,
-                 revision: str | None = None) -> QueryStatus:
+                 running: RunningBatches, now: float, revision: str | None = None) -> QueryStatus:
     error = query.exception()
     progress = record.last_progress if record else {}
     duration = progress.get("batchDuration", (progress.get("durationMs") or {}).get("triggerExecution"))
+    busy_ms, running_ms = running.busy_ms(query.name, record, now)
     return QueryStatus(
         name=query.name, id=query.id, runId=query.runId, active=query.isActive,
         error=str(error).split("\n")[0] if error else None, batchId=progress.get("batchId"),
         batches=record.batches if record else 0, inputRows=record.input_rows if record else 0,
-        busyMs=record.busy_ms if record else 0, revision=revision,
+        busyMs=busy_ms, completedBusyMs=record.busy_ms if record else 0, runningBatchMs=running_ms,
+        revision=revision,
         inputRowsPerSecond=progress.get("inputRowsPerSecond"),
         processedRowsPerSecond=progress.get("processedRowsPerSecond"),
         lastBatchDurationMs=int(duration) if duration is not None else None,
@@ -59,17 +76,45 @@ def query_status(query: StreamingQuery, record: QueryRecord | None, trigger: Pro
         topics=source_topics(progress))
 
 
-def driver_status(run: PipelineRun, executors: Executors) -> DriverStatus:
+def partitions_by_bootstrap(partitions: Iterable[TopicPartition], sources: Iterable[FromKafka],
+                            default_bootstrap: str) -> dict[str, list[TopicPartition]]:
+    """The partitions grouped by the Kafka cluster holding them: a source's own bootstrapServers, else the app's."""
+    partitions = sorted(partitions)
+    topics = {topic for topic, _ in partitions}
+    cluster = {topic: source.bootstrapServers for source in sources if source.bootstrapServers
+               for topic in subscribed_topics(source, topics)}
+    grouped: dict[str, list[TopicPartition]] = {}
+    for partition in partitions:
+        grouped.setdefault(cluster.get(partition[0], default_bootstrap), []).append(partition)
+    return grouped
+
+
+def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets | None = None) -> DriverStatus:
+    """The status now. With `latest`, the topics' latest offsets are Kafka's end offsets now (falling back to
+    the queries' last progress, said in latestOffsetsFrom/latestOffsetsError, when Kafka does not answer)."""
+    observe_triggers(run)
+    now = time.time()
     records = run.metrics.queries()
-    topics = topic_backlogs(record.last_progress for record in records.values())
-    live = executors.live()
+    progresses = [record.last_progress for record in records.values()]
     kafka_sources = [node.fromKafka for node in run.spec.nodes if node.fromKafka is not None]
+    offsets, latest_error = None, None
+    if latest is not None:
+        try:
+            offsets = latest.get(partitions_by_bootstrap(source_partitions(progresses), kafka_sources,
+                                                         run.config.kafkaBootstrap))
+        except Exception as exc:  # the status must answer whatever Kafka does
+            latest_error = str(exc) or type(exc).__name__
+            log.warning("status: Kafka end offsets unavailable, backlog from the last progress: %s", latest_error)
+    topics = topic_backlogs(progresses, offsets)
+    live = executors.live()
     return DriverStatus(
         app=run.config.app, revision=run.config.revision,
-        observedAt=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        queries=[query_status(q, records.get(q.name), run.spec.trigger, run.query_revisions.get(q.name))
-                 for q in list(run.queries)],
-        topics=topics, backlog=sum(t.backlog for t in topics), executors=live, executorTarget=executors.target,
+        observedAt=datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        queries=[query_status(q, records.get(q.name), run.spec.trigger, run.metrics.running, now,
+                              run.query_revisions.get(q.name)) for q in list(run.queries)],
+        topics=topics, backlog=sum(t.backlog for t in topics),
+        latestOffsetsFrom="kafka" if offsets is not None else "progress", latestOffsetsError=latest_error,
+        executors=live, executorTarget=executors.target,
         taskSlots=executors.task_slots(live),
         sourceTasks=source_tasks(kafka_sources, {t.topic: t.partitions for t in topics}),
         shufflePartitions=int(run.spark.conf.get("spark.sql.shuffle.partitions") or 0))
