@@ -14,3 +14,12 @@ from pyspark.sql import SparkSession
 def harness(spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str],
             tmp_path: Path) -> Harness:
     return Harness(spark_session, kafka_bootstrap, new_topic, tmp_path)
+
+
+@pytest.fixture
+def rows(spark_session: SparkSession, tmp_path: Path):  # -> ops/rows.Rows
+    """Rows batches for the per-operation tests (pipelines/tests/ops) on the session's shared local Spark.
+    Here rather than in ops/conftest.py: a second module named `conftest` shadows the operator tests' one."""
+    from rows import Rows  # pipelines/tests/ops is on sys.path once its tests are collected
+
+    return Rows(spark_session, tmp_path / "sources")
