@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import cache_dir, run
-from .kube import announce, cached_binaries, fetch_go_module, go_binary, go_env, required_version, xflags
+from .common import cache_dir
+from .kube import cached_binaries, fetch_go_module, go_install, required_version, xflags
 from .versions import HELM
 
 HELM_MODULE = "helm.sh/helm/v3"
@@ -27,8 +27,4 @@ def _build_helm(out: Path, names: list[str]) -> None:
         k8s = {"k8sVersionMajor": str(int(major) + 1), "k8sVersionMinor": minor}
         for package in ("pkg/lint/rules", "pkg/chartutil"):
             ldflags += xflags(f"{HELM_MODULE}/{package}", k8s)
-    announce(f"building helm v{HELM} from source (once); log: {log}")
-    run([go_binary(), "install", "-trimpath", "-buildvcs=false", f"-ldflags={' '.join(ldflags)}",
-         f"{HELM_MODULE}/cmd/helm@v{HELM}"],
-        what=f"building helm v{HELM} with Go", hint="needs the Go module proxy (GOPROXY)", log=log,
-        cwd=out, env=go_env(GOBIN=str(out)))
+    go_install("helm", f"v{HELM}", f"{HELM_MODULE}/cmd/helm", ldflags, out, log)

@@ -149,6 +149,15 @@ def announce(message: str) -> None:
     print(f"sluice: {message}", file=sys.stderr, flush=True)
 
 
+def go_install(name: str, version: str, package: str, ldflags: Sequence[str], out: Path, log: Path) -> None:
+    """`go install package@version` (reproducible: trimmed paths, no VCS stamp) into `out`, logged to `log`."""
+    announce(f"building {name} {version} from source (once); log: {log}")
+    run([go_binary(), "install", "-trimpath", "-buildvcs=false", f"-ldflags={' '.join(ldflags)}",
+         f"{package}@{version}"],
+        what=f"building {name} {version} with Go", hint="needs the Go module proxy (GOPROXY)", log=log,
+        cwd=out, env=go_env(GOBIN=str(out)))
+
+
 def cached_binaries(root: Path, names: Sequence[str],
                     build: Callable[[Path, list[str]], None]) -> dict[str, Path]:
     """`root`/bin/<name> for each name, building the missing ones once (under a lock) via build(out, names).

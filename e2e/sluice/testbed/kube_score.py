@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import cache_dir, run
-from .kube import announce, cached_binaries, fetch_go_module, go_binary, go_env, xflags
+from .common import cache_dir
+from .kube import cached_binaries, fetch_go_module, go_install, xflags
 from .versions import KUBE_SCORE
 
 KUBE_SCORE_MODULE = "github.com/zegl/kube-score"
@@ -20,8 +20,4 @@ def _build_kube_score(out: Path, names: list[str]) -> None:
     module = fetch_go_module(KUBE_SCORE_MODULE, f"v{KUBE_SCORE}", log)
     stamp = {"version": KUBE_SCORE, "commit": module.commit, "date": module.time}
     ldflags = ["-s", "-w", *xflags("main", stamp)]
-    announce(f"building kube-score v{KUBE_SCORE} from source (once); log: {log}")
-    run([go_binary(), "install", "-trimpath", "-buildvcs=false", f"-ldflags={' '.join(ldflags)}",
-         f"{KUBE_SCORE_MODULE}/cmd/kube-score@v{KUBE_SCORE}"],
-        what=f"building kube-score v{KUBE_SCORE} with Go", hint="needs the Go module proxy (GOPROXY)", log=log,
-        cwd=out, env=go_env(GOBIN=str(out)))
+    go_install("kube-score", f"v{KUBE_SCORE}", f"{KUBE_SCORE_MODULE}/cmd/kube-score", ldflags, out, log)
