@@ -264,7 +264,8 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
 
     def replica(priority: int) -> OperatorProcess:
         return OperatorProcess(crds_installed.kubeconfig, tmp_path / f"op-{priority}.log",
-                               extra_args=("--peering", "sluice-ha", "--priority", str(priority), "--verbose"),
+                               extra_args=("--peering", "sluice-ha", "--priority", str(priority), "--verbose",
+                                           "--log-format", "full"),
                                scope=("--namespace", namespace))
 
     def peers() -> dict:
