@@ -127,7 +127,10 @@ class ExactlyOnceKafkaSink(KafkaRecords):
 
     def __init__(self, config: ToKafka, context: SinkContext) -> None:
         super().__init__(config, context)
-        self.client_config = {"bootstrap.servers": self.bootstrap,
+        # Connections to every broker at once: with sparse connections (librdkafka's default) a new client's
+        # first coordinator or metadata request often finds no connection up yet and is retried 500 ms later;
+        # and producers are new whenever a partition's task lands on another Python worker.
+        self.client_config = {"bootstrap.servers": self.bootstrap, "enable.sparse.connections": False,
                               **{k.removeprefix("kafka."): v for k, v in config.options.items()
                                  if k.startswith("kafka.")}}
         self.writer = f"{context.app_id}/{context.query}"
