@@ -34,6 +34,44 @@ def test_100k_records_round_trip(kafka_bootstrap, new_topic):
         assert [r.value for r in got] == sent
 
 
+def test_reading_to_the_end_of_transactionally_written_partitions(kafka_bootstrap, new_topic):
+    """An exactly-once writer's last offset in a partition is a commit marker no consumer is given: reading
+    "to the end offsets" ends there all the same, with the committed records and without the aborted ones."""
+    from confluent_kafka import Producer
+
+    topic = new_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-writer"})
+    producer.init_transactions(30)
+    for batch, commit in ((b"first", True), (b"aborted", False), (b"second", True)):
+        producer.begin_transaction()
+        for partition in (0, 1):
+            producer.produce(topic, batch, partition=partition)
+        producer.flush(30)
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+
+    records = consume_all(kafka_bootstrap, topic, timeout_s=30)
+
+    assert sorted((r.partition, r.value) for r in records) == [(p, v) for p in (0, 1) for v in (b"first", b"second")]
+
+
+def test_reading_to_the_end_stops_before_an_open_transaction(kafka_bootstrap, new_topic):
+    """The end of a read_committed reader is the last stable offset: the records before a transaction still
+    open, at once."""
+    from confluent_kafka import Producer
+
+    topic = new_topic(partitions=1)
+    produce(kafka_bootstrap, topic, [b"committed"])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-writer"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"open")
+    producer.flush(30)
+    try:
+        assert [r.value for r in consume_all(kafka_bootstrap, topic, timeout_s=10)] == [b"committed"]
+    finally:
+        producer.abort_transaction(30)
+
+
 def test_port_in_use_is_a_clear_error(kafka_broker, tmp_path):
     taken = kafka_broker.nodes[0]
     clash = kafka_mod.KafkaCluster(tmp_path, [kafka_mod.KafkaNode(1, taken.port, taken.controller_port)])

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 Record = tuple[bytes | None, bytes | None]
@@ -92,10 +92,14 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 def consume_all(bootstrap: str, topic: str, *, expected: int | None = None,
                 timeout_s: float = 120.0) -> list[ConsumedRecord]:
-    """Every record of a topic from the beginning: up to the end offsets at call time, or, with
-    `expected`, until that many records arrived (waiting up to timeout_s for them)."""
+    """Every committed record of a topic from the beginning: up to the end offsets at call time (the last
+    stable offsets: before any transaction still open), or, with `expected`, until that many records arrived
+    (waiting up to timeout_s for them)."""
+    # The end of a partition comes as an event: an exactly-once writer's last offset is a transaction marker,
+    # which no consumer is given, so the last record's offset + 1 stays short of the end offset.
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sluice-read-{time.time_ns()}",
-                         "enable.auto.commit": False, "fetch.max.bytes": 52428800})
+                         "enable.auto.commit": False, "fetch.max.bytes": 52428800,
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
     out: list[ConsumedRecord] = []
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -112,10 +116,16 @@ def consume_all(bootstrap: str, topic: str, *, expected: int | None = None,
         while not done() and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=10_000, timeout=0.5):
                 if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        position[msg.partition()] = max(position[msg.partition()], msg.offset())
+                        continue
                     raise KafkaException(msg.error())
                 position[msg.partition()] = msg.offset() + 1
                 out.append(ConsumedRecord(msg.key(), msg.value(), msg.partition(), msg.offset(),
                                           msg.timestamp()[1], tuple(msg.headers() or ())))
+        if expected is None and not done():
+            raise TimeoutError(f"{topic}: not read to its end offsets {ends} within {timeout_s:.0f}s "
+                               f"(reached {position})")
     finally:
         consumer.close()
     return out
