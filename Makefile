@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## create .venv with pinned dependencies
 
 demo: $(STAMP) ## run the main job on embedded defaults (local Kafka + Spark), ends by itself
-	$(PY) -m sluice.testbed demo
+	$(PY) -m sluice.pipelines.demo
 
 test: $(STAMP) ## install what is needed and run the whole test suite
 	$(PY) -m sluice.testbed prefetch

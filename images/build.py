@@ -4,8 +4,8 @@ Each image's build context is prepared under .sluice/images/<name>/: its Dockerf
 (`pip wheel --no-deps`), requirements.txt (the runtime dependencies that image needs, pinned as in
 pyproject.toml), wheels/ (those requirements as wheels for the image's Python, CPython 3.11 on Linux of
 this machine's architecture, so a build reaches no package index) and, for the Spark image, the runner
-and the Kafka connector jars (sluice.testbed.spark.spark_kafka_jars(), matching pyspark), so a driver
-fetches nothing when it starts.
+and the Kafka connector jars (sluice.pipelines.local.spark.spark_kafka_jars(), matching pyspark), so a
+driver fetches nothing when it starts.
 Tags are <repository>:<sluice version>, e.g. sluice/spark:0.1.0 (the StreamingApp's default image).
 
 `base` is not built by default: it is the local stand-in for apache/spark and python:3.11-slim where no
@@ -163,8 +163,8 @@ def prepare_context(image: Image, wheel: Path, root: Path = CONTEXT_ROOT) -> Pat
     (context / "requirements.txt").write_text("\n".join(requirements(image.packages)) + "\n")
     download_wheels(context / "requirements.txt", context / "wheels", image.wheels_from_sources)
     if image.connector_jars:
-        from sluice.testbed.common import ProvisionError
-        from sluice.testbed.spark import spark_kafka_jars
+        from sluice.pipelines.local.provision import ProvisionError
+        from sluice.pipelines.local.spark import spark_kafka_jars
 
         (context / "jars").mkdir()
         try:

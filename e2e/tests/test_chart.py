@@ -887,7 +887,7 @@ def test_build_context_has_everything_the_dockerfile_copies(contexts: dict[str, 
 
 
 def test_build_contexts_pin_dependencies_and_bring_the_connector(contexts: dict[str, Path]) -> None:
-    from sluice.testbed.spark import spark_kafka_jars
+    from sluice.pipelines.local.spark import spark_kafka_jars
 
     operator = (contexts["operator"] / "requirements.txt").read_text().split()
     spark = (contexts["spark"] / "requirements.txt").read_text().split()

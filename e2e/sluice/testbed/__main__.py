@@ -6,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import REPO_ROOT, ProvisionError
+from sluice.pipelines.local.kafka import LOCAL_KAFKA_DIR
 
-LOCAL_KAFKA_DIR = REPO_ROOT / ".local-kafka"
+from .common import REPO_ROOT, ProvisionError
 
 
 def kafka_command(args: argparse.Namespace) -> int:
-    from . import kafka
+    from sluice.pipelines.local import kafka
 
     state_dir = Path(args.state_dir)
     if args.action == "up":
@@ -68,12 +68,13 @@ def install_crds(state_dir: Path) -> None:
 
 def prefetch_command(args: argparse.Namespace) -> int:
     """Fetch and build every real component the tests use, so test time is test time."""
+    from sluice.pipelines.local.kafka import java_binary, kafka_jars
+    from sluice.pipelines.local.spark import spark_kafka_jars
+
     from .external_crds import prefetch_external_crds
-    from .kafka import java_binary, kafka_jars
     from .kube import prefetch_kubernetes
     from .kube_score import kube_score_binary
     from .node import prefetch_node
-    from .spark import spark_kafka_jars
     from .spark_operator import spark_operator_binary
 
     java_binary()
@@ -90,12 +91,6 @@ def prefetch_command(args: argparse.Namespace) -> int:
         step()
     print("prefetch: done")
     return 0
-
-
-def demo_command(args: argparse.Namespace) -> int:
-    from sluice.pipelines.demo import main as demo_main
-
-    return demo_main(args.rest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,10 +116,6 @@ def main(argv: list[str] | None = None) -> int:
     prefetch_parser = sub.add_parser("prefetch", help="download/build every real component")
     prefetch_parser.add_argument("--skip-kubernetes", action="store_true")
     prefetch_parser.set_defaults(func=prefetch_command)
-
-    demo_parser = sub.add_parser("demo", help="run the main job on embedded defaults")
-    demo_parser.add_argument("rest", nargs=argparse.REMAINDER)
-    demo_parser.set_defaults(func=demo_command)
 
     args = parser.parse_args(argv)
     try:
