@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sluice needs Python >= 3.11 (found " + sys.version.split()[0] + ")")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[operator,runner,cli,testbed,dev]'
 	@touch $@
 
 venv: $(STAMP) ## create .venv with pinned dependencies
