@@ -58,10 +58,10 @@ bench-autoscaler: $(STAMP) ## the autoscaler on a simulated plant: table, .sluic
 	flock /tmp/sluice-bench.lock $(PY) operator/bench/bench_autoscaler.py
 
 local-kafka: $(STAMP) ## single-node KRaft broker on localhost (prints the bootstrap address)
-	$(PY) -m sluice.testbed kafka up --host $(KAFKA_HOST)
+	$(PY) -m sluice.pipelines.local kafka up --host $(KAFKA_HOST)
 
 local-kafka-down: $(STAMP)
-	$(PY) -m sluice.testbed kafka down
+	$(PY) -m sluice.pipelines.local kafka down
 
 local-cluster: $(STAMP) ## single-node Kubernetes cluster (root); kubeconfig in .local-cluster/kubeconfig
 	$(PY) -m sluice.testbed cluster up

@@ -1,4 +1,5 @@
-"""`python -m sluice.testbed …`: the make targets' entry point for the real local components."""
+"""`python -m sluice.testbed …`: the make targets' entry point for the local cluster, images and prefetch (the
+developer Kafka broker's is the product's: python -m sluice.pipelines.local kafka)."""
 
 from __future__ import annotations
 
@@ -6,26 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sluice.pipelines.local.kafka import LOCAL_KAFKA_DIR
-
 from .common import REPO_ROOT, ProvisionError
-
-
-def kafka_command(args: argparse.Namespace) -> int:
-    from sluice.pipelines.local import kafka
-
-    state_dir = Path(args.state_dir)
-    if args.action == "up":
-        bootstrap = kafka.local_up(state_dir, size=args.brokers, host=args.host)
-        print(f"Kafka {kafka.KAFKA} (KRaft, {args.brokers} node(s)) is up. bootstrap: {bootstrap}")
-        print(f"stop it with: make local-kafka-down   (logs in {state_dir})")
-    elif args.action == "down":
-        print("Kafka stopped" if kafka.local_down(state_dir) else "no local Kafka was running")
-    else:
-        bootstrap = kafka.local_bootstrap(state_dir)
-        print(f"running, bootstrap: {bootstrap}" if bootstrap else "not running")
-        return 0 if bootstrap else 1
-    return 0
 
 
 def cluster_command(args: argparse.Namespace) -> int:
@@ -96,14 +78,6 @@ def prefetch_command(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sluice.testbed")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    kafka_parser = sub.add_parser("kafka", help="local KRaft broker")
-    kafka_parser.add_argument("action", choices=["up", "down", "status"])
-    kafka_parser.add_argument("--brokers", type=int, choices=[1, 3], default=1)
-    kafka_parser.add_argument("--state-dir", default=str(LOCAL_KAFKA_DIR))
-    kafka_parser.add_argument("--host", default="127.0.0.1",
-                              help="address clients reach the broker on (the local cluster's pods: 10.245.0.1)")
-    kafka_parser.set_defaults(func=kafka_command)
 
     cluster_parser = sub.add_parser("cluster", help="local single-node Kubernetes cluster (needs root)")
     cluster_parser.add_argument("action", choices=["up", "down", "status"])
