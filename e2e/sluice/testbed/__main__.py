@@ -7,7 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import REPO_ROOT, ProvisionError
+from sluice.pipelines.local.provision import run_command
+
+from .common import REPO_ROOT
 
 
 def cluster_command(args: argparse.Namespace) -> int:
@@ -91,14 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     prefetch_parser.add_argument("--skip-kubernetes", action="store_true")
     prefetch_parser.set_defaults(func=prefetch_command)
 
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ProvisionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(parser, argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from . import kafka
-from .provision import ProvisionError
+from .provision import run_command
 
 
 def kafka_command(args: argparse.Namespace) -> int:
@@ -37,14 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                               help="address clients reach the broker on (the local cluster's pods: 10.245.0.1)")
     kafka_parser.set_defaults(func=kafka_command)
 
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ProvisionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(parser, argv)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+from argparse import ArgumentParser
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,3 +200,16 @@ def tail(path: Path, lines: int) -> list[str]:
         return path.read_text(errors="replace").strip().splitlines()[-lines:]
     except FileNotFoundError:
         return []
+
+
+def run_command(parser: ArgumentParser, argv: list[str] | None = None) -> int:
+    """A provisioning command line: parse argv, run the chosen subcommand's `func`; a ProvisionError is one
+    line on stderr and exit code 2."""
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ProvisionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
