@@ -24,20 +24,21 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sluice needs Python >= 3.11 (found " + sys.version.split()[0] + ")")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[operator,runner,cli,testbed,dev]'
 	@touch $@
 
 venv: $(STAMP) ## create .venv with pinned dependencies
 
 demo: $(STAMP) ## run the main job on embedded defaults (local Kafka + Spark), ends by itself
-	$(PY) -m sluice.testbed demo
+	$(PY) -m sluice.pipelines.demo
 
 test: $(STAMP) ## install what is needed and run the whole test suite
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, and the import contracts in pyproject.toml (product code never imports the test bed)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
@@ -57,10 +58,10 @@ bench-autoscaler: $(STAMP) ## the autoscaler on a simulated plant: table, .sluic
 	flock /tmp/sluice-bench.lock $(PY) operator/bench/bench_autoscaler.py
 
 local-kafka: $(STAMP) ## single-node KRaft broker on localhost (prints the bootstrap address)
-	$(PY) -m sluice.testbed kafka up --host $(KAFKA_HOST)
+	$(PY) -m sluice.pipelines.local kafka up --host $(KAFKA_HOST)
 
 local-kafka-down: $(STAMP)
-	$(PY) -m sluice.testbed kafka down
+	$(PY) -m sluice.pipelines.local kafka down
 
 local-cluster: $(STAMP) ## single-node Kubernetes cluster (root); kubeconfig in .local-cluster/kubeconfig
 	$(PY) -m sluice.testbed cluster up

@@ -1,11 +1,12 @@
 """Build the sluice images with docker, podman or buildah: `make images` (= `python images/build.py`).
 
 Each image's build context is prepared under .sluice/images/<name>/: its Dockerfile, the sluice wheel
-(`pip wheel --no-deps`), requirements.txt (the runtime dependencies that image needs, pinned as in
-pyproject.toml), wheels/ (those requirements as wheels for the image's Python, CPython 3.11 on Linux of
-this machine's architecture, so a build reaches no package index) and, for the Spark image, the runner
-and the Kafka connector jars (sluice.testbed.spark.spark_kafka_jars(), matching pyspark), so a driver
-fetches nothing when it starts.
+(`pip wheel --no-deps`), requirements.txt (the runtime dependencies that image needs: pyproject.toml's
+dependencies and the image's extra, `operator` or `runner`, with their pins), wheels/ (those requirements
+as wheels for the image's Python, CPython 3.11 on Linux of this machine's architecture, so a build reaches
+no package index) and, for the Spark image, the runner and the Kafka connector jars
+(sluice.pipelines.local.spark.spark_kafka_jars(), matching pyspark), so a driver fetches nothing when it
+starts.
 Tags are <repository>:<sluice version>, e.g. sluice/spark:0.1.0 (the StreamingApp's default image).
 
 `base` is not built by default: it is the local stand-in for apache/spark and python:3.11-slim where no
@@ -39,7 +40,9 @@ class BuildError(RuntimeError):
 class Image:
     name: str  # its Dockerfile is images/<name>/Dockerfile
     repository: str
-    packages: tuple[str, ...]  # runtime dependencies, by their pyproject.toml names
+    extra: str  # its Python packages: pyproject.toml's dependencies and this extra's
+    provided: tuple[str, ...] = ()  # of those, the ones its base image has already
+    extra_only: bool = False  # the extra's packages without the common dependencies
     files: tuple[str, ...] = ()  # more files from images/<name>/
     connector_jars: bool = False
     base_arg: str = "BASE_IMAGE"  # the ARG naming the image it is built FROM
@@ -50,20 +53,31 @@ class Image:
     def tag(self) -> str:
         return f"{self.repository}:{self.tag_version or version()}"
 
+    @property
+    def requirements(self) -> list[str]:
+        """Its pinned requirements, as pyproject.toml declares them."""
+        declared = extra_requirements(self.extra, with_dependencies=not self.extra_only)
+        names = {_name(req) for req in declared}
+        if unknown := [name for name in self.provided if _normalise(name) not in names]:
+            raise BuildError(f"{', '.join(unknown)} not among the requirements of the {self.extra!r} extra")
+        provided = {_normalise(name) for name in self.provided}
+        return [req for req in declared if _name(req) not in provided]
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return tuple(_name(req) for req in self.requirements)
+
 
 IMAGES = {
     image.name: image for image in (
-        Image("operator", "sluice/operator",
-              ("kopf", "kubernetes", "prometheus-client", "pydantic", "pyyaml", "confluent-kafka", "httpx",
-               "sqlglot"),
-              base_arg="PYTHON_IMAGE"),
+        Image("operator", "sluice/operator", "operator", base_arg="PYTHON_IMAGE"),
         # pyspark comes with Spark in the base image.
-        # confluent-kafka: the exactly-once Kafka sink's transactional producers run in the executors.
-        Image("spark", "sluice/spark", ("prometheus-client", "pydantic", "pyyaml", "confluent-kafka"),
-              files=("runner.py",),
+        # confluent-kafka (a common dependency): the exactly-once Kafka sink's transactional producers run in
+        # the executors.
+        Image("spark", "sluice/spark", "runner", provided=("pyspark",), files=("runner.py",),
               connector_jars=True),
-        Image("base", "sluice.local/spark", ("pyspark",), files=("entrypoint.sh",), base_arg="DEBIAN_IMAGE",
-              tag_version="4.2.0-python3", wheels_from_sources=True),
+        Image("base", "sluice.local/spark", "runner", extra_only=True, files=("entrypoint.sh",),
+              base_arg="DEBIAN_IMAGE", tag_version="4.2.0-python3", wheels_from_sources=True),
     )
 }
 RELEASE_IMAGES = ("operator", "spark")
@@ -82,13 +96,27 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirements(packages: Sequence[str]) -> list[str]:
-    """The pyproject.toml requirement (with its pin) of each package."""
-    declared = {_normalise(re.split(r"[\s<>=!~\[;]", req, maxsplit=1)[0]): req for req in _project()["dependencies"]}
-    missing = [name for name in packages if _normalise(name) not in declared]
-    if missing:
-        raise BuildError(f"{', '.join(missing)} not among pyproject.toml's dependencies")
-    return [declared[_normalise(name)] for name in packages]
+def _name(requirement: str) -> str:
+    return _normalise(re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0])
+
+
+def extra_requirements(extra: str, with_dependencies: bool = True) -> list[str]:
+    """pyproject.toml's requirements (with their pins) of an extra, after the project's dependencies."""
+    project = _project()
+    extras = project.get("optional-dependencies", {})
+    if extra not in extras:
+        raise BuildError(f"pyproject.toml has no extra {extra!r}")
+    if nested := [req for req in extras[extra] if _name(req) == _normalise(project["name"])]:
+        raise BuildError(f"the {extra!r} extra names {', '.join(nested)}: an image's extra lists its packages")
+    return [*(project["dependencies"] if with_dependencies else []), *extras[extra]]
+
+
+def declared_packages() -> set[str]:
+    """Every package pyproject.toml names, in its dependencies or any extra."""
+    project = _project()
+    requirements = [*project["dependencies"], *(req for reqs in project.get("optional-dependencies", {}).values()
+                                                for req in reqs)]
+    return {_name(req) for req in requirements} - {_normalise(project["name"])}
 
 
 BUILDERS = (("docker", ["docker", "info"], ["docker", "build"]),
@@ -160,11 +188,11 @@ def prepare_context(image: Image, wheel: Path, root: Path = CONTEXT_ROOT) -> Pat
     for name in ("Dockerfile", *image.files):
         shutil.copy2(IMAGES_DIR / image.name / name, context / name)
     shutil.copy2(wheel, context / "dist" / wheel.name)
-    (context / "requirements.txt").write_text("\n".join(requirements(image.packages)) + "\n")
+    (context / "requirements.txt").write_text("\n".join(image.requirements) + "\n")
     download_wheels(context / "requirements.txt", context / "wheels", image.wheels_from_sources)
     if image.connector_jars:
-        from sluice.testbed.common import ProvisionError
-        from sluice.testbed.spark import spark_kafka_jars
+        from sluice.pipelines.local.provision import ProvisionError
+        from sluice.pipelines.local.spark import spark_kafka_jars
 
         (context / "jars").mkdir()
         try:

@@ -887,7 +887,7 @@ def test_build_context_has_everything_the_dockerfile_copies(contexts: dict[str, 
 
 
 def test_build_contexts_pin_dependencies_and_bring_the_connector(contexts: dict[str, Path]) -> None:
-    from sluice.testbed.spark import spark_kafka_jars
+    from sluice.pipelines.local.spark import spark_kafka_jars
 
     operator = (contexts["operator"] / "requirements.txt").read_text().split()
     spark = (contexts["spark"] / "requirements.txt").read_text().split()
@@ -902,12 +902,13 @@ def test_build_contexts_pin_dependencies_and_bring_the_connector(contexts: dict[
                                                           "sluice.operator.topics, sluice.operator.admission"),
                                              ("spark", "import sluice.pipelines.runner")])
 def test_image_requirements_are_enough_to_import_its_code(name: str, entry: str) -> None:
-    """Every pyproject dependency the image leaves out (pyspark: the Spark image's own) is unimportable."""
+    """Every package pyproject.toml names that the image leaves out (pyspark: the Spark image's own) is
+    unimportable."""
     from importlib.metadata import packages_distributions
 
     build = image_builder()
     keep = {build._normalise(p) for p in build.IMAGES[name].packages} | ({"pyspark"} if name == "spark" else set())
-    declared = {build._normalise(re.split(r"[=<>!~ ]", r, maxsplit=1)[0]) for r in build._project()["dependencies"]}
+    declared = build.declared_packages()
     left_out = [module for module, dists in packages_distributions().items()
                 if not module.startswith("_") and {build._normalise(d) for d in dists} & (declared - keep)]
     code = f"import sys\nfor m in {left_out!r}: sys.modules[m] = None\n{entry}\n"

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, pid_alive
 from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target, kubectl_runner
 from sluice.testbed.helm import helm_binary
-from sluice.testbed.kafka import KafkaCluster
 from sluice.testbed.kube import ControlPlane, kubernetes_binaries
 from sluice.testbed.local_images import SPARK_OPERATOR_REPOSITORY, build_local_images
 from sluice.testbed.node import NODE_ADDRESS, Node

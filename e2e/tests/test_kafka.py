@@ -6,9 +6,9 @@ import hashlib
 
 import pytest
 
-from sluice.testbed import kafka as kafka_mod
+from sluice.pipelines.local import kafka as kafka_mod
+from sluice.pipelines.local.kafka_io import consume_all, create_topic, end_offsets, produce
 from sluice.testbed.common import ProvisionError
-from sluice.testbed.kafka_io import consume_all, create_topic, end_offsets, produce
 
 pytestmark = pytest.mark.kafka
 

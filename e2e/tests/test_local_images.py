@@ -1,6 +1,9 @@
-"""Pure parts of the local image pipeline (the builds themselves run in make e2e-local)."""
+"""Pure parts of the local image pipeline and of images/build.py (the builds themselves run in make e2e-local)."""
 
 from __future__ import annotations
+
+import re
+from dataclasses import replace
 
 import pytest
 
@@ -26,3 +29,24 @@ def test_the_stand_in_base_comes_first_and_the_release_images_build_on_it() -> N
     assert build.IMAGES["base"].tag == "sluice.local/spark:4.2.0-python3"  # what images/spark-operator names
     assert f"ARG BASE_IMAGE={build.IMAGES['base'].tag}" in (build.IMAGES_DIR / "spark-operator" / "Dockerfile"
                                                            ).read_text()
+
+
+def test_each_image_takes_its_packages_from_pyproject_extras() -> None:
+    build = image_builder()
+    project = build._project()
+    dependencies, extras = project["dependencies"], project["optional-dependencies"]
+
+    assert build.IMAGES["operator"].requirements == [*dependencies, *extras["operator"]]
+    assert build.IMAGES["spark"].requirements == dependencies  # the runner extra's pyspark is the base image's
+    assert build.IMAGES["base"].requirements == extras["runner"]
+
+
+@pytest.mark.parametrize(("change", "says"), [({"extra": "nope"}, "no extra 'nope'"),
+                                              ({"extra": "cli"}, "names sluice[runner]"),
+                                              ({"provided": ("kopf",)}, "kopf not among")])
+def test_an_image_whose_extra_does_not_fit_fails_with_one_line(change: dict, says: str) -> None:
+    build = image_builder()
+    image = replace(build.IMAGES["spark"], **change)
+
+    with pytest.raises(build.BuildError, match=re.escape(says)):
+        _ = image.requirements

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from sluice.testbed.maven import artifact_name, render_pom
+from sluice.pipelines.local.maven import artifact_name, render_pom
 
 
 @pytest.mark.parametrize(("jar", "artifact"), [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.testbed.kafka_io import produce
+from sluice.pipelines.local.kafka_io import produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -36,8 +36,8 @@ def test_connector_jars_do_not_duplicate_pyspark(spark_session):
 
     import pyspark
 
-    from sluice.testbed.maven import artifact_name
-    from sluice.testbed.spark import spark_kafka_jars
+    from sluice.pipelines.local.maven import artifact_name
+    from sluice.pipelines.local.spark import spark_kafka_jars
 
     ours = {artifact_name(j.name) for j in spark_kafka_jars()}
     theirs = {artifact_name(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}

@@ -11,7 +11,7 @@ from cluster_helpers import example, wait_for
 
 from sluice.operator import children
 from sluice.pipelines.contract import RUNNER_CONFIG_FILE, RunnerConfig
-from sluice.testbed.kafka_io import create_topic
+from sluice.pipelines.local.kafka_io import create_topic
 
 pytestmark = [pytest.mark.kube, pytest.mark.kafka]
 

@@ -18,12 +18,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from sluice.pipelines.local.kafka_io import create_topic
 from sluice.pipelines.metrics import parse_spark_time
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import duration_ms
 from sluice.pipelines.validation import document_from, load_documents
 from sluice.testbed.common import REPO_ROOT
-from sluice.testbed.kafka_io import create_topic
 
 EXAMPLE = REPO_ROOT / "pipelines" / "examples" / "frequency-count.yaml"
 

@@ -70,9 +70,9 @@ from bench_workload import (
 )
 from rich.console import Console
 
+from sluice.pipelines.local.kafka import KAFKA
 from sluice.pipelines.metrics import parse_spark_time
 from sluice.testbed.common import REPO_ROOT
-from sluice.testbed.versions import KAFKA
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(6 * 3600)]
 

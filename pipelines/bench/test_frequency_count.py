@@ -74,8 +74,8 @@ from bench_workload import (
 )
 from rich.console import Console
 
+from sluice.pipelines.local.kafka import KAFKA
 from sluice.testbed.common import REPO_ROOT
-from sluice.testbed.versions import KAFKA
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(6 * 3600)]
 

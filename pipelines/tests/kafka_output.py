@@ -12,7 +12,7 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from sluice.testbed.kafka_io import ConsumedRecord
+from sluice.pipelines.local.kafka_io import ConsumedRecord
 
 
 def read_committed(bootstrap: str, topic: str, timeout_s: float = 120.0,

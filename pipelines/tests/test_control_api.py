@@ -21,10 +21,10 @@ from sluice.pipelines.contract import DriverStatus, ExecutorsRequest, RunnerConf
 from sluice.pipelines.control.auth import NO_TOKEN, ControlToken, bearer_token
 from sluice.pipelines.control.errors import ApiFailure
 from sluice.pipelines.control.server import ControlServer, parse_request
+from sluice.pipelines.local.kafka_io import produce
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import free_port, wait_for
-from sluice.testbed.kafka_io import produce
 
 LOCAL_MODE = "executor scaling needs a cluster manager (this driver runs Spark in local mode)"
 

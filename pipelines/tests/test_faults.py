@@ -43,11 +43,11 @@ from confluent_kafka import Producer
 from helpers import epoch_ms, iso
 from kafka_output import read_committed
 
+from sluice.pipelines.local.kafka import KafkaCluster
+from sluice.pipelines.local.kafka_io import create_topic
+from sluice.pipelines.local.spark import spark_kafka_jars
 from sluice.pipelines.sinks.kafka_eos import Marker
 from sluice.testbed.common import REPO_ROOT, stop_process_group, tail
-from sluice.testbed.kafka import KafkaCluster
-from sluice.testbed.kafka_io import create_topic
-from sluice.testbed.spark import spark_kafka_jars
 from sluice.testbed.spark_standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -16,10 +16,10 @@ from test_control_api import call, driver_status
 
 from sluice.pipelines.contract import DriverStatus, QueryStep, RunnerConfig, SwapRequest
 from sluice.pipelines.control.server import ControlServer
+from sluice.pipelines.local.kafka_io import consume_all, produce
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import free_port, wait_for
-from sluice.testbed.kafka_io import consume_all, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 TOKEN = "s3cret"

@@ -22,10 +22,10 @@ import pytest
 from helpers import load_example
 
 from sluice.pipelines.contract import DriverStatus, ExecutorsResponse, RunnerConfig
+from sluice.pipelines.local.kafka_io import produce
+from sluice.pipelines.local.spark import spark_kafka_jars
 from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import free_port, tail, wait_for
-from sluice.testbed.kafka_io import produce
-from sluice.testbed.spark import spark_kafka_jars
 from sluice.testbed.spark_standalone import StandaloneCluster
 
 TOKEN = "s3cret"

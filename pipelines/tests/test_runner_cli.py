@@ -17,11 +17,11 @@ from helpers import EXAMPLES, load_example, load_manifest
 from kafka_output import read_committed
 
 from sluice.pipelines.contract import RunnerConfig
+from sluice.pipelines.local.kafka_io import produce
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import PipelineSpec
 from sluice.pipelines.validation import PipelineInvalid
 from sluice.testbed.common import free_port
-from sluice.testbed.kafka_io import produce
 
 
 def _wordcount_manifest(tmp_path: Path, new_topic) -> tuple[Path, dict[str, str]]:

@@ -17,6 +17,7 @@ from kafka_output import kafka_partition, read_committed
 from pydantic import ValidationError
 from pyspark.sql import DataFrame, SparkSession
 
+from sluice.pipelines.local.kafka_io import ConsumedRecord, produce
 from sluice.pipelines.sinks import SinkContext
 from sluice.pipelines.sinks.kafka_eos import (
     COMMIT_HEADER,
@@ -28,7 +29,6 @@ from sluice.pipelines.sinks.kafka_eos import (
     with_kafka_partition,
 )
 from sluice.pipelines.spec import ToKafka
-from sluice.testbed.kafka_io import ConsumedRecord, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

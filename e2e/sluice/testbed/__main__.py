@@ -1,4 +1,5 @@
-"""`python -m sluice.testbed …`: the make targets' entry point for the real local components."""
+"""`python -m sluice.testbed …`: the make targets' entry point for the local cluster, images and prefetch (the
+developer Kafka broker's is the product's: python -m sluice.pipelines.local kafka)."""
 
 from __future__ import annotations
 
@@ -6,26 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import REPO_ROOT, ProvisionError
+from sluice.pipelines.local.provision import run_command
 
-LOCAL_KAFKA_DIR = REPO_ROOT / ".local-kafka"
-
-
-def kafka_command(args: argparse.Namespace) -> int:
-    from . import kafka
-
-    state_dir = Path(args.state_dir)
-    if args.action == "up":
-        bootstrap = kafka.local_up(state_dir, size=args.brokers, host=args.host)
-        print(f"Kafka {kafka.KAFKA} (KRaft, {args.brokers} node(s)) is up. bootstrap: {bootstrap}")
-        print(f"stop it with: make local-kafka-down   (logs in {state_dir})")
-    elif args.action == "down":
-        print("Kafka stopped" if kafka.local_down(state_dir) else "no local Kafka was running")
-    else:
-        bootstrap = kafka.local_bootstrap(state_dir)
-        print(f"running, bootstrap: {bootstrap}" if bootstrap else "not running")
-        return 0 if bootstrap else 1
-    return 0
+from .common import REPO_ROOT
 
 
 def cluster_command(args: argparse.Namespace) -> int:
@@ -68,12 +52,13 @@ def install_crds(state_dir: Path) -> None:
 
 def prefetch_command(args: argparse.Namespace) -> int:
     """Fetch and build every real component the tests use, so test time is test time."""
+    from sluice.pipelines.local.kafka import java_binary, kafka_jars
+    from sluice.pipelines.local.spark import spark_kafka_jars
+
     from .external_crds import prefetch_external_crds
-    from .kafka import java_binary, kafka_jars
     from .kube import prefetch_kubernetes
     from .kube_score import kube_score_binary
     from .node import prefetch_node
-    from .spark import spark_kafka_jars
     from .spark_operator import spark_operator_binary
 
     java_binary()
@@ -92,23 +77,9 @@ def prefetch_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def demo_command(args: argparse.Namespace) -> int:
-    from sluice.pipelines.demo import main as demo_main
-
-    return demo_main(args.rest)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sluice.testbed")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    kafka_parser = sub.add_parser("kafka", help="local KRaft broker")
-    kafka_parser.add_argument("action", choices=["up", "down", "status"])
-    kafka_parser.add_argument("--brokers", type=int, choices=[1, 3], default=1)
-    kafka_parser.add_argument("--state-dir", default=str(LOCAL_KAFKA_DIR))
-    kafka_parser.add_argument("--host", default="127.0.0.1",
-                              help="address clients reach the broker on (the local cluster's pods: 10.245.0.1)")
-    kafka_parser.set_defaults(func=kafka_command)
 
     cluster_parser = sub.add_parser("cluster", help="local single-node Kubernetes cluster (needs root)")
     cluster_parser.add_argument("action", choices=["up", "down", "status"])
@@ -122,18 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     prefetch_parser.add_argument("--skip-kubernetes", action="store_true")
     prefetch_parser.set_defaults(func=prefetch_command)
 
-    demo_parser = sub.add_parser("demo", help="run the main job on embedded defaults")
-    demo_parser.add_argument("rest", nargs=argparse.REMAINDER)
-    demo_parser.set_defaults(func=demo_command)
-
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ProvisionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(parser, argv)
 
 
 if __name__ == "__main__":

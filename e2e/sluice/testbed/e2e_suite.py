@@ -247,7 +247,7 @@ class HostKafka:
             raise RuntimeError(f"records to {topic} not delivered within 30 s")
 
     def consume(self, topic: str) -> list[str]:
-        from .kafka_io import consume_all
+        from sluice.pipelines.local.kafka_io import consume_all
 
         return [r.value.decode() for r in consume_all(self.bootstrap, topic) if r.value is not None]
 

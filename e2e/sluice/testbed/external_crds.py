@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sluice.pipelines.local.maven import fetch_jars
+
 from .common import ProvisionError, cache_dir, locked, run
 from .kube import KubectlError, fetch_go_module, go_binary, go_env
-from .maven import fetch_jars
 from .versions import SPARK_OPERATOR, STRIMZI
 
 SPARK_OPERATOR_MODULE = "github.com/kubeflow/spark-operator/v2"

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from .kafka import KafkaCluster
-from .kafka_io import create_topic
+from sluice.pipelines.local.kafka import KafkaCluster
+from sluice.pipelines.local.kafka_io import create_topic
 
 
 @pytest.fixture(scope="session")
@@ -46,9 +46,10 @@ def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Callable[
 @pytest.fixture(scope="session")
 def spark_session():
     """A local Spark session with the Kafka connector on the classpath (nothing fetched at query time)."""
+    from sluice.pipelines.local.spark import spark_kafka_jars
     from sluice.pipelines.session import local_session
 
-    session = local_session("sluice-tests", cores=2, shuffle_partitions=2)
+    session = local_session("sluice-tests", spark_kafka_jars(), cores=2, shuffle_partitions=2)
     try:
         yield session
     finally:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice.pipelines.local.kafka import java_binary
+
 from .common import ManagedProcess, free_ports, wait_until
-from .kafka import java_binary
 
 
 def spark_home() -> Path:

@@ -1,11 +1,9 @@
 """Pinned versions of every real component the test bed provisions.
 
 One place for each version: cache keys, Maven coordinates and Go module versions all derive from
-these. The Spark Kafka connector is not pinned here: it always matches the installed pyspark.
+these. Kafka's is the product's (sluice.pipelines.local.kafka: the demo broker); the Spark Kafka connector
+is not pinned: it always matches the installed pyspark.
 """
-
-KAFKA = "4.1.1"
-SCALA_BINARY = "2.13"
 
 KUBERNETES = "1.34.4"
 ETCD = "3.5.35"

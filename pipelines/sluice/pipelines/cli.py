@@ -76,14 +76,9 @@ def default_bootstrap(document: PipelineDocument, flag: str | None) -> str | Non
     """--bootstrap-servers, else the local broker (make local-kafka), else the manifest's."""
     if flag:
         return flag
-    try:
-        from sluice.testbed.__main__ import LOCAL_KAFKA_DIR
-        from sluice.testbed.kafka import local_bootstrap
+    from .local.kafka import LOCAL_KAFKA_DIR, local_bootstrap
 
-        local = local_bootstrap(LOCAL_KAFKA_DIR)
-    except ImportError:
-        local = None
-    return local
+    return local_bootstrap(LOCAL_KAFKA_DIR)
 
 
 def progress_table(run) -> Table:
@@ -104,6 +99,7 @@ def progress_table(run) -> Table:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .control.server import ControlServer
+    from .local.spark import spark_kafka_jars
     from .runtime import PipelineRun, config_from_document
     from .session import local_session
 
@@ -115,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (OSError, PipelineInvalid) as exc:
         print(f"error: {args.file}:\n{exc}", file=sys.stderr)
         return 2
-    spark = local_session(f"sluice-{config.app}", cores=args.cores)
+    spark = local_session(f"sluice-{config.app}", spark_kafka_jars(), cores=args.cores)
     run = PipelineRun(spark, config, pipeline_path=document.prefix)
     try:
         run.start()

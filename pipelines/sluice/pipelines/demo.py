@@ -18,10 +18,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sluice.testbed.__main__ import LOCAL_KAFKA_DIR
-from sluice.testbed.kafka import KafkaCluster, local_bootstrap
-from sluice.testbed.kafka_io import consume_all, create_topic, delete_topics, produce
-
+from .local.kafka import LOCAL_KAFKA_DIR, KafkaCluster, local_bootstrap
+from .local.kafka_io import consume_all, create_topic, delete_topics, produce
+from .local.spark import spark_kafka_jars
 from .runtime import PipelineRun
 from .session import local_session
 from .validation import PipelineDocument, load_documents
@@ -72,7 +71,7 @@ def run_demo(document: PipelineDocument, topics: dict[str, int], bootstrap: str,
 
     console.print(f"Kafka at {bootstrap}; producing {lines:,} lines (event times out of order by up to 1.5 s)")
     produce(bootstrap, source, [v for v, _ in on_time], timestamps_ms=[t for _, t in on_time])
-    spark = local_session("sluice-demo", cores=2, shuffle_partitions=4)
+    spark = local_session("sluice-demo", spark_kafka_jars(), cores=2, shuffle_partitions=4)
     run = PipelineRun.from_document(spark, document, checkpoint_root=str(scratch / "checkpoints"),
                                     bootstrap_servers=bootstrap)
     began = time.monotonic()

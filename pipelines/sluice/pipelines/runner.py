@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     from .session import build_session, local_session
 
     if args.master and args.master.startswith("local"):
-        spark = local_session(f"sluice-{config.app}", cores=args.master[6:-1] or "*")
+        from .local.spark import spark_kafka_jars
+
+        spark = local_session(f"sluice-{config.app}", spark_kafka_jars(), cores=args.master[6:-1] or "*")
     else:
         spark = build_session(f"sluice-{config.app}", {}, master=args.master)
     run = PipelineRun(spark, config, pipeline_path=pipeline_path)

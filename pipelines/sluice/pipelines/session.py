@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -31,13 +32,12 @@ def build_session(app_name: str, conf: Mapping[str, str], master: str | None = N
     return session
 
 
-def local_session(app_name: str, *, cores: int | str = "*", shuffle_partitions: int = 4,
+def local_session(app_name: str, jars: Sequence[Path], *, cores: int | str = "*", shuffle_partitions: int = 4,
                   conf: Mapping[str, str] | None = None) -> SparkSession:
-    """Spark in this process (local mode) with the Kafka connector jars from the sluice cache."""
-    from sluice.testbed.spark import spark_kafka_jars
-
+    """Spark in this process (local mode) with `jars` on its classpath: the Kafka connector's, from
+    sluice.pipelines.local.spark.spark_kafka_jars()."""
     local_conf = {
-        "spark.jars": ",".join(str(jar) for jar in spark_kafka_jars()),
+        "spark.jars": ",".join(str(jar) for jar in jars),
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.ui.enabled": "false",
         "spark.driver.memory": "2g",

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from .common import ProvisionError, locked, require_tool, run
+from .provision import ProvisionError, locked, require_tool, run
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import cache_dir
 from .maven import artifact_name, fetch_jars
+from .provision import cache_dir
 
 SCALA_BINARY = "2.13"  # every pyspark 4.x is built for Scala 2.13
 

@@ -1,4 +1,8 @@
-"""A real Apache Kafka (KRaft) from Maven Central jars: one node by default, three for fault tests."""
+"""A real Apache Kafka (KRaft) from Maven Central jars: one node by default, three for fault tests.
+
+The developer broker (`make local-kafka`, in LOCAL_KAFKA_DIR) that `sluice run` and `make demo` use when it
+is up; the demo starts a throwaway one otherwise. The test bed starts its brokers with it too.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import (
+from .maven import fetch_jars
+from .provision import (
     ManagedProcess,
     ProvisionError,
     cache_dir,
@@ -25,13 +30,15 @@ from .common import (
     stop_process_group,
     wait_until,
 )
-from .maven import fetch_jars
-from .versions import KAFKA, SCALA_BINARY
 
+KAFKA = "4.1.1"
+SCALA_BINARY = "2.13"
 LOG4J = "2.24.3"
 MIN_JAVA = 17
 LOCAL_PORT = 9092
 LOCAL_CONTROLLER_PORT = 9093
+# The developer broker's state (pids, bootstrap, logs), in the checkout: make local-kafka / local-kafka-down.
+LOCAL_KAFKA_DIR = Path(__file__).resolve().parents[4] / ".local-kafka"
 
 _LOG4J2_CONFIG = """status = warn
 appender.out.type = Console
