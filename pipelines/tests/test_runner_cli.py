@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,9 +91,26 @@ def test_runner_serves_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, new
             proc.wait()
 
 
-def _sluice(*args: str) -> subprocess.CompletedProcess[str]:
+def _sluice(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sluice.pipelines.cli", *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=cwd)
+
+
+# A log4j line ("26/11/23 00:44:36 INFO SparkContext: ..."), the JVM's start-up note, a console progress bar.
+SPARK_NOISE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR)|WARNING: Using incubator|\[Stage \d|"
+                         r"Setting default log level")
+
+
+def assert_quiet_with_spark_log(result: subprocess.CompletedProcess[str], cwd: Path, app: str) -> Path:
+    """The terminal shows no Spark output; the log file it names (once) has Spark's lines."""
+    terminal = result.stdout + result.stderr
+    assert not SPARK_NOISE.search(terminal), terminal[-3000:]
+    named = re.findall(r"Spark's log: (\S+)", terminal)
+    assert len(named) == 1, terminal[-3000:]
+    log_file = cwd / named[0]
+    assert re.fullmatch(rf"\.sluice/logs/{app}-\d{{8}}-\d{{6}}\.log", named[0]) and log_file.is_file()
+    assert "INFO SparkContext: Running Spark version" in log_file.read_text()
+    return log_file
 
 
 def test_validate_cli_accepts_every_example():
@@ -164,9 +182,10 @@ def test_validate_cli_parses_sql_with_spark(tmp_path):
     manifest["spec"]["pipeline"]["nodes"][2]["filter"] = "word != '' AND ("
     path = tmp_path / "sql.yaml"
     path.write_text(yaml.safe_dump(manifest))
-    result = _sluice("validate", str(path))
+    result = _sluice("validate", str(path), cwd=tmp_path)
     assert result.returncode == 1
     assert "spec.pipeline.nodes[2].filter: bad SQL expression" in result.stdout
+    assert_quiet_with_spark_log(result, tmp_path, "sluice-validate")
 
 
 def test_validate_cli_reports_unreadable_yaml(tmp_path):
@@ -183,11 +202,11 @@ def test_sluice_run_until_caught_up(kafka_bootstrap, new_topic, tmp_path):
     manifest, topics = _wordcount_manifest(tmp_path, new_topic)
     base = (int(time.time()) - 3600) * 1000
     produce(kafka_bootstrap, topics["lines"], [b"x y", b"y", b"z"], timestamps_ms=[base, base + 10, base + 60_000])
-    result = subprocess.run([sys.executable, "-m", "sluice.pipelines.cli", "run", str(manifest), "--bootstrap-servers",
-                             kafka_bootstrap, "--checkpoint-dir", str(tmp_path / "chk"), "--cores", "2",
-                             "--until-caught-up"], capture_output=True, text=True, timeout=300)
+    result = _sluice("run", str(manifest), "--bootstrap-servers", kafka_bootstrap, "--checkpoint-dir",
+                     str(tmp_path / "chk"), "--cores", "2", "--until-caught-up", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "sluice run: wordcount" in result.stderr  # the live view
+    assert_quiet_with_spark_log(result, tmp_path, "sluice-wordcount")
     counts = {(r["word"], r["count"]) for r in (json.loads(m.value) for m in
                                                 read_committed(kafka_bootstrap, topics["counts"]))}
     assert counts == {("x", 1), ("y", 2)}

@@ -25,6 +25,15 @@ def _spark_available() -> bool:
     return shutil.which("java") is not None
 
 
+def _spark_log(app_name: str) -> Path:
+    """The file Spark logs to in this run (the terminal shows sluice's output only), named once."""
+    from .session import spark_log_file
+
+    path = spark_log_file(app_name)
+    console.print(f"[dim]Spark's log: {path}[/]")
+    return path
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     sql, ddl = static_sql_parser, static_ddl_parser
     spark = None
@@ -32,7 +41,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from .runtime import spark_ddl_parser, spark_sql_parser
         from .session import build_session
 
-        spark = build_session("sluice-validate", {"spark.ui.enabled": "false"}, master="local[1]")
+        spark = build_session("sluice-validate", {"spark.ui.enabled": "false"}, master="local[1]",
+                              log_file=_spark_log("sluice-validate"))
         sql, ddl = strictest(spark_sql_parser(spark), spark_ddl_parser(spark))
     elif args.spark:
         console.print("[yellow]note:[/] no Java found: SQL is checked without Spark, and again when the app starts")
@@ -111,7 +121,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (OSError, PipelineInvalid) as exc:
         print(f"error: {args.file}:\n{exc}", file=sys.stderr)
         return 2
-    spark = local_session(f"sluice-{config.app}", spark_kafka_jars(), cores=args.cores)
+    spark = local_session(f"sluice-{config.app}", spark_kafka_jars(), cores=args.cores,
+                          log_file=_spark_log(f"sluice-{config.app}"))
     run = PipelineRun(spark, config, pipeline_path=document.prefix)
     try:
         run.start()

@@ -22,7 +22,7 @@ from .local.kafka import LOCAL_KAFKA_DIR, KafkaCluster, local_bootstrap
 from .local.kafka_io import consume_all, create_topic, delete_topics, produce
 from .local.spark import spark_kafka_jars
 from .runtime import PipelineRun
-from .session import local_session
+from .session import local_session, spark_log_file
 from .validation import PipelineDocument, load_documents
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
@@ -71,7 +71,9 @@ def run_demo(document: PipelineDocument, topics: dict[str, int], bootstrap: str,
 
     console.print(f"Kafka at {bootstrap}; producing {lines:,} lines (event times out of order by up to 1.5 s)")
     produce(bootstrap, source, [v for v, _ in on_time], timestamps_ms=[t for _, t in on_time])
-    spark = local_session("sluice-demo", spark_kafka_jars(), cores=2, shuffle_partitions=4)
+    log_file = spark_log_file("sluice-demo")
+    console.print(f"[dim]Spark's log: {log_file}[/]")
+    spark = local_session("sluice-demo", spark_kafka_jars(), cores=2, shuffle_partitions=4, log_file=log_file)
     run = PipelineRun.from_document(spark, document, checkpoint_root=str(scratch / "checkpoints"),
                                     bootstrap_servers=bootstrap)
     began = time.monotonic()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -18,24 +20,77 @@ BASE_CONF: dict[str, str] = {
 }
 
 
-def build_session(app_name: str, conf: Mapping[str, str], master: str | None = None) -> SparkSession:
+# Where the local CLI and the demo send Spark's log4j2 output and the JVM's stderr (the runner keeps stdout).
+LOG_DIR = Path(".sluice/logs")
+_LOG4J2 = """\
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def spark_log_file(app_name: str, log_dir: Path = LOG_DIR) -> Path:
+    """A fresh log file for one local run: <log_dir>/<app>-<UTC timestamp>.log."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return log_dir / f"{app_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.log"
+
+
+def _quiet_conf(log_file: Path, conf: Mapping[str, str]) -> dict[str, str]:
+    """Settings that send log4j2 to `log_file` (its configuration is written next to it) and turn the console
+    progress bar off; they take effect only if the driver JVM starts with the session (local mode)."""
+    properties = log_file.resolve().with_suffix(".log4j2.properties")
+    properties.write_text(_LOG4J2.format(path=log_file.resolve()))
+    java_options = " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"),
+                                          f"-Dlog4j2.configurationFile={properties}"]))
+    return {"spark.ui.showConsoleProgress": "false", "spark.driver.extraJavaOptions": java_options}
+
+
+@contextmanager
+def _stderr_to(log_file: Path) -> Iterator[None]:
+    """File descriptor 2 points at `log_file` meanwhile: the JVM started meanwhile (and its Python workers)
+    keep writing their stderr there; this process gets its terminal back."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log_file, "ab") as sink:
+        os.dup2(sink.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def build_session(app_name: str, conf: Mapping[str, str], master: str | None = None,
+                  log_file: Path | None = None) -> SparkSession:
+    """With `log_file`, Spark's log lines and the JVM's stderr go there instead of the terminal."""
     # Python workers (executor-side code such as the exactly-once Kafka writer) run this interpreter, the one
     # with sluice installed, unless the environment names another; PySpark's default is any `python3`.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    for key, value in {**BASE_CONF, **conf}.items():
+    conf = {**BASE_CONF, **conf}
+    if log_file is not None:
+        conf |= _quiet_conf(log_file, conf)
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    if log_file is None:
+        session = builder.getOrCreate()
+    else:
+        with _stderr_to(log_file):
+            session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
 
 
 def local_session(app_name: str, jars: Sequence[Path], *, cores: int | str = "*", shuffle_partitions: int = 4,
-                  conf: Mapping[str, str] | None = None) -> SparkSession:
+                  conf: Mapping[str, str] | None = None, log_file: Path | None = None) -> SparkSession:
     """Spark in this process (local mode) with `jars` on its classpath: the Kafka connector's, from
-    sluice.pipelines.local.spark.spark_kafka_jars()."""
+    sluice.pipelines.local.spark.spark_kafka_jars(). `log_file`: see build_session."""
     local_conf = {
         "spark.jars": ",".join(str(jar) for jar in jars),
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
@@ -43,4 +98,4 @@ def local_session(app_name: str, jars: Sequence[Path], *, cores: int | str = "*"
         "spark.driver.memory": "2g",
         **(conf or {}),
     }
-    return build_session(app_name, local_conf, master=f"local[{cores}]")
+    return build_session(app_name, local_conf, master=f"local[{cores}]", log_file=log_file)
