@@ -96,9 +96,10 @@ def _sluice(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
                           timeout=300, cwd=cwd)
 
 
-# A log4j line ("26/11/23 00:44:36 INFO SparkContext: ..."), the JVM's start-up note, a console progress bar.
+# A log4j line ("26/11/23 00:44:36 INFO SparkContext: ..."), the JVM's start-up note, a console progress bar,
+# a librdkafka log line ("%3|1795394669.768|FAIL|rdkafka#producer-4| ...").
 SPARK_NOISE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR)|WARNING: Using incubator|\[Stage \d|"
-                         r"Setting default log level")
+                         r"Setting default log level|rdkafka#")
 
 
 def assert_quiet_with_spark_log(result: subprocess.CompletedProcess[str], cwd: Path, app: str) -> Path:
@@ -111,6 +112,18 @@ def assert_quiet_with_spark_log(result: subprocess.CompletedProcess[str], cwd: P
     assert re.fullmatch(rf"\.sluice/logs/{app}-\d{{8}}-\d{{6}}\.log", named[0]) and log_file.is_file()
     assert "INFO SparkContext: Running Spark version" in log_file.read_text()
     return log_file
+
+
+@pytest.mark.kafka
+def test_the_demos_kafka_clients_print_nothing(kafka_bootstrap):
+    """The local helpers the demo uses (topics made and deleted, records produced and read) leave librdkafka's
+    log lines out of the terminal."""
+    script = (f"from sluice.pipelines.local.kafka_io import *\n"
+              f"b, t = {kafka_bootstrap!r}, 'quiet-{time.time_ns()}'\n"
+              "create_topic(b, t); produce(b, t, [b'x']); consume_all(b, t); end_offsets(b, t); delete_topics(b, [t])")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not SPARK_NOISE.search(result.stdout + result.stderr), result.stderr
 
 
 def test_validate_cli_accepts_every_example():

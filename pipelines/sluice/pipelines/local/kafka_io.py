@@ -12,6 +12,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 Record = tuple[bytes | None, bytes | None]
 
 
+def _config(bootstrap: str, **settings: object) -> dict[str, object]:
+    """A client's settings; librdkafka's own log says errors only (its info lines, such as the queue purged when
+    a client goes, would land in the demo's terminal): failures reach the caller as exceptions."""
+    return {"bootstrap.servers": bootstrap, "log_level": 3, **settings}
+
+
 class ConsumedRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
@@ -23,7 +29,7 @@ class ConsumedRecord(NamedTuple):
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replicas: int = 1,
                  config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_config(bootstrap))
     futures = admin.create_topics([NewTopic(name, partitions, replicas, config=config or {})])
     for future in futures.values():
         try:
@@ -35,7 +41,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replicas: int =
 
 def delete_topics(bootstrap: str, names: list[str]) -> None:
     """Delete topics that exist (others are ignored) and wait until they are gone."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_config(bootstrap))
     existing = [n for n in names if n in admin.list_topics(timeout=10).topics]
     for future in admin.delete_topics(existing).values() if existing else []:
         future.result(timeout=30)
@@ -49,8 +55,8 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
 def produce(bootstrap: str, topic: str, records: Iterable[Record | bytes], *,
             timestamps_ms: Iterable[int] | None = None, partition: int | None = None) -> int:
     """Produce records (value or (key, value)) and flush; returns how many were delivered."""
-    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "linger.ms": 20, "batch.size": 1 << 20,
-                         "compression.type": "lz4", "enable.idempotence": True})
+    producer = Producer(_config(bootstrap, **{"linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4",
+                                            "enable.idempotence": True}))
     errors: list[str] = []
 
     def on_delivery(err, _msg) -> None:
@@ -80,8 +86,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[Record | bytes], *,
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-offsets",
-                         "enable.auto.commit": False})
+    consumer = Consumer(_config(bootstrap, **{"group.id": "sluice-offsets", "enable.auto.commit": False}))
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
@@ -97,9 +102,9 @@ def consume_all(bootstrap: str, topic: str, *, expected: int | None = None,
     (waiting up to timeout_s for them)."""
     # The end of a partition comes as an event: an exactly-once writer's last offset is a transaction marker,
     # which no consumer is given, so the last record's offset + 1 stays short of the end offset.
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sluice-read-{time.time_ns()}",
-                         "enable.auto.commit": False, "fetch.max.bytes": 52428800,
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer = Consumer(_config(bootstrap, **{"group.id": f"sluice-read-{time.time_ns()}", "enable.auto.commit": False,
+                                            "fetch.max.bytes": 52428800, "isolation.level": "read_committed",
+                                            "enable.partition.eof": True}))
     out: list[ConsumedRecord] = []
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
