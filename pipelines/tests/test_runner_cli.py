@@ -19,7 +19,7 @@ from kafka_output import read_committed
 
 from sluice.pipelines.contract import RunnerConfig
 from sluice.pipelines.local.kafka_io import produce
-from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.runtime import PipelineRun, error_summary
 from sluice.pipelines.spec import PipelineSpec
 from sluice.pipelines.validation import PipelineInvalid
 from sluice.testbed.common import free_port
@@ -225,6 +225,21 @@ def test_sluice_run_until_caught_up(kafka_bootstrap, new_topic, tmp_path):
     assert counts == {("x", 1), ("y", 2)}
 
 
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_sluice_run_names_the_node_of_a_failing_query(kafka_bootstrap, new_topic, tmp_path):
+    manifest, topics = _wordcount_manifest(tmp_path, new_topic)
+    app = yaml.safe_load(manifest.read_text())
+    app["spec"]["pipeline"]["nodes"][2]["filter"] = "word != '' AND raise_error(concat('bad word ', word)) IS NULL"
+    manifest.write_text(yaml.safe_dump(app))
+    produce(kafka_bootstrap, topics["lines"], [b"x"], timestamps_ms=[(int(time.time()) - 3600) * 1000])
+    result = _sluice("run", str(manifest), "--bootstrap-servers", kafka_bootstrap, "--checkpoint-dir",
+                     str(tmp_path / "chk"), "--cores", "2", "--until-caught-up", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.search(r"query failed: spec\.pipeline\.nodes\[4\] \(out\): .*bad word x", result.stderr), \
+        result.stderr[-3000:]
+
+
 # ------------------------------------------------------------------------------ RunnerConfig
 
 def _runner_config(**changes) -> dict:
@@ -233,6 +248,20 @@ def _runner_config(**changes) -> dict:
                           pipeline=PipelineSpec.model_validate(load_manifest("wordcount")["spec"]["pipeline"]),
                           controlPort=0)
     return {**json.loads(config.model_dump_json(by_alias=True, exclude_none=True)), **changes}
+
+
+def test_a_query_is_named_by_the_path_of_its_sink():
+    run = PipelineRun(None, RunnerConfig.model_validate(_runner_config()))  # type: ignore[arg-type]
+    assert run.query_path("out") == "pipeline.nodes[4]"
+    assert run.query_path("lines-dead-letters") == "pipeline.deadLetter"
+
+
+def test_an_error_raised_in_a_python_sink_is_told_by_its_exception():
+    wrapped = ("An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+               '  File "sink.py", line 3, in write\n'
+               "pyspark.errors.exceptions.captured.SparkRuntimeException: [USER_RAISED_EXCEPTION] bad SQLSTATE: P0001")
+    assert error_summary(wrapped) == "SparkRuntimeException: [USER_RAISED_EXCEPTION] bad SQLSTATE: P0001"
+    assert error_summary("[UNRESOLVED_COLUMN] wrd\nmore") == "[UNRESOLVED_COLUMN] wrd"
 
 
 def _runner(*args: str) -> subprocess.CompletedProcess[str]:

@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             server.stop()
         spark.stop()
     for state in failed:
-        console.print(f"[red]query {state.name} failed:[/] {state.error}")
+        console.print(f"[red]query failed:[/] {state.failure()}", highlight=False, soft_wrap=True)
     return code
 
 

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if server:
         server.stop()
     for state in run.failed():
-        log.error("query %s failed: %s", state.name, state.error)
+        log.error("query failed: %s", state.failure())
     return code
 
 

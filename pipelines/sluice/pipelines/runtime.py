@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -86,6 +87,20 @@ class QueryState:
     active: bool
     error: str | None
     progress: dict[str, Any] | None
+    path: str = ""  # where the query's sink sits in the pipeline's file: pipeline.nodes[4], pipeline.deadLetter
+
+    def failure(self) -> str:
+        return f"{self.path} ({self.name}): {self.error}"
+
+
+_RAISED = re.compile(r"^(?:\w+\.)*(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def error_summary(error: str) -> str:
+    """A query's error in one line: its first, or for an error raised in a Python sink (Spark wraps its
+    traceback: "An exception was raised by the Python Proxy..."), the exception the traceback ends with."""
+    raised = _RAISED.findall(error) if "Traceback (most recent call last)" in error else []
+    return ": ".join(raised[-1]) if raised else error.split("\n")[0]
 
 
 class SwapRefused(Exception):
@@ -237,9 +252,16 @@ class PipelineRun:
         out = []
         for query in self.queries:
             error = query.exception()
-            out.append(QueryState(query.name, query.isActive, str(error).split("\n")[0] if error else None,
-                                  query.lastProgress))
+            out.append(QueryState(query.name, query.isActive, error_summary(str(error)) if error else None,
+                                  query.lastProgress, self.query_path(query.name)))
         return out
+
+    def query_path(self, name: str) -> str:
+        """The sink node of a query (named after it), or the dead letter sink (`<source>-dead-letters`)."""
+        for index, node in enumerate(self.spec.nodes):
+            if node.name == name:
+                return join_path(self.pipeline_path, "nodes", index)
+        return join_path(self.pipeline_path, "deadLetter")
 
     def failed(self) -> list[QueryState]:
         return [s for s in self.states() if s.error]
@@ -285,7 +307,7 @@ class PipelineRun:
     def raise_if_failed(self) -> None:
         failed = self.failed()
         if failed:
-            raise RuntimeError("; ".join(f"query {s.name} failed: {s.error}" for s in failed))
+            raise RuntimeError("; ".join(f"query failed: {s.failure()}" for s in failed))
 
     def await_termination(self, poll: float = 1.0) -> int:
         """Block until stop() is called or every query ends; non-zero when a query failed."""
