@@ -196,8 +196,9 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         return len(metadata.partitions)
 
     def _new_admin(self) -> AdminClient:
-        """A client for one question: one kept beside a stopped query would reconnect to Kafka forever."""
-        return AdminClient({**self.client_config, "allow.auto.create.topics": False})
+        """A client for one question: one kept beside a stopped query would reconnect to Kafka forever. It logs
+        errors only: its info line when it goes (a purged queue) would land in `sluice run`'s terminal."""
+        return AdminClient({"log_level": 3, **self.client_config, "allow.auto.create.topics": False})
 
     def _transaction_timeout(self) -> int:
         """The option when set, else the default capped at the brokers' transaction.max.timeout.ms."""
