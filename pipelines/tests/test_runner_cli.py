@@ -92,8 +92,9 @@ def test_runner_serves_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, new
 
 
 def _sluice(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`sluice` in a terminal 200 columns wide (rich reads COLUMNS)."""
     return subprocess.run([sys.executable, "-m", "sluice.pipelines.cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+                          timeout=300, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
 
 
 # A log4j line ("26/11/23 00:44:36 INFO SparkContext: ..."), the JVM's start-up note, a console progress bar,
@@ -220,6 +221,13 @@ def test_sluice_run_until_caught_up(kafka_bootstrap, new_topic, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "sluice run: wordcount" in result.stderr  # the live view
     assert_quiet_with_spark_log(result, tmp_path, "sluice-wordcount")
+    header = next(line for line in result.stderr.splitlines() if "backlog" in line)
+    assert [cell.strip() for cell in header.split("┃")[1:-1]] == [
+        "query", "status", "in rows/s", "processed/s", "backlog", "batch ms", "watermark (UTC)", "state rows",
+        "dead letters"]
+    assert result.stderr.splitlines()[-3:] == [
+        f"read: {topics['lines']}: 3 records", "wrote: out (spec.pipeline.nodes[4]): records not counted by the sink",
+        "wrote: lines-dead-letters (spec.pipeline.deadLetter): 0 records"]
     counts = {(r["word"], r["count"]) for r in (json.loads(m.value) for m in
                                                 read_committed(kafka_bootstrap, topics["counts"]))}
     assert counts == {("x", 1), ("y", 2)}

@@ -91,20 +91,53 @@ def default_bootstrap(document: PipelineDocument, flag: str | None) -> str | Non
     return local_bootstrap(LOCAL_KAFKA_DIR)
 
 
+DEAD_LETTER_SUFFIX = "-dead-letters"  # a source's dead letter query is named <source>-dead-letters
+
+
+def dead_letters(run, query: str) -> int | None:
+    """Records a dead letter query wrote in this run (None for other queries)."""
+    if not query.endswith(DEAD_LETTER_SUFFIX):
+        return None
+    source = query.removesuffix(DEAD_LETTER_SUFFIX)
+    return int(run.metrics.registry.get_sample_value(
+        "sluice_dead_letter_records_total", {"app": run.metrics.app, "source": source}) or 0)
+
+
 def progress_table(run) -> Table:
     table = Table(title=f"sluice run: {run.config.app}", expand=False)
-    for column in ("query", "status", "input rows/s", "processed rows/s", "lag (records)", "batch ms",
-                   "batch", "state rows"):
+    for column in ("query", "status", "in rows/s", "processed/s", "backlog", "batch ms", "watermark (UTC)",
+                   "state rows", "dead letters"):
         table.add_column(column, justify="left" if column in ("query", "status") else "right")
     for state in run.states():
         progress = state.progress or {}
-        lag = sum(topic.backlog for topic in topic_backlogs([progress]))
+        backlog = sum(topic.backlog for topic in topic_backlogs([progress]))
         status = "[red]failed" if state.error else "[green]running" if state.active else "stopped"
+        watermark = (progress.get("eventTime") or {}).get("watermark", "-")
+        dead = dead_letters(run, state.name)
         table.add_row(state.name, status, f"{progress.get('inputRowsPerSecond', 0) or 0:,.0f}",
-                      f"{progress.get('processedRowsPerSecond', 0) or 0:,.0f}", f"{lag:,.0f}",
-                      str(progress.get("batchDuration", "-")), str(progress.get("batchId", "-")),
-                      f"{sum(op.get('numRowsTotal', 0) for op in progress.get('stateOperators', [])):,}")
+                      f"{progress.get('processedRowsPerSecond', 0) or 0:,.0f}", f"{backlog:,.0f}",
+                      str(progress.get("batchDuration", "-")), watermark[11:19] if "T" in watermark else watermark,
+                      f"{sum(op.get('numRowsTotal', 0) for op in progress.get('stateOperators', [])):,}",
+                      "-" if dead is None else f"{dead:,}")
     return table
+
+
+def run_summary(run) -> list[str]:
+    """What the run read (records by topic; a topic read by several queries counts once) and wrote (by sink)."""
+    records = run.metrics.queries()
+    read: dict[str, int] = {}
+    for record in records.values():
+        for topic, rows in record.source_rows.items():
+            read[topic] = max(read.get(topic, 0), rows)
+    lines = [f"read: {topic}: {rows:,} records" for topic, rows in sorted(read.items())] or ["read: nothing"]
+    for query in run.queries:
+        record = records.get(query.name)
+        written = dead_letters(run, query.name)
+        if written is None:
+            written = None if record is None else record.output_rows if record.batches else 0
+        count = "records not counted by the sink" if written is None else f"{written:,} records"
+        lines.append(f"wrote: {query.name} ({run.query_path(query.name)}): {count}")
+    return lines
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -158,6 +191,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if server:
             server.stop()
         spark.stop()
+    console.print()
+    for line in run_summary(run):
+        console.print(line, highlight=False, soft_wrap=True)
     for state in failed:
         console.print(f"[red]query failed:[/] {state.failure()}", highlight=False, soft_wrap=True)
     return code

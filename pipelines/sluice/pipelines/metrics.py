@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -27,10 +27,19 @@ class QueryRecord:
     batches: int = 0
     input_rows: int = 0
     busy_ms: int = 0
+    source_rows: Mapping[str, int] = field(default_factory=dict)  # by source label (the topic)
+    output_rows: int | None = 0  # None: the sink does not count (a foreachBatch sink says -1)
 
     def add(self, progress: dict[str, Any]) -> QueryRecord:
+        source_rows = dict(self.source_rows)
+        for source in progress.get("sources", []):
+            label = source_label(source.get("description", "?"))
+            source_rows[label] = source_rows.get(label, 0) + int(source.get("numInputRows") or 0)
+        written = (progress.get("sink") or {}).get("numOutputRows", -1)
+        output_rows = None if self.output_rows is None or written < 0 else self.output_rows + written
         return QueryRecord(progress, self.batches + 1, self.input_rows + int(progress.get("numInputRows") or 0),
-                           self.busy_ms + int((progress.get("durationMs") or {}).get("triggerExecution") or 0))
+                           self.busy_ms + int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
+                           source_rows, output_rows)
 
     def last_batch_end(self) -> float | None:
         """Epoch seconds the last completed batch ended (its trigger's start + its triggerExecution)."""
