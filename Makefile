@@ -36,8 +36,9 @@ test: $(STAMP) ## install what is needed and run the whole test suite
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff, and the import contracts in pyproject.toml (product code never imports the test bed)
+lint: $(STAMP) ## ruff (rules and format), and the import contracts in pyproject.toml (product code never imports the test bed)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 format: $(STAMP)

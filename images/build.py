@@ -69,15 +69,23 @@ class Image:
 
 
 IMAGES = {
-    image.name: image for image in (
+    image.name: image
+    for image in (
         Image("operator", "sluice/operator", "operator", base_arg="PYTHON_IMAGE"),
         # pyspark comes with Spark in the base image.
         # confluent-kafka (a common dependency): the exactly-once Kafka sink's transactional producers run in
         # the executors.
-        Image("spark", "sluice/spark", "runner", provided=("pyspark",), files=("runner.py",),
-              connector_jars=True),
-        Image("base", "sluice.local/spark", "runner", extra_only=True, files=("entrypoint.sh",),
-              base_arg="DEBIAN_IMAGE", tag_version="4.2.0-python3", wheels_from_sources=True),
+        Image("spark", "sluice/spark", "runner", provided=("pyspark",), files=("runner.py",), connector_jars=True),
+        Image(
+            "base",
+            "sluice.local/spark",
+            "runner",
+            extra_only=True,
+            files=("entrypoint.sh",),
+            base_arg="DEBIAN_IMAGE",
+            tag_version="4.2.0-python3",
+            wheels_from_sources=True,
+        ),
     )
 }
 RELEASE_IMAGES = ("operator", "spark")
@@ -114,14 +122,18 @@ def extra_requirements(extra: str, with_dependencies: bool = True) -> list[str]:
 def declared_packages() -> set[str]:
     """Every package pyproject.toml names, in its dependencies or any extra."""
     project = _project()
-    requirements = [*project["dependencies"], *(req for reqs in project.get("optional-dependencies", {}).values()
-                                                for req in reqs)]
+    requirements = [
+        *project["dependencies"],
+        *(req for reqs in project.get("optional-dependencies", {}).values() for req in reqs),
+    ]
     return {_name(req) for req in requirements} - {_normalise(project["name"])}
 
 
-BUILDERS = (("docker", ["docker", "info"], ["docker", "build"]),
-            ("podman", ["podman", "info"], ["podman", "build"]),
-            ("buildah", ["buildah", "info"], ["buildah", "build"]))
+BUILDERS = (
+    ("docker", ["docker", "info"], ["docker", "build"]),
+    ("podman", ["podman", "info"], ["podman", "build"]),
+    ("buildah", ["buildah", "info"], ["buildah", "build"]),
+)
 
 
 def builder() -> list[str]:
@@ -138,8 +150,7 @@ def builder() -> list[str]:
         if works:
             return build
         tried.append(f"`{' '.join(probe)}` failed")
-    raise BuildError("building images needs docker (with a running engine), podman or buildah: "
-                     + "; ".join(tried))
+    raise BuildError("building images needs docker (with a running engine), podman or buildah: " + "; ".join(tried))
 
 
 def build_wheel(out: Path) -> Path:
@@ -147,9 +158,12 @@ def build_wheel(out: Path) -> Path:
     for old in out.glob("sluice-*.whl"):
         old.unlink()
     # Fixed zip timestamps: the same sources give the same wheel, so builders reuse their cached layers.
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
-                             str(REPO_ROOT)], capture_output=True, text=True,
-                            env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"})
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(REPO_ROOT)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"},
+    )
     wheels = sorted(out.glob("sluice-*.whl"))
     if result.returncode != 0 or not wheels:
         last = (result.stderr.strip().splitlines() or ["no wheel written"])[-1]
@@ -168,16 +182,30 @@ def download_wheels(requirements_file: Path, out: Path, from_sources: bool = Fal
     """Wheels of the requirements and their dependencies for the image's Python and this machine's
     architecture; from_sources: pure-Python requirements, built into wheels where PyPI has only sources."""
     arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
-    target = ["--python-version", IMAGE_PYTHON, "--implementation", "cp", "--abi", f"cp{IMAGE_PYTHON.replace('.', '')}",
-              *(arg for tag in ("manylinux_2_28", "manylinux_2_17", "manylinux2014") for arg in
-                ("--platform", f"{tag}_{arch}"))]
+    target = [
+        "--python-version",
+        IMAGE_PYTHON,
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{IMAGE_PYTHON.replace('.', '')}",
+        *(
+            arg
+            for tag in ("manylinux_2_28", "manylinux_2_17", "manylinux2014")
+            for arg in ("--platform", f"{tag}_{arch}")
+        ),
+    ]
     out.mkdir(parents=True, exist_ok=True)
     if from_sources:
-        _pip(["wheel", "--quiet", "--wheel-dir", str(out), "-r", str(requirements_file)],
-             f"pip wheel of {requirements_file.parent.name}'s requirements")
+        _pip(
+            ["wheel", "--quiet", "--wheel-dir", str(out), "-r", str(requirements_file)],
+            f"pip wheel of {requirements_file.parent.name}'s requirements",
+        )
     else:
-        _pip(["download", "--quiet", "--only-binary=:all:", *target, "--dest", str(out), "-r",
-              str(requirements_file)], f"pip download of {requirements_file.parent.name}'s wheels")
+        _pip(
+            ["download", "--quiet", "--only-binary=:all:", *target, "--dest", str(out), "-r", str(requirements_file)],
+            f"pip download of {requirements_file.parent.name}'s wheels",
+        )
 
 
 def prepare_context(image: Image, wheel: Path, root: Path = CONTEXT_ROOT) -> Path:
@@ -219,8 +247,12 @@ def build_image(command: Sequence[str], image: Image, context: Path, base: str |
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python images/build.py", description=__doc__.splitlines()[0])
-    parser.add_argument("images", nargs="*", metavar="IMAGE",
-                        help=f"any of {', '.join(IMAGES)} (default: {' and '.join(RELEASE_IMAGES)})")
+    parser.add_argument(
+        "images",
+        nargs="*",
+        metavar="IMAGE",
+        help=f"any of {', '.join(IMAGES)} (default: {' and '.join(RELEASE_IMAGES)})",
+    )
     parser.add_argument("--base", metavar="IMAGE", help="build FROM this image (its base ARG) instead of the default")
     parser.add_argument("--context-only", action="store_true", help="prepare the build contexts, build nothing")
     args = parser.parse_args(argv)

@@ -69,8 +69,11 @@ def target(kube_cluster: ControlPlane, helm: Path, tmp_path_factory: pytest.Temp
         install_external_crds(kube_cluster.kubectl)
     except ProvisionError as error:
         pytest.fail(str(error), pytrace=False)
-    return Target(kube_cluster.kubeconfig, kube_cluster.kubectl,
-                  Helm(helm, kube_cluster.kubeconfig, tmp_path_factory.mktemp("helm")))
+    return Target(
+        kube_cluster.kubeconfig,
+        kube_cluster.kubectl,
+        Helm(helm, kube_cluster.kubeconfig, tmp_path_factory.mktemp("helm")),
+    )
 
 
 def of_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
@@ -83,11 +86,17 @@ def operator_args(manifests: list[Manifest]) -> list[str]:
 
 
 def rule_set(rules: list[Manifest]) -> set[tuple[str, str, str]]:
-    return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 # --- the chart's files ---------------------------------------------------------------------------
+
 
 def test_chart_crds_are_identical_to_crds_dir() -> None:
     ours = {p.name: p.read_bytes() for p in (CHART_DIR / "crds").glob("*.yaml")}
@@ -111,19 +120,24 @@ def test_dashboard_shows_the_metrics_sluice_exports(chart_helm: Helm) -> None:
     for registry in (REGISTRY, PipelineMetrics("app", CollectorRegistry()).registry):
         for family in registry.collect():
             exported |= {family.name + suffix for suffix in ("", "_total", "_bucket", "_sum", "_count")}
-    (configmap,) = of_kind(chart_helm.template("r", "monitoring", {"grafanaDashboard": {"enabled": True}}),
-                           "ConfigMap")
+    (configmap,) = of_kind(chart_helm.template("r", "monitoring", {"grafanaDashboard": {"enabled": True}}), "ConfigMap")
     dashboard = json.loads(configmap["data"]["sluice.json"])
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
 
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert configmap["data"]["sluice.json"] == (CHART_DIR / "dashboards" / "sluice.json").read_text().rstrip("\n")
     assert {name for expr in exprs for name in re.findall(r"\bsluice_\w+", expr)} <= exported
-    for needed in ("sluice_input_rows_per_second", "sluice_processed_rows_per_second",
-                   "sluice_kafka_backlog_records", "sluice_batch_duration_seconds",
-                   "sluice_executors", "sluice_operator_desired_executors", "sluice_operator_scaling_decisions_total",
-                   "sluice_operator_reconciles_total",
-                   "sluice_operator_reconcile_duration_seconds_bucket"):
+    for needed in (
+        "sluice_input_rows_per_second",
+        "sluice_processed_rows_per_second",
+        "sluice_kafka_backlog_records",
+        "sluice_batch_duration_seconds",
+        "sluice_executors",
+        "sluice_operator_desired_executors",
+        "sluice_operator_scaling_decisions_total",
+        "sluice_operator_reconciles_total",
+        "sluice_operator_reconcile_duration_seconds_bucket",
+    ):
         assert any(needed in expr for expr in exprs), needed
 
 
@@ -134,12 +148,17 @@ VALUE_SETS: dict[str, Manifest] = {
     "ha": {"replicaCount": 2},
     "namespaces": {"watchNamespaces": ["{ns}-a", "{ns}-b"], "kafkaTopicNamespaces": ["{ns}-kafka"]},
     "namespaces-ha": {"watchNamespaces": ["{ns}-a"], "replicaCount": 3},
-    "quick-start": {"kafkaCluster": {"enabled": True, "replicas": 3,
-                                     "storage": {"type": "persistent-claim", "size": "5Gi"}},
-                    "grafanaDashboard": {"enabled": True}, "monitoring": {"enabled": True},
-                    "operator": {"logFormat": "plain", "env": [{"name": "X", "value": "1"}]}},
-    "no-webhook-no-policy": {"webhook": {"enabled": False}, "networkPolicy": {"enabled": False},
-                             "image": {"pullPolicy": "IfNotPresent"}},
+    "quick-start": {
+        "kafkaCluster": {"enabled": True, "replicas": 3, "storage": {"type": "persistent-claim", "size": "5Gi"}},
+        "grafanaDashboard": {"enabled": True},
+        "monitoring": {"enabled": True},
+        "operator": {"logFormat": "plain", "env": [{"name": "X", "value": "1"}]},
+    },
+    "no-webhook-no-policy": {
+        "webhook": {"enabled": False},
+        "networkPolicy": {"enabled": False},
+        "image": {"pullPolicy": "IfNotPresent"},
+    },
 }
 
 
@@ -163,8 +182,14 @@ def test_rendering_is_accepted_by_the_api_server(target: Target, name: str) -> N
         target.kubectl("create", "namespace", ns)
     manifests = target.helm.template("sluice", namespace, values)
 
-    result = target.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": manifests}), check=False)
+    result = target.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}),
+        check=False,
+    )
 
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == len(manifests)
@@ -177,9 +202,14 @@ def test_defaults_watch_all_namespaces_standalone(chart_helm: Helm) -> None:
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
 
-    assert operator_args(manifests) == ["--log-format=json", "--all-namespaces", "--metrics-port=8080",
-                                        "--liveness=http://0.0.0.0:8081/healthz", "--webhook-port=9443",
-                                        "--webhook-cert-dir=/etc/sluice-webhook"]
+    assert operator_args(manifests) == [
+        "--log-format=json",
+        "--all-namespaces",
+        "--metrics-port=8080",
+        "--liveness=http://0.0.0.0:8081/healthz",
+        "--webhook-port=9443",
+        "--webhook-cert-dir=/etc/sluice-webhook",
+    ]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert not of_kind(manifests, "Role")
     assert ("sparkoperator.k8s.io", "sparkapplications", "create") in rule_set(role["rules"])
@@ -188,21 +218,38 @@ def test_defaults_watch_all_namespaces_standalone(chart_helm: Helm) -> None:
     assert container["imagePullPolicy"] == "Always"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["tcpSocket"] == {"port": "webhook"}
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 8080, "health": 8081,
-                                                                           "webhook": 9443}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "metrics": 8080,
+        "health": 8081,
+        "webhook": 9443,
+    }
     assert container["resources"] == {
         "requests": {"cpu": "100m", "memory": "160Mi", "ephemeral-storage": "128Mi"},
-        "limits": {"cpu": "1", "memory": "320Mi", "ephemeral-storage": "256Mi"}}
+        "limits": {"cpu": "1", "memory": "320Mi", "ephemeral-storage": "256Mi"},
+    }
     assert "affinity" not in pod and not of_kind(manifests, "PodDisruptionBudget")
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     labels = deployment["metadata"]["labels"]
-    assert {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance",
-                                   "app.kubernetes.io/version", "app.kubernetes.io/managed-by")} == {
-        "app.kubernetes.io/name": "sluice", "app.kubernetes.io/instance": "sluice",
-        "app.kubernetes.io/version": "0.1.0", "app.kubernetes.io/managed-by": "Helm"}
+    assert {
+        k: labels[k]
+        for k in (
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/version",
+            "app.kubernetes.io/managed-by",
+        )
+    } == {
+        "app.kubernetes.io/name": "sluice",
+        "app.kubernetes.io/instance": "sluice",
+        "app.kubernetes.io/version": "0.1.0",
+        "app.kubernetes.io/managed-by": "Helm",
+    }
 
 
 def pod_labels(manifests: list[Manifest]) -> dict[str, str]:
@@ -220,16 +267,24 @@ def test_replicas_run_with_peering(chart_helm: Helm) -> None:
     (budget,) = of_kind(manifests, "PodDisruptionBudget")
     (deployment,) = of_kind(manifests, "Deployment")
     (spread,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
-        "preferredDuringSchedulingIgnoredDuringExecution"]
-    own_affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ops"]}]}]}}}
-    with_own = of_kind(chart_helm.template("sluice", "sys", {"replicaCount": 2, "affinity": own_affinity}),
-                       "Deployment")[0]
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    own_affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ops"]}]}]
+            }
+        }
+    }
+    with_own = of_kind(
+        chart_helm.template("sluice", "sys", {"replicaCount": 2, "affinity": own_affinity}), "Deployment"
+    )[0]
 
     assert "--peering=sluice" in operator_args(manifests)
     assert deployment["spec"]["replicas"] == 2
     assert {(r, v) for g, r, v in rule_set(role["rules"]) if g == "kopf.dev"} == {
-        ("clusterkopfpeerings", verb) for verb in ("create", "list", "watch", "patch")}
+        ("clusterkopfpeerings", verb) for verb in ("create", "list", "watch", "patch")
+    }
     assert budget["spec"]["maxUnavailable"] == 1
     assert selects_operator_pods(budget["spec"]["selector"]["matchLabels"], manifests)
     assert spread["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
@@ -238,22 +293,30 @@ def test_replicas_run_with_peering(chart_helm: Helm) -> None:
 
 
 def test_namespace_list_gets_roles_and_minimal_cluster_rules(chart_helm: Helm) -> None:
-    manifests = chart_helm.template("sluice", "sys", {"watchNamespaces": ["a", "b"], "replicaCount": 2,
-                                                      "kafkaTopicNamespaces": ["kafka", "a"]})
+    manifests = chart_helm.template(
+        "sluice", "sys", {"watchNamespaces": ["a", "b"], "replicaCount": 2, "kafkaTopicNamespaces": ["kafka", "a"]}
+    )
     roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(manifests, "Role")}
     bindings = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in of_kind(manifests, "RoleBinding")}
     (cluster_role,) = of_kind(manifests, "ClusterRole")
 
     assert [a for a in operator_args(manifests) if a.startswith("--namespace") or a.startswith("--peering")] == [
-        "--namespace=a", "--namespace=b", "--peering=sluice"]
+        "--namespace=a",
+        "--namespace=b",
+        "--peering=sluice",
+    ]
     assert "--all-namespaces" not in operator_args(manifests)
     assert set(roles) == bindings == {("a", "sluice"), ("b", "sluice"), ("kafka", "sluice-kafkatopics")}
-    assert rule_set(cluster_role["rules"]) == {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
-                                               ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
-                                               ("", "namespaces", "list"), ("", "namespaces", "watch")}
+    assert rule_set(cluster_role["rules"]) == {
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
+    }
     assert ("kopf.dev", "kopfpeerings", "patch") in rule_set(roles["a", "sluice"]["rules"])
     assert rule_set(roles["kafka", "sluice-kafkatopics"]["rules"]) == {
-        ("kafka.strimzi.io", "kafkatopics", verb) for verb in ("get", "create", "patch")}
+        ("kafka.strimzi.io", "kafkatopics", verb) for verb in ("get", "create", "patch")
+    }
 
 
 def test_monitors_only_where_the_prometheus_operator_api_is_served(chart_helm: Helm) -> None:
@@ -287,10 +350,13 @@ def test_quick_start_kafka_cluster(chart_helm: Helm) -> None:
     assert "topicOperator" in kafka["spec"]["entityOperator"]
     # The operator may manage KafkaTopics in the release namespace, where the cluster is.
     assert not of_kind(chart_helm.template("sluice", "sys", {"kafkaCluster": {"enabled": True}}), "Role")
-    roles = of_kind(chart_helm.template("sluice", "sys", {"kafkaCluster": {"enabled": True},
-                                                          "watchNamespaces": ["apps"]}), "Role")
+    roles = of_kind(
+        chart_helm.template("sluice", "sys", {"kafkaCluster": {"enabled": True}, "watchNamespaces": ["apps"]}), "Role"
+    )
     assert {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles} == {
-        ("apps", "sluice"), ("sys", "sluice-kafkatopics")}
+        ("apps", "sluice"),
+        ("sys", "sluice-kafkatopics"),
+    }
 
 
 def pem_certificate(data: str) -> Any:
@@ -312,17 +378,29 @@ def test_webhook_is_for_streamingapps_only_and_trusts_the_secret_it_serves(chart
     (tls_mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == tls_volume["name"]]
     ca, served = pem_certificate(secret["data"]["ca.crt"]), pem_certificate(secret["data"]["tls.crt"])
     names = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName)
+        x509.DNSName
+    )
 
-    assert webhook["rules"] == [{"apiGroups": ["sluice.dev"], "apiVersions": ["v1alpha1"],
-                                 "resources": ["streamingapps"], "operations": ["CREATE", "UPDATE"],
-                                 "scope": "Namespaced"}]
+    assert webhook["rules"] == [
+        {
+            "apiGroups": ["sluice.dev"],
+            "apiVersions": ["v1alpha1"],
+            "resources": ["streamingapps"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }
+    ]
     assert (webhook["failurePolicy"], webhook["timeoutSeconds"], webhook["sideEffects"]) == ("Fail", 10, "None")
     assert "namespaceSelector" not in webhook and "objectSelector" not in webhook
     assert [c["expression"] for c in webhook["matchConditions"]] == [
-        "request.operation == 'CREATE' || object.spec != oldObject.spec"]
-    assert webhook["clientConfig"]["service"] == {"name": service["metadata"]["name"], "namespace": "sys",
-                                                  "path": admission.WEBHOOK_PATH, "port": 443}
+        "request.operation == 'CREATE' || object.spec != oldObject.spec"
+    ]
+    assert webhook["clientConfig"]["service"] == {
+        "name": service["metadata"]["name"],
+        "namespace": "sys",
+        "path": admission.WEBHOOK_PATH,
+        "port": 443,
+    }
     assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
     assert selects_operator_pods(service["spec"]["selector"], manifests)
     assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
@@ -333,19 +411,22 @@ def test_webhook_is_for_streamingapps_only_and_trusts_the_secret_it_serves(chart
 
 
 def test_webhook_values(chart_helm: Helm) -> None:
-    manifests = chart_helm.template("sluice", "sys", {"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 3},
-                                                      "watchNamespaces": ["a", "b"]})
+    manifests = chart_helm.template(
+        "sluice", "sys", {"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 3}, "watchNamespaces": ["a", "b"]}
+    )
     (webhook,) = of_kind(manifests, "ValidatingWebhookConfiguration")[0]["webhooks"]
     disabled = chart_helm.template("sluice", "sys", {"webhook": {"enabled": False}})
-    (on_1_27,) = of_kind(chart_helm.template("sluice", "sys", {}, "--kube-version", "1.27.3"),
-                         "ValidatingWebhookConfiguration")[0]["webhooks"]
+    (on_1_27,) = of_kind(
+        chart_helm.template("sluice", "sys", {}, "--kube-version", "1.27.3"), "ValidatingWebhookConfiguration"
+    )[0]["webhooks"]
     (policy,) = of_kind(disabled, "NetworkPolicy")
     container = of_kind(disabled, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
 
     assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Ignore", 3)
     # Apps in other namespaces belong to another release's operator.
-    assert webhook["namespaceSelector"] == {"matchExpressions": [
-        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]}
+    assert webhook["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]
+    }
     assert "matchConditions" in webhook and "matchConditions" not in on_1_27  # GA in 1.30, beta on since 1.28
     assert not {"ValidatingWebhookConfiguration", "Service", "Secret"} & {m["kind"] for m in disabled}
     assert not [a for a in operator_args(disabled) if a.startswith("--webhook")]
@@ -362,8 +443,9 @@ def test_webhook_certificate_from_cert_manager(chart_helm: Helm) -> None:
     (service,) = of_kind(manifests, "Service")
     pod = of_kind(manifests, "Deployment")[0]["spec"]["template"]["spec"]
     cluster_issuer = {"name": "corp-ca", "kind": "ClusterIssuer"}
-    own_issuer = chart_helm.template("sluice", "sys", {"webhook": {"certManager": {
-        "enabled": True, "issuerRef": cluster_issuer}}}, *cert_manager)
+    own_issuer = chart_helm.template(
+        "sluice", "sys", {"webhook": {"certManager": {"enabled": True, "issuerRef": cluster_issuer}}}, *cert_manager
+    )
 
     service_name = service["metadata"]["name"]
     certificate, ca = certificates[service_name], certificates[f"{service_name}-ca"]
@@ -377,7 +459,8 @@ def test_webhook_certificate_from_cert_manager(chart_helm: Helm) -> None:
     assert ca["spec"]["isCA"] is True
     assert issuers[ca["spec"]["issuerRef"]["name"]]["spec"] == {"selfSigned": {}}
     assert configuration["metadata"]["annotations"] == {
-        "cert-manager.io/inject-ca-from": f"sys/{certificate['metadata']['name']}"}
+        "cert-manager.io/inject-ca-from": f"sys/{certificate['metadata']['name']}"
+    }
     assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
     assert not of_kind(own_issuer, "Issuer")
     assert [c["spec"]["issuerRef"] for c in of_kind(own_issuer, "Certificate")] == [cluster_issuer]
@@ -386,8 +469,16 @@ def test_webhook_certificate_from_cert_manager(chart_helm: Helm) -> None:
 
 
 def test_network_policy_admits_and_reaches_only_what_the_operator_uses(chart_helm: Helm) -> None:
-    manifests = chart_helm.template("sluice", "sys", {"networkPolicy": {
-        "kafkaPorts": [9092, 9094], "extraEgress": [{"ports": [{"protocol": "TCP", "port": 3128}]}]}})
+    manifests = chart_helm.template(
+        "sluice",
+        "sys",
+        {
+            "networkPolicy": {
+                "kafkaPorts": [9092, 9094],
+                "extraEgress": [{"ports": [{"protocol": "TCP", "port": 3128}]}],
+            }
+        },
+    )
     (policy,) = of_kind(manifests, "NetworkPolicy")
     spec = policy["spec"]
     egress_ports = [{(p["protocol"], p["port"]) for p in rule["ports"]} for rule in spec["egress"]]
@@ -399,8 +490,11 @@ def test_network_policy_admits_and_reaches_only_what_the_operator_uses(chart_hel
     assert selects_operator_pods(spec["podSelector"]["matchLabels"], manifests)
     assert [[p["port"] for p in rule["ports"]] for rule in spec["ingress"]] == [["metrics", "health"], ["webhook"]]
     assert not any("from" in rule for rule in spec["ingress"])
-    assert egress_ports[:3] == [{("UDP", 53), ("TCP", 53)}, {("TCP", 443), ("TCP", 6443)},
-                                {("TCP", 9092), ("TCP", 9094)}]
+    assert egress_ports[:3] == [
+        {("UDP", 53), ("TCP", 53)},
+        {("TCP", 443), ("TCP", 6443)},
+        {("TCP", 9092), ("TCP", 9094)},
+    ]
     assert {("TCP", 3128)} in egress_ports
     # The drivers' control port, on the pods each driver's own policy opens it on.
     assert to_drivers["ports"] == [{"protocol": "TCP", "port": children.CONTROL_PORT}]
@@ -411,19 +505,25 @@ def test_network_policy_admits_and_reaches_only_what_the_operator_uses(chart_hel
     assert not of_kind(chart_helm.template("sluice", "sys", {"networkPolicy": {"enabled": False}}), "NetworkPolicy")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--set", "replicaCount=two"], "at '/replicaCount': got string, want integer"),
-    (["--set", "replicaCount=0"], "at '/replicaCount': minimum: got 0, want 1"),
-    (["--set", "replicas=2"], "additional properties 'replicas' not allowed"),
-    (["--set", "watchNamespaces={Team_A}"], "'Team_A' does not match pattern"),
-    (["--set", "operator.logFormat=xml"], "at '/operator/logFormat': value must be one of 'json', 'plain', 'full'"),
-    (["--set", "image.pullPolicy=Sometimes"], "at '/image/pullPolicy'"),
-    (["--set", "kafkaCluster.storage.type=persistent-claim"], "at '/kafkaCluster/storage': missing property 'size'"),
-    (["--set", "monitoring.interval=often"], "at '/monitoring/interval'"),
-    (["--set", "webhook.failurePolicy=Sometimes"], "at '/webhook/failurePolicy'"),
-    (["--set", "webhook.timeoutSeconds=60"], "at '/webhook/timeoutSeconds': maximum: got 60, want 30"),
-    (["--set", "networkPolicy.kafkaPorts={0}"], "at '/networkPolicy/kafkaPorts/0'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "replicaCount=two"], "at '/replicaCount': got string, want integer"),
+        (["--set", "replicaCount=0"], "at '/replicaCount': minimum: got 0, want 1"),
+        (["--set", "replicas=2"], "additional properties 'replicas' not allowed"),
+        (["--set", "watchNamespaces={Team_A}"], "'Team_A' does not match pattern"),
+        (["--set", "operator.logFormat=xml"], "at '/operator/logFormat': value must be one of 'json', 'plain', 'full'"),
+        (["--set", "image.pullPolicy=Sometimes"], "at '/image/pullPolicy'"),
+        (
+            ["--set", "kafkaCluster.storage.type=persistent-claim"],
+            "at '/kafkaCluster/storage': missing property 'size'",
+        ),
+        (["--set", "monitoring.interval=often"], "at '/monitoring/interval'"),
+        (["--set", "webhook.failurePolicy=Sometimes"], "at '/webhook/failurePolicy'"),
+        (["--set", "webhook.timeoutSeconds=60"], "at '/webhook/timeoutSeconds': maximum: got 60, want 30"),
+        (["--set", "networkPolicy.kafkaPorts={0}"], "at '/networkPolicy/kafkaPorts/0'"),
+    ],
+)
 def test_values_violating_the_schema_are_rejected(chart_helm: Helm, args: list[str], message: str) -> None:
     with pytest.raises(HelmError) as caught:
         chart_helm("template", "sluice", str(CHART_DIR), *args)
@@ -434,8 +534,11 @@ def test_values_violating_the_schema_are_rejected(chart_helm: Helm, args: list[s
 
 # --- installed: RBAC and the real operator --------------------------------------------------------------
 
-APPS, SPARK_APPS, TOPICS = "streamingapps.sluice.dev", "sparkapplications.sparkoperator.k8s.io", \
-    "kafkatopics.kafka.strimzi.io"
+APPS, SPARK_APPS, TOPICS = (
+    "streamingapps.sluice.dev",
+    "sparkapplications.sparkoperator.k8s.io",
+    "kafkatopics.kafka.strimzi.io",
+)
 ROLES, BINDINGS = "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io"
 POLICIES = "networkpolicies.networking.k8s.io"
 ALL_NAMESPACES_ONLY = [("list", "customresourcedefinitions.apiextensions.k8s.io", "")]
@@ -444,23 +547,52 @@ ALL_NAMESPACES_ONLY = [("list", "customresourcedefinitions.apiextensions.k8s.io"
 def operator_uses() -> list[tuple[str, str, str]]:
     """(verb, resource, subresource) of every API call the operator makes in a namespace it watches."""
     uses = [(verb, APPS, "") for verb in ("get", "list", "watch", "patch")]
-    uses += [("patch", APPS, "status"), ("update", APPS, "finalizers"), ("create", "events", ""),
-             ("get", "secrets", ""), ("create", "secrets", ""), ("list", POLICIES, ""), ("watch", POLICIES, "")]
+    uses += [
+        ("patch", APPS, "status"),
+        ("update", APPS, "finalizers"),
+        ("create", "events", ""),
+        ("get", "secrets", ""),
+        ("create", "secrets", ""),
+        ("list", POLICIES, ""),
+        ("watch", POLICIES, ""),
+    ]
     for resource in ("serviceaccounts", ROLES, BINDINGS, "configmaps", "services", POLICIES, SPARK_APPS, TOPICS):
         uses += [("create", resource, ""), ("patch", resource, "")]  # server-side apply
-    uses += [("list", "configmaps", ""), ("delete", "configmaps", ""), ("get", SPARK_APPS, ""),
-             ("delete", SPARK_APPS, ""), ("get", TOPICS, "")]
+    uses += [
+        ("list", "configmaps", ""),
+        ("delete", "configmaps", ""),
+        ("get", SPARK_APPS, ""),
+        ("delete", SPARK_APPS, ""),
+        ("get", TOPICS, ""),
+    ]
     # What the driver Role grants: RBAC lets the operator create it only with these held.
-    uses += [(verb, resource, "") for rule in children.DRIVER_RULES for resource in rule["resources"]
-             for verb in rule["verbs"]]
+    uses += [
+        (verb, resource, "")
+        for rule in children.DRIVER_RULES
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    ]
     return uses
 
 
-NEVER = [("list", "secrets", ""), ("delete", "secrets", ""), ("get", "services", "proxy"), ("create", "pods", "exec"),
-         ("create", "deployments.apps", ""), ("create", APPS, ""), ("delete", APPS, ""), ("update", APPS, ""),
-         ("delete", TOPICS, ""), ("escalate", ROLES, ""), ("bind", ROLES, ""),
-         ("create", "clusterroles.rbac.authorization.k8s.io", ""), ("delete", "namespaces", ""), ("list", "nodes", ""),
-         ("create", "kopfpeerings.kopf.dev", ""), ("create", "clusterkopfpeerings.kopf.dev", "")]
+NEVER = [
+    ("list", "secrets", ""),
+    ("delete", "secrets", ""),
+    ("get", "services", "proxy"),
+    ("create", "pods", "exec"),
+    ("create", "deployments.apps", ""),
+    ("create", APPS, ""),
+    ("delete", APPS, ""),
+    ("update", APPS, ""),
+    ("delete", TOPICS, ""),
+    ("escalate", ROLES, ""),
+    ("bind", ROLES, ""),
+    ("create", "clusterroles.rbac.authorization.k8s.io", ""),
+    ("delete", "namespaces", ""),
+    ("list", "nodes", ""),
+    ("create", "kopfpeerings.kopf.dev", ""),
+    ("create", "clusterkopfpeerings.kopf.dev", ""),
+]
 # The chart owns the webhook's configuration and certificate: the operator only serves the webhook.
 WEBHOOK_CONFIGURATIONS = "validatingwebhookconfigurations.admissionregistration.k8s.io"
 NEVER += [(verb, WEBHOOK_CONFIGURATIONS, "") for verb in ("create", "patch", "update", "delete")]
@@ -469,8 +601,12 @@ NEVER += [(verb, WEBHOOK_CONFIGURATIONS, "") for verb in ("create", "patch", "up
 def can_i(target: Target, account: str, checks: list[tuple[str, str, str]], namespace: str) -> dict[tuple, bool]:
     def allowed(verb: str, resource: str, subresource: str) -> bool:
         args = ["auth", "can-i", verb, resource, "-n", namespace, f"--as={account}"]
-        return target.kubectl(*args, *([f"--subresource={subresource}"] if subresource else []),
-                              check=False).stdout.strip() == "yes"
+        return (
+            target.kubectl(
+                *args, *([f"--subresource={subresource}"] if subresource else []), check=False
+            ).stdout.strip()
+            == "yes"
+        )
 
     return {check: allowed(*check) for check in checks}
 
@@ -500,8 +636,14 @@ def loopback_webhook(tmp_path_factory: pytest.TempPathFactory) -> LoopbackWebhoo
     cert_dir = tmp_path_factory.mktemp("webhook-tls")
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca = issue_cert("sluice-webhook-test-ca", ca_key, signer=None, usage="ca")
-    write_key_pair(cert_dir, "tls", issue_cert("127.0.0.1", key, signer=(ca, ca_key), usage="server",
-                                               sans=[x509.IPAddress(ip_address("127.0.0.1"))]), key)
+    write_key_pair(
+        cert_dir,
+        "tls",
+        issue_cert(
+            "127.0.0.1", key, signer=(ca, ca_key), usage="server", sans=[x509.IPAddress(ip_address("127.0.0.1"))]
+        ),
+        key,
+    )
     (port,) = free_ports(1)
     return LoopbackWebhook(port, cert_dir, ca.public_bytes(serialization.Encoding.PEM))
 
@@ -542,13 +684,18 @@ def point_webhook_at_loopback(target: Target, release: Release, *, back: bool = 
         installed_config = webhook["clientConfig"]
         client_config = installed_config if back else release.webhook.client_config(installed_config["service"]["path"])
         patch = [{"op": "replace", "path": "/webhooks/0/clientConfig", "value": client_config}]
-        target.kubectl("patch", "validatingwebhookconfiguration", configuration["metadata"]["name"], "--type=json",
-                       "-p", json.dumps(patch))
+        target.kubectl(
+            "patch",
+            "validatingwebhookconfiguration",
+            configuration["metadata"]["name"],
+            "--type=json",
+            "-p",
+            json.dumps(patch),
+        )
 
 
 @contextlib.contextmanager
-def installed(target: Target, name: str, webhook: LoopbackWebhook, values: Manifest | None = None
-              ) -> Iterator[Release]:
+def installed(target: Target, name: str, webhook: LoopbackWebhook, values: Manifest | None = None) -> Iterator[Release]:
     release = install(target, name, webhook, values)
     try:
         yield release
@@ -564,8 +711,9 @@ def release(target: Target, loopback_webhook: LoopbackWebhook) -> Iterator[Relea
 
 
 @contextlib.contextmanager
-def operator_as(target: Target, release: Release, log: Path, *, priority: int | None = None,
-                webhook_port: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def operator_as(
+    target: Target, release: Release, log: Path, *, priority: int | None = None, webhook_port: int | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """The real operator, with the release's ServiceAccount token and the args its Deployment has
     (ports, log format and a short resync overridden for the test; the webhook served on loopback, on
     the release's port unless webhook_port says otherwise)."""
@@ -575,11 +723,22 @@ def operator_as(target: Target, release: Release, log: Path, *, priority: int | 
     chart_args = operator_args(release.manifests)
     webhook_port = webhook_port or release.webhook.port
     serves_webhook = any(arg.startswith("--webhook-port=") for arg in chart_args)
-    cmd = [sys.executable, "-m", "sluice.operator", *chart_args, "--log-format=plain",
-           "--verbose", f"--metrics-port={metrics_port}", f"--liveness=http://127.0.0.1:{health_port}/healthz"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sluice.operator",
+        *chart_args,
+        "--log-format=plain",
+        "--verbose",
+        f"--metrics-port={metrics_port}",
+        f"--liveness=http://127.0.0.1:{health_port}/healthz",
+    ]
     if serves_webhook:
-        cmd += [f"--webhook-port={webhook_port}", f"--webhook-cert-dir={release.webhook.cert_dir}",
-                "--webhook-address=127.0.0.1"]
+        cmd += [
+            f"--webhook-port={webhook_port}",
+            f"--webhook-cert-dir={release.webhook.cert_dir}",
+            "--webhook-address=127.0.0.1",
+        ]
     if priority is not None:
         cmd.append(f"--priority={priority}")
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": "2"}
@@ -620,9 +779,19 @@ WEBHOOK = "validate.streamingapps.sluice.dev"
 
 
 def with_unknown_input(app: Manifest) -> Manifest:
-    return {**app, "spec": {**app["spec"], "pipeline": {**app["spec"]["pipeline"], "nodes": [
-        {**node, "inputs": ["missing"]} if node["name"] == "words" else node
-        for node in app["spec"]["pipeline"]["nodes"]]}}}
+    return {
+        **app,
+        "spec": {
+            **app["spec"],
+            "pipeline": {
+                **app["spec"]["pipeline"],
+                "nodes": [
+                    {**node, "inputs": ["missing"]} if node["name"] == "words" else node
+                    for node in app["spec"]["pipeline"]["nodes"]
+                ],
+            },
+        },
+    }
 
 
 @contextlib.contextmanager
@@ -635,8 +804,9 @@ def webhook_configuration_removed(target: Target, release: Release) -> Iterator[
     try:
         yield
     finally:
-        live["metadata"] = {key: live["metadata"][key] for key in ("name", "labels", "annotations")
-                            if key in live["metadata"]}
+        live["metadata"] = {
+            key: live["metadata"][key] for key in ("name", "labels", "annotations") if key in live["metadata"]
+        }
         target.kubectl("create", "-f", "-", input=json.dumps(live))
 
 
@@ -645,22 +815,35 @@ def status(target: Target, namespace: str, name: str) -> Manifest:
 
 
 def wait_phase(target: Target, namespace: str, name: str, phase: str) -> Manifest:
-    return wait_for(lambda: (s := status(target, namespace, name)).get("phase") == phase and s, timeout=90,
-                    what=f"{namespace}/{name} to be {phase}", interval=0.5)
+    return wait_for(
+        lambda: (s := status(target, namespace, name)).get("phase") == phase and s,
+        timeout=90,
+        what=f"{namespace}/{name} to be {phase}",
+        interval=0.5,
+    )
 
 
 def app_in(target: Target, namespace: str, kafka_namespace: str) -> Manifest:
     """The word count example, its topics KafkaTopics of a Strimzi cluster in kafka_namespace."""
-    app = wordcount_app(namespace, Images.release(),
-                        {"strimziCluster": {"name": "events", "namespace": kafka_namespace}})
+    app = wordcount_app(
+        namespace, Images.release(), {"strimziCluster": {"name": "events", "namespace": kafka_namespace}}
+    )
     target.kubectl("create", "namespace", namespace, check=False)
     target.apply(app)
     return app
 
 
 def pipeline_configmaps(target: Target, namespace: str, app: str) -> list[str]:
-    return target.kubectl("get", "configmaps", "-n", namespace, "-o", "name", "-l",
-                          f"{children.APP_LABEL}={app},app.kubernetes.io/component=pipeline").stdout.split()
+    return target.kubectl(
+        "get",
+        "configmaps",
+        "-n",
+        namespace,
+        "-o",
+        "name",
+        "-l",
+        f"{children.APP_LABEL}={app},app.kubernetes.io/component=pipeline",
+    ).stdout.split()
 
 
 def test_install_and_upgrade(target: Target, loopback_webhook: LoopbackWebhook) -> None:
@@ -668,12 +851,18 @@ def test_install_and_upgrade(target: Target, loopback_webhook: LoopbackWebhook) 
         before = target.get("deployment", "upgrade-sluice", release.namespace)
         tls_before = target.get("secret", "upgrade-sluice-webhook-tls", release.namespace)
         point_webhook_at_loopback(target, release, back=True)
-        target.helm.install("upgrade", CHART_DIR, release.namespace,
-                            {"replicaCount": 2, "operator": {"logFormat": "plain"}}, upgrade=True)
+        target.helm.install(
+            "upgrade",
+            CHART_DIR,
+            release.namespace,
+            {"replicaCount": 2, "operator": {"logFormat": "plain"}},
+            upgrade=True,
+        )
         after = target.get("deployment", "upgrade-sluice", release.namespace)
         tls_after = target.get("secret", "upgrade-sluice-webhook-tls", release.namespace)
-        upgraded = [m for m in yaml.safe_load_all(target.helm("get", "manifest", "upgrade", "-n", release.namespace))
-                    if m]
+        upgraded = [
+            m for m in yaml.safe_load_all(target.helm("get", "manifest", "upgrade", "-n", release.namespace)) if m
+        ]
         history = json.loads(target.helm("history", "upgrade", "-n", release.namespace, "-o", "json"))
     (configuration,) = of_kind(upgraded, "ValidatingWebhookConfiguration")
 
@@ -689,8 +878,9 @@ def test_install_and_upgrade(target: Target, loopback_webhook: LoopbackWebhook) 
     # The webhook's CA and certificate are made once: an upgrade keeps what the replicas serve.
     assert tls_before is not None and tls_after is not None and tls_after["data"] == tls_before["data"]
     assert configuration["webhooks"][0]["clientConfig"]["caBundle"] == tls_after["data"]["ca.crt"]
-    assert not target.kubectl("get", "validatingwebhookconfiguration", "upgrade-sluice", "--ignore-not-found",
-                              "-o", "name").stdout.strip()  # uninstalled with the release
+    assert not target.kubectl(
+        "get", "validatingwebhookconfiguration", "upgrade-sluice", "--ignore-not-found", "-o", "name"
+    ).stdout.strip()  # uninstalled with the release
 
 
 def test_rbac_is_what_the_operator_uses(target: Target, release: Release) -> None:
@@ -713,44 +903,94 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
         first_revision = status(target, namespace, name)["revision"]
         topics = target.kubectl("get", "kafkatopics", "-n", kafka_namespace, "-o", "name").stdout.split()
         # Every child is there: the driver Role too, which RBAC allows only with its verbs held.
-        for kind, child in [("serviceaccount", f"{name}-spark"), ("role", f"{name}-spark"),
-                            ("rolebinding", f"{name}-spark"), ("service", f"{name}-driver"),
-                            ("networkpolicy", f"{name}-driver"), ("networkpolicy", f"{name}-executor"),
-                            ("secret", f"{name}-control"),
-                            ("sparkapplication", name)]:
+        for kind, child in [
+            ("serviceaccount", f"{name}-spark"),
+            ("role", f"{name}-spark"),
+            ("rolebinding", f"{name}-spark"),
+            ("service", f"{name}-driver"),
+            ("networkpolicy", f"{name}-driver"),
+            ("networkpolicy", f"{name}-executor"),
+            ("secret", f"{name}-control"),
+            ("sparkapplication", name),
+        ]:
             assert target.get(kind, child, namespace) is not None, (kind, child)
 
         # A new revision: a new pipeline ConfigMap, the old one pruned (list + delete).
-        target.kubectl("patch", "streamingapp", name, "-n", namespace, "--type=merge",
-                       "-p", json.dumps({"spec": {"spark": {"image": "sluice/spark:next"}}}))
-        wait_for(lambda: pipeline_configmaps(target, namespace, name) == [
-            f"configmap/{children.configmap_name(name, status(target, namespace, name).get('revision'))}"],
-            timeout=60, what="the old pipeline ConfigMap to be pruned", interval=0.5)
+        target.kubectl(
+            "patch",
+            "streamingapp",
+            name,
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"spark": {"image": "sluice/spark:next"}}}),
+        )
+        wait_for(
+            lambda: (
+                pipeline_configmaps(target, namespace, name)
+                == [f"configmap/{children.configmap_name(name, status(target, namespace, name).get('revision'))}"]
+            ),
+            timeout=60,
+            what="the old pipeline ConfigMap to be pruned",
+            interval=0.5,
+        )
 
         # A running driver whose pod the operator reads (it has none here: no figures, nothing stale).
-        target.kubectl("patch", "sparkapplication", name, "-n", namespace, "--subresource=status", "--type=merge",
-                       "-p", json.dumps({"status": {"driverInfo": {"podName": f"{name}-driver"},
-                                                    "applicationState": {"state": "RUNNING"}}}))
+        target.kubectl(
+            "patch",
+            "sparkapplication",
+            name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(
+                {"status": {"driverInfo": {"podName": f"{name}-driver"}, "applicationState": {"state": "RUNNING"}}}
+            ),
+        )
         running = wait_phase(target, namespace, name, "Running")
 
         # Suspended: the driver is deleted.
-        target.kubectl("patch", "streamingapp", name, "-n", namespace, "--type=merge",
-                       "-p", json.dumps({"spec": {"suspend": True}}))
+        target.kubectl(
+            "patch",
+            "streamingapp",
+            name,
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"suspend": True}}),
+        )
         wait_phase(target, namespace, name, "Suspended")
-        wait_for(lambda: target.get("sparkapplication", name, namespace) is None, timeout=30,
-                 what="the SparkApplication to be deleted", interval=0.5)
+        wait_for(
+            lambda: target.get("sparkapplication", name, namespace) is None,
+            timeout=30,
+            what="the SparkApplication to be deleted",
+            interval=0.5,
+        )
 
         # An invalid pipeline is refused at apply, with the field path, by the webhook this operator serves.
         invalid = with_unknown_input({**app, "metadata": {"name": "invalid", "namespace": namespace}})
         refused = target.kubectl("apply", "-f", "-", input=json.dumps(invalid), check=False)
         # One accepted while no webhook was configured: Valid=False and a Warning event, by the operator.
         with webhook_configuration_removed(target, release):
-            wait_for(lambda: target.kubectl("apply", "-f", "-", input=json.dumps(invalid), check=False).returncode == 0,
-                     what="the invalid app to be accepted without the webhook")
+            wait_for(
+                lambda: target.kubectl("apply", "-f", "-", input=json.dumps(invalid), check=False).returncode == 0,
+                what="the invalid app to be accepted without the webhook",
+            )
         wait_phase(target, namespace, "invalid", "Invalid")
-        events = wait_for(lambda: json.loads(target.kubectl(
-            "get", "events", "-n", namespace, "--field-selector", "reason=InvalidSpec", "-o", "json").stdout)["items"],
-            timeout=30, what="an InvalidSpec event", interval=0.5)
+        events = wait_for(
+            lambda: json.loads(
+                target.kubectl(
+                    "get", "events", "-n", namespace, "--field-selector", "reason=InvalidSpec", "-o", "json"
+                ).stdout
+            )["items"],
+            timeout=30,
+            what="an InvalidSpec event",
+            interval=0.5,
+        )
 
     assert conditions == {"Valid": "True", "TopicsReady": "True", "DriverSubmitted": "True", "Running": "Unknown"}
     assert len(topics) == len(app["spec"]["topics"])
@@ -763,8 +1003,9 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
     assert running["desiredExecutors"] == app["spec"].get("executors", {}).get("instances", 1)
 
 
-def test_namespace_list_release_with_replicas(target: Target, loopback_webhook: LoopbackWebhook,
-                                              tmp_path: Path) -> None:
+def test_namespace_list_release_with_replicas(
+    target: Target, loopback_webhook: LoopbackWebhook, tmp_path: Path
+) -> None:
     watched, unwatched, kafka_namespace = unique("watched"), unique("unwatched"), unique("kafka")
     for namespace in (watched, unwatched, kafka_namespace):
         target.kubectl("create", "namespace", namespace)
@@ -777,39 +1018,51 @@ def test_namespace_list_release_with_replicas(target: Target, loopback_webhook: 
             app = app_in(target, watched, kafka_namespace)
             ignored = app_in(target, unwatched, kafka_namespace)
             wait_phase(target, watched, app["metadata"]["name"], "Pending")
-            topics = wait_for(lambda: (names := target.kubectl("get", "kafkatopics", "-n", kafka_namespace, "-o",
-                                                               "name").stdout.split())
-                              and len(names) >= len(app["spec"]["topics"]) and names, what="the KafkaTopics")
+            topics = wait_for(
+                lambda: (
+                    (names := target.kubectl("get", "kafkatopics", "-n", kafka_namespace, "-o", "name").stdout.split())
+                    and len(names) >= len(app["spec"]["topics"])
+                    and names
+                ),
+                what="the KafkaTopics",
+            )
             peering = target.get("kopfpeering", "sluice", watched)
             unwatched_status = status(target, unwatched, ignored["metadata"]["name"])
 
     assert [check for check, ok in in_watched.items() if not ok] == []
     assert [check for check, ok in elsewhere.items() if ok] == []
     assert {check[:2] for check, ok in topics_only.items() if ok} == {
-        (verb, "kafkatopics.kafka.strimzi.io") for verb in ("get", "create", "patch")}
+        (verb, "kafkatopics.kafka.strimzi.io") for verb in ("get", "create", "patch")
+    }
     assert len(topics) == len(app["spec"]["topics"])
     assert peering is not None
     assert unwatched_status == {}
 
 
-
 def test_every_replica_serves_the_webhook_and_one_down_blocks_only_streamingapps(
-        target: Target, loopback_webhook: LoopbackWebhook, tmp_path: Path) -> None:
+    target: Target, loopback_webhook: LoopbackWebhook, tmp_path: Path
+) -> None:
     namespace = unique("webhook")
     target.kubectl("create", "namespace", namespace)
     app = wordcount_app(namespace, Images.release(), {"strimziCluster": {"name": "events", "namespace": namespace}})
     name = app["metadata"]["name"]
     another = {**app, "metadata": {**app["metadata"], "name": "another"}}
-    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unrelated", "namespace": namespace},
-                 "data": {"any": "thing"}}
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "unrelated", "namespace": namespace},
+        "data": {"any": "thing"},
+    }
 
     def kubectl_apply(manifest: Manifest) -> subprocess.CompletedProcess[str]:
         return target.kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
 
     with installed(target, "webhook", loopback_webhook, {"watchNamespaces": [namespace], "replicaCount": 2}) as release:
         (active_port,) = free_ports(1)
-        with (operator_as(target, release, tmp_path / "active.log", priority=200, webhook_port=active_port),
-              operator_as(target, release, tmp_path / "standby.log", priority=100)):
+        with (
+            operator_as(target, release, tmp_path / "active.log", priority=200, webhook_port=active_port),
+            operator_as(target, release, tmp_path / "standby.log", priority=100),
+        ):
             # The configuration calls the standby's port.
             refused = kubectl_apply(with_unknown_input(app))
             accepted = kubectl_apply(app)
@@ -817,8 +1070,17 @@ def test_every_replica_serves_the_webhook_and_one_down_blocks_only_streamingapps
             standby_log = (tmp_path / "standby.log").read_text()
         # No replica left: nothing answers the webhook.
         blocked = kubectl_apply(another)
-        spec_change = target.kubectl("patch", "streamingapp", name, "-n", namespace, "--type=merge",
-                                     "-p", json.dumps({"spec": {"suspend": True}}), check=False)
+        spec_change = target.kubectl(
+            "patch",
+            "streamingapp",
+            name,
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"suspend": True}}),
+            check=False,
+        )
         metadata_change = target.kubectl("label", "streamingapp", name, "-n", namespace, "team=a", check=False)
         unrelated = kubectl_apply(configmap)
 
@@ -833,7 +1095,9 @@ def test_every_replica_serves_the_webhook_and_one_down_blocks_only_streamingapps
     assert metadata_change.returncode == 0, metadata_change.stderr  # not sent to the webhook (matchConditions)
     assert unrelated.returncode == 0, unrelated.stderr
 
+
 # --- images ------------------------------------------------------------------------------------------
+
 
 def dockerfile(name: str) -> list[tuple[str, str]]:
     """(instruction, arguments) of images/<name>/Dockerfile, continuation lines joined."""
@@ -847,10 +1111,13 @@ def args_before_from(instructions: list[tuple[str, str]]) -> dict[str, str]:
     return dict(arg.split("=", 1) for op, arg in instructions[:first_from] if op == "ARG")
 
 
-@pytest.mark.parametrize(("name", "base_arg", "base"), [
-    ("operator", "PYTHON_IMAGE", "python:3.11-slim-bookworm"),
-    ("spark", "BASE_IMAGE", "apache/spark:4.2.0-python3"),
-])
+@pytest.mark.parametrize(
+    ("name", "base_arg", "base"),
+    [
+        ("operator", "PYTHON_IMAGE", "python:3.11-slim-bookworm"),
+        ("spark", "BASE_IMAGE", "apache/spark:4.2.0-python3"),
+    ],
+)
 def test_dockerfile_base_is_an_arg_and_the_user_is_not_root(name: str, base_arg: str, base: str) -> None:
     instructions = dockerfile(name)
     users = [arg for op, arg in instructions if op == "USER"]
@@ -898,9 +1165,17 @@ def test_build_contexts_pin_dependencies_and_bring_the_connector(contexts: dict[
     assert any(p.name.startswith("spark-sql-kafka-0-10_2.13-4.2.0") for p in (contexts["spark"] / "jars").iterdir())
 
 
-@pytest.mark.parametrize(("name", "entry"), [("operator", "import sluice.operator.__main__, sluice.operator.handlers, "
-                                                          "sluice.operator.topics, sluice.operator.admission"),
-                                             ("spark", "import sluice.pipelines.runner")])
+@pytest.mark.parametrize(
+    ("name", "entry"),
+    [
+        (
+            "operator",
+            "import sluice.operator.__main__, sluice.operator.handlers, "
+            "sluice.operator.topics, sluice.operator.admission",
+        ),
+        ("spark", "import sluice.pipelines.runner"),
+    ],
+)
 def test_image_requirements_are_enough_to_import_its_code(name: str, entry: str) -> None:
     """Every package pyproject.toml names that the image leaves out (pyspark: the Spark image's own) is
     unimportable."""
@@ -909,8 +1184,11 @@ def test_image_requirements_are_enough_to_import_its_code(name: str, entry: str)
     build = image_builder()
     keep = {build._normalise(p) for p in build.IMAGES[name].packages} | ({"pyspark"} if name == "spark" else set())
     declared = build.declared_packages()
-    left_out = [module for module, dists in packages_distributions().items()
-                if not module.startswith("_") and {build._normalise(d) for d in dists} & (declared - keep)]
+    left_out = [
+        module
+        for module, dists in packages_distributions().items()
+        if not module.startswith("_") and {build._normalise(d) for d in dists} & (declared - keep)
+    ]
     code = f"import sys\nfor m in {left_out!r}: sys.modules[m] = None\n{entry}\n"
 
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -918,8 +1196,9 @@ def test_image_requirements_are_enough_to_import_its_code(name: str, entry: str)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-def test_images_without_a_builder_fail_with_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_images_without_a_builder_fail_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no docker, podman or buildah
 
     assert image_builder().main([]) == 1

@@ -22,8 +22,10 @@ from sluice.testbed.kube import cached_binaries, go_binary, go_env, kubernetes_b
 
 KIND = "v0.30.0"  # default node image: Kubernetes v1.34
 KIND_CONFIG = REPO_ROOT / "e2e" / "kind" / "cluster.yaml"
-NO_DOCKER = ("kind e2e needs a running Docker engine (docker info failed); the same suite runs on the local "
-             "cluster with make e2e-local")
+NO_DOCKER = (
+    "kind e2e needs a running Docker engine (docker info failed); the same suite runs on the local "
+    "cluster with make e2e-local"
+)
 
 
 def docker_running() -> bool:
@@ -37,9 +39,14 @@ def docker_running() -> bool:
 
 def kind_binary() -> Path:
     def build(out: Path, names: list[str]) -> None:
-        run([go_binary(), "install", f"sigs.k8s.io/kind@{KIND}"], what=f"building kind {KIND} with Go",
-            hint="needs the Go module proxy (GOPROXY)", log=out.parent / "build.log", cwd=out,
-            env=go_env(GOBIN=str(out)))
+        run(
+            [go_binary(), "install", f"sigs.k8s.io/kind@{KIND}"],
+            what=f"building kind {KIND} with Go",
+            hint="needs the Go module proxy (GOPROXY)",
+            log=out.parent / "build.log",
+            cwd=out,
+            env=go_env(GOBIN=str(out)),
+        )
 
     return cached_binaries(cache_dir("kind", KIND), ["kind"], build)["kind"]
 
@@ -72,8 +79,7 @@ def kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 @pytest.fixture(scope="module")
 def suite(kind_cluster: Target) -> E2ESuite:
     namespace = "sluice-system"
-    return E2ESuite(kind_cluster, Images.release(), StrimziKafka(kind_cluster, namespace),
-                    release_namespace=namespace)
+    return E2ESuite(kind_cluster, Images.release(), StrimziKafka(kind_cluster, namespace), release_namespace=namespace)
 
 
 @pytest.mark.parametrize("step", E2ESuite.steps())

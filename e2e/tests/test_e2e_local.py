@@ -42,18 +42,28 @@ class LocalRun:
 
 def checkpoint_volume(path: str, size: str = "1Gi") -> dict:
     """A hostPath volume for claims without a storage class (the local cluster has no provisioner)."""
-    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": CHECKPOINT_VOLUME},
-            "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                     "persistentVolumeReclaimPolicy": "Retain",
-                     "hostPath": {"path": path, "type": "DirectoryOrCreate"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": CHECKPOINT_VOLUME},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": path, "type": "DirectoryOrCreate"},
+        },
+    }
 
 
 def spark_operator_values() -> dict:
     """The locally built image; no webhook (sluice's SparkApplications carry their pods' settings as Spark pod
     templates, which Spark applies itself)."""
     registry, repository = SPARK_OPERATOR_REPOSITORY.split("/", 1)
-    return {"image": {"registry": registry, "repository": repository, "tag": SPARK_OPERATOR},
-            "webhook": {"enable": False}}
+    return {
+        "image": {"registry": registry, "repository": repository, "tag": SPARK_OPERATOR},
+        "webhook": {"enable": False},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +84,9 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
         checkpoints = work / "checkpoints"
         checkpoints.mkdir()
         checkpoints.chmod(0o777)  # Spark runs as uid 185 (mkdir's mode would be masked by the umask)
-        target = Target(plane.kubeconfig, kubectl_runner(kubectl, plane.kubeconfig),
-                        Helm(helm, plane.kubeconfig, work / "helm"))
+        target = Target(
+            plane.kubeconfig, kubectl_runner(kubectl, plane.kubeconfig), Helm(helm, plane.kubeconfig, work / "helm")
+        )
         target.apply(checkpoint_volume(str(checkpoints)))
     except BaseException as error:
         stop(kafka, node, plane)
@@ -100,8 +111,9 @@ def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
 
 @pytest.fixture(scope="module")
 def suite(local_run: LocalRun) -> E2ESuite:
-    return E2ESuite(local_run.target, Images.release(), local_run.kafka, strimzi=False,
-                    spark_operator=spark_operator_values())
+    return E2ESuite(
+        local_run.target, Images.release(), local_run.kafka, strimzi=False, spark_operator=spark_operator_values()
+    )
 
 
 @pytest.mark.parametrize("step", E2ESuite.steps())

@@ -26,4 +26,3 @@ def test_duplicated_windows_names_each_result_written_twice():
 
 def test_word_tally_counts_each_record():
     assert word_tally(["ant", "bee", "ant"]) == {"ant": 2, "bee": 1}
-

@@ -32,8 +32,12 @@ KAFKA_TOPIC = {
     "apiVersion": "kafka.strimzi.io/v1",
     "kind": "KafkaTopic",
     "metadata": {"labels": {"strimzi.io/cluster": "events"}},
-    "spec": {"topicName": "orders.v1", "partitions": 3, "replicas": 1,
-             "config": {"retention.ms": 604800000, "cleanup.policy": "delete"}},
+    "spec": {
+        "topicName": "orders.v1",
+        "partitions": 3,
+        "replicas": 1,
+        "config": {"retention.ms": 604800000, "cleanup.policy": "delete"},
+    },
 }
 
 
@@ -60,17 +64,22 @@ def with_changes(base: dict[str, Any], name: str, namespace: str, **spec: Any) -
 
 def create(cluster: ControlPlane, manifest: dict[str, Any]) -> tuple[bool, str]:
     # --validate=false: no client-side checks, so any rejection is the API server's schema validation.
-    result = cluster.kubectl("create", "--validate=false", "-o", "json", "-f", "-",
-                             input=json.dumps(manifest), check=False)
+    result = cluster.kubectl(
+        "create", "--validate=false", "-o", "json", "-f", "-", input=json.dumps(manifest), check=False
+    )
     return result.returncode == 0, result.stdout if result.returncode == 0 else result.stderr
 
 
 def test_api_resources_list_spark_and_strimzi_kinds(cluster: ControlPlane) -> None:
     listed = cluster.kubectl("api-resources", "-o", "name").stdout.split()
 
-    for resource in ("sparkapplications.sparkoperator.k8s.io", "scheduledsparkapplications.sparkoperator.k8s.io",
-                     "kafkatopics.kafka.strimzi.io", "kafkas.kafka.strimzi.io",
-                     "kafkanodepools.kafka.strimzi.io"):
+    for resource in (
+        "sparkapplications.sparkoperator.k8s.io",
+        "scheduledsparkapplications.sparkoperator.k8s.io",
+        "kafkatopics.kafka.strimzi.io",
+        "kafkas.kafka.strimzi.io",
+        "kafkanodepools.kafka.strimzi.io",
+    ):
         assert resource in listed
 
 
@@ -89,13 +98,17 @@ def test_valid_spark_application_is_accepted(cluster: ControlPlane, namespace: s
     assert stored["spec"]["executor"] == {"instances": 1, "cores": 1, "memory": "512m"}
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"type": "Cobol"}, 'spec.type: Unsupported value: "Cobol"'),
-    ({"executor": {"instances": "two"}}, "spec.executor.instances: Invalid value"),
-    ({"sparkVersion": None}, "spec.sparkVersion: Required value"),
-])
-def test_invalid_spark_application_is_rejected(cluster: ControlPlane, namespace: str,
-                                               change: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"type": "Cobol"}, 'spec.type: Unsupported value: "Cobol"'),
+        ({"executor": {"instances": "two"}}, "spec.executor.instances: Invalid value"),
+        ({"sparkVersion": None}, "spec.sparkVersion: Required value"),
+    ],
+)
+def test_invalid_spark_application_is_rejected(
+    cluster: ControlPlane, namespace: str, change: dict[str, Any], message: str
+) -> None:
     manifest = with_changes(SPARK_APPLICATION, "bad", namespace, **change)
     manifest["spec"] = {key: value for key, value in manifest["spec"].items() if value is not None}
 
@@ -114,13 +127,17 @@ def test_valid_kafka_topic_is_accepted(cluster: ControlPlane, namespace: str) ->
     assert stored["spec"]["config"]["cleanup.policy"] == "delete"
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"partitions": "many"}, "spec.partitions: Invalid value"),
-    ({"partitions": 0}, "spec.partitions: Invalid value"),
-    ({"replicas": 40000}, "spec.replicas: Invalid value"),
-])
-def test_invalid_kafka_topic_is_rejected(cluster: ControlPlane, namespace: str,
-                                         change: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"partitions": "many"}, "spec.partitions: Invalid value"),
+        ({"partitions": 0}, "spec.partitions: Invalid value"),
+        ({"replicas": 40000}, "spec.replicas: Invalid value"),
+    ],
+)
+def test_invalid_kafka_topic_is_rejected(
+    cluster: ControlPlane, namespace: str, change: dict[str, Any], message: str
+) -> None:
     ok, out = create(cluster, with_changes(KAFKA_TOPIC, "bad", namespace, **change))
 
     assert not ok

@@ -35,8 +35,10 @@ def chart(tmp_path: Path) -> Path:
 
 def run_helm(helm: Path, tmp_path: Path, *args: str) -> str:
     # Keep helm's config/cache/data out of the user's home.
-    env = {**os.environ, **{f"HELM_{kind}_HOME": str(tmp_path / f"helm-{kind.lower()}")
-                            for kind in ("CACHE", "CONFIG", "DATA")}}
+    env = {
+        **os.environ,
+        **{f"HELM_{kind}_HOME": str(tmp_path / f"helm-{kind.lower()}") for kind in ("CACHE", "CONFIG", "DATA")},
+    }
     result = subprocess.run([str(helm), *args], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
     return result.stdout
@@ -53,17 +55,33 @@ def test_helm_template_renders_values_and_overrides(helm: Path, tmp_path: Path, 
     assert rendered["data"] == {"greeting": "hello", "replicas": "3"}
 
 
-def test_helm_installs_and_uninstalls_a_chart_in_the_cluster(helm: Path, tmp_path: Path, chart: Path,
-                                                             kube_cluster: ControlPlane) -> None:
+def test_helm_installs_and_uninstalls_a_chart_in_the_cluster(
+    helm: Path, tmp_path: Path, chart: Path, kube_cluster: ControlPlane
+) -> None:
     namespace = f"helm-{uuid.uuid4().hex[:8]}"
     target = ["--kubeconfig", str(kube_cluster.kubeconfig), "--namespace", namespace]
 
-    run_helm(helm, tmp_path, "install", "rel", str(chart), *target, "--create-namespace",
-             "--set", "greeting=hi", "--wait", "--timeout", "2m")
-    data = kube_cluster.kubectl("get", "configmap", "rel-demo", "-n", namespace,
-                                "-o", "jsonpath={.data.greeting}").stdout
+    run_helm(
+        helm,
+        tmp_path,
+        "install",
+        "rel",
+        str(chart),
+        *target,
+        "--create-namespace",
+        "--set",
+        "greeting=hi",
+        "--wait",
+        "--timeout",
+        "2m",
+    )
+    data = kube_cluster.kubectl(
+        "get", "configmap", "rel-demo", "-n", namespace, "-o", "jsonpath={.data.greeting}"
+    ).stdout
     run_helm(helm, tmp_path, "uninstall", "rel", *target, "--wait")
 
     assert data == "hi"
-    assert kube_cluster.kubectl("get", "configmap", "rel-demo", "-n", namespace, "--ignore-not-found",
-                                "-o", "name").stdout == ""
+    assert (
+        kube_cluster.kubectl("get", "configmap", "rel-demo", "-n", namespace, "--ignore-not-found", "-o", "name").stdout
+        == ""
+    )

@@ -17,8 +17,9 @@ N = 100_000
 
 def test_100k_records_round_trip(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=4)
-    records = [(f"k{i % 97}".encode(), f"value-{i}-{hashlib.sha1(str(i).encode()).hexdigest()}".encode())
-               for i in range(N)]
+    records = [
+        (f"k{i % 97}".encode(), f"value-{i}-{hashlib.sha1(str(i).encode()).hexdigest()}".encode()) for i in range(N)
+    ]
     assert produce(kafka_bootstrap, topic, records) == N
     assert sum(end_offsets(kafka_bootstrap, topic).values()) == N
 
@@ -90,8 +91,7 @@ def test_missing_java_is_one_clear_line(monkeypatch):
 
 def test_server_properties_for_three_nodes(tmp_path):
     nodes = [kafka_mod.KafkaNode(i, 19000 + i, 19100 + i) for i in (1, 2, 3)]
-    props = dict(line.split("=", 1) for line in
-                 kafka_mod.server_properties(nodes[1], nodes, tmp_path).splitlines())
+    props = dict(line.split("=", 1) for line in kafka_mod.server_properties(nodes[1], nodes, tmp_path).splitlines())
     assert props["node.id"] == "2"
     assert props["controller.quorum.voters"] == "1@127.0.0.1:19101,2@127.0.0.1:19102,3@127.0.0.1:19103"
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:19002,CONTROLLER://127.0.0.1:19102"
@@ -111,7 +111,8 @@ def test_three_broker_cluster_survives_losing_a_broker(tmp_path):
         survivors = ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[:2])
         produce(survivors, "replicated", [b"after"])
         assert sorted(r.value for r in consume_all(survivors, "replicated", expected=3_001)) == sorted(
-            [*records, b"after"])
+            [*records, b"after"]
+        )
     finally:
         cluster.stop()
 

@@ -23,11 +23,15 @@ from sluice.testbed.versions import KUBERNETES
 VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "defaults": ({}, ()),
     "ha": ({"replicaCount": 3}, ()),
-    "monitoring": ({"monitoring": {"enabled": True}, "grafanaDashboard": {"enabled": True}},
-                   ("--api-versions", "monitoring.coreos.com/v1")),
+    "monitoring": (
+        {"monitoring": {"enabled": True}, "grafanaDashboard": {"enabled": True}},
+        ("--api-versions", "monitoring.coreos.com/v1"),
+    ),
     "webhook-cert-manager": ({"webhook": {"certManager": {"enabled": True}}}, ("--api-versions", "cert-manager.io/v1")),
-    "namespaces-quick-start": ({"watchNamespaces": ["apps"], "kafkaCluster": {"enabled": True}},
-                               ("--api-versions", "kafka.strimzi.io/v1")),
+    "namespaces-quick-start": (
+        {"watchNamespaces": ["apps"], "kafkaCluster": {"enabled": True}},
+        ("--api-versions", "kafka.strimzi.io/v1"),
+    ),
     "no-webhook": ({"webhook": {"enabled": False}}, ()),
 }
 GRADES = {1: "CRITICAL", 5: "WARNING"}  # kube-score's scorecard grades; 7 and 10 are fine
@@ -50,12 +54,18 @@ class Exception_:
 
 SINGLE_REPLICA_WITH_WEBHOOK = frozenset({"defaults", "monitoring", "webhook-cert-manager", "namespaces-quick-start"})
 EXCEPTIONS = [
-    Exception_("deployment-strategy", SINGLE_REPLICA_WITH_WEBHOOK,
-               "one replica runs standalone (no peering): a rolling update would have two operators reconciling "
-               "the same apps, so the Deployment is Recreate; replicaCount > 1 runs with peering and rolls"),
-    Exception_("deployment-replicas", SINGLE_REPLICA_WITH_WEBHOOK,
-               "one replica is the default (the operator is one active process either way); while it restarts "
-               "StreamingApps wait for the webhook, nothing else does; replicaCount: 2 keeps it served"),
+    Exception_(
+        "deployment-strategy",
+        SINGLE_REPLICA_WITH_WEBHOOK,
+        "one replica runs standalone (no peering): a rolling update would have two operators reconciling "
+        "the same apps, so the Deployment is Recreate; replicaCount > 1 runs with peering and rolls",
+    ),
+    Exception_(
+        "deployment-replicas",
+        SINGLE_REPLICA_WITH_WEBHOOK,
+        "one replica is the default (the operator is one active process either way); while it restarts "
+        "StreamingApps wait for the webhook, nothing else does; replicaCount: 2 keeps it served",
+    ),
 ]
 
 
@@ -77,19 +87,32 @@ def score(kube_score: Path, manifests: list[dict[str, Any]], scratch: Path) -> l
     rendered = scratch / "rendered.yaml"
     rendered.write_text(yaml.safe_dump_all(manifests))
     major, minor = KUBERNETES.split(".")[:2]
-    result = subprocess.run([str(kube_score), "score", f"--kubernetes-version=v{major}.{minor}", "--output-format=json",
-                             str(rendered)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(kube_score), "score", f"--kubernetes-version=v{major}.{minor}", "--output-format=json", str(rendered)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode in (0, 1), result.stderr  # 1: there are CRITICAL findings
-    return [Finding(check["check"]["id"], GRADES[check["grade"]], scored["object_name"],
-                    "; ".join(f"{c['path']} {c['summary']}".strip() for c in check["comments"] or []))
-            for scored in json.loads(result.stdout) for check in scored["checks"]
-            if not check["skipped"] and check["grade"] in GRADES]
+    return [
+        Finding(
+            check["check"]["id"],
+            GRADES[check["grade"]],
+            scored["object_name"],
+            "; ".join(f"{c['path']} {c['summary']}".strip() for c in check["comments"] or []),
+        )
+        for scored in json.loads(result.stdout)
+        for check in scored["checks"]
+        if not check["skipped"] and check["grade"] in GRADES
+    ]
 
 
 @pytest.fixture(scope="module")
 def findings(kube_score: Path, chart_helm: Helm) -> dict[str, list[Finding]]:
-    return {name: score(kube_score, chart_helm.template("sluice", "sys", values, *args), chart_helm.home)
-            for name, (values, args) in VALUE_SETS.items()}
+    return {
+        name: score(kube_score, chart_helm.template("sluice", "sys", values, *args), chart_helm.home)
+        for name, (values, args) in VALUE_SETS.items()
+    }
 
 
 def excused(value_set: str, finding: Finding) -> bool:
@@ -113,15 +136,24 @@ def test_every_exception_is_needed_and_in_the_chart_readme(findings: dict[str, l
 
 def test_kube_score_finds_what_the_chart_avoids(kube_score: Path, chart_helm: Helm) -> None:
     """The checks bite: the defaults that keep them quiet, turned off."""
-    values = {"networkPolicy": {"enabled": False}, "image": {"pullPolicy": "IfNotPresent"},
-              "resources": {"limits": {"cpu": None, "ephemeral-storage": None},
-                            "requests": {"ephemeral-storage": None}}}
-    found = {(f.check, f.grade) for f in score(kube_score, chart_helm.template("sluice", "sys", values),
-                                               chart_helm.home)}
-    without_budget = [m for m in chart_helm.template("sluice", "sys", {"replicaCount": 2})
-                      if m["kind"] != "PodDisruptionBudget"]
+    values = {
+        "networkPolicy": {"enabled": False},
+        "image": {"pullPolicy": "IfNotPresent"},
+        "resources": {"limits": {"cpu": None, "ephemeral-storage": None}, "requests": {"ephemeral-storage": None}},
+    }
+    found = {
+        (f.check, f.grade) for f in score(kube_score, chart_helm.template("sluice", "sys", values), chart_helm.home)
+    }
+    without_budget = [
+        m for m in chart_helm.template("sluice", "sys", {"replicaCount": 2}) if m["kind"] != "PodDisruptionBudget"
+    ]
 
-    assert {("pod-networkpolicy", "CRITICAL"), ("container-image-pull-policy", "CRITICAL"),
-            ("container-resources", "CRITICAL"), ("container-ephemeral-storage-request-and-limit", "CRITICAL")} <= found
+    assert {
+        ("pod-networkpolicy", "CRITICAL"),
+        ("container-image-pull-policy", "CRITICAL"),
+        ("container-resources", "CRITICAL"),
+        ("container-ephemeral-storage-request-and-limit", "CRITICAL"),
+    } <= found
     assert ("deployment-has-poddisruptionbudget", "CRITICAL") in {
-        (f.check, f.grade) for f in score(kube_score, without_budget, chart_helm.home)}
+        (f.check, f.grade) for f in score(kube_score, without_budget, chart_helm.home)
+    }

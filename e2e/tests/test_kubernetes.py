@@ -49,8 +49,10 @@ spec:
 
 
 def widget(name: str, size: Any) -> str:
-    return (f"apiVersion: testing.sluice.dev/v1\nkind: Widget\nmetadata:\n  name: {name}\n"
-            f"spec:\n  size: {size}\n  color: blue\n")
+    return (
+        f"apiVersion: testing.sluice.dev/v1\nkind: Widget\nmetadata:\n  name: {name}\n"
+        f"spec:\n  size: {size}\n  color: blue\n"
+    )
 
 
 def get_json(plane: ControlPlane, *args: str) -> dict[str, Any]:
@@ -72,13 +74,13 @@ def namespace(kube_cluster: ControlPlane) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def widget_crd(kube_cluster: ControlPlane) -> str:
     kube_cluster.kubectl("apply", "-f", "-", input=CRD)
-    kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                         "crd/widgets.testing.sluice.dev")
+    kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/widgets.testing.sluice.dev")
     return "widgets.testing.sluice.dev"
 
 
-def test_custom_object_round_trips_through_the_api_server(kube_cluster: ControlPlane, widget_crd: str,
-                                                          namespace: str) -> None:
+def test_custom_object_round_trips_through_the_api_server(
+    kube_cluster: ControlPlane, widget_crd: str, namespace: str
+) -> None:
     kube_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=widget("w1", 3))
 
     stored = get_json(kube_cluster, "-n", namespace, "widget", "w1")
@@ -89,26 +91,35 @@ def test_custom_object_round_trips_through_the_api_server(kube_cluster: ControlP
     assert stored["metadata"]["uid"]
 
 
-def test_api_server_validates_custom_objects_against_the_crd_schema(kube_cluster: ControlPlane,
-                                                                   widget_crd: str, namespace: str) -> None:
+def test_api_server_validates_custom_objects_against_the_crd_schema(
+    kube_cluster: ControlPlane, widget_crd: str, namespace: str
+) -> None:
     with pytest.raises(KubectlError, match=r"spec\.size"):
         kube_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=widget("bad", '"big"'))
 
 
-def test_garbage_collector_deletes_dependents_of_a_deleted_owner(kube_cluster: ControlPlane,
-                                                                namespace: str) -> None:
+def test_garbage_collector_deletes_dependents_of_a_deleted_owner(kube_cluster: ControlPlane, namespace: str) -> None:
     kube_cluster.kubectl("create", "configmap", "owner", "-n", namespace)
     owner_uid = get_json(kube_cluster, "-n", namespace, "configmap", "owner")["metadata"]["uid"]
-    dependent = {"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": "dependent", "namespace": namespace,
-                              "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
-                                                   "uid": owner_uid}]}}
+    dependent = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "dependent",
+            "namespace": namespace,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}],
+        },
+    }
     kube_cluster.kubectl("apply", "-f", "-", input=json.dumps(dependent))
 
     kube_cluster.kubectl("delete", "configmap", "owner", "-n", namespace)
 
-    wait_until(lambda: is_gone(kube_cluster, "-n", namespace, "configmap", "dependent"), timeout=120,
-               interval=1, what="the garbage collector to delete the dependent ConfigMap")
+    wait_until(
+        lambda: is_gone(kube_cluster, "-n", namespace, "configmap", "dependent"),
+        timeout=120,
+        interval=1,
+        what="the garbage collector to delete the dependent ConfigMap",
+    )
 
 
 def test_binaries_report_the_pinned_versions(kube_cluster: ControlPlane) -> None:
@@ -133,9 +144,13 @@ def test_a_plane_with_an_advertise_address_is_reachable_from_nodes(tmp_path: Pat
     write_pki(plane.pki, plane.advertise_address)
 
     args = plane._args("kube-apiserver")
-    assert {"--bind-address=0.0.0.0", "--advertise-address=10.245.0.1", "--endpoint-reconciler-type=lease",
-            "--kubelet-preferred-address-types=InternalIP",
-            f"--kubelet-client-certificate={plane.pki / 'apiserver-kubelet-client.crt'}"} <= set(args)
+    assert {
+        "--bind-address=0.0.0.0",
+        "--advertise-address=10.245.0.1",
+        "--endpoint-reconciler-type=lease",
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={plane.pki / 'apiserver-kubelet-client.crt'}",
+    } <= set(args)
     serving = x509.load_pem_x509_certificate((plane.pki / "apiserver.crt").read_bytes())
     sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "10.245.0.1" in {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
@@ -145,8 +160,7 @@ def test_a_plane_with_an_advertise_address_is_reachable_from_nodes(tmp_path: Pat
 
 def test_a_plane_without_an_advertise_address_stays_on_loopback(tmp_path: Path) -> None:
     args = ControlPlane(tmp_path)._args("kube-apiserver")
-    assert {"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            "--endpoint-reconciler-type=none"} <= set(args)
+    assert {"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"} <= set(args)
     assert not [arg for arg in args if arg.startswith("--kubelet-")]
 
 

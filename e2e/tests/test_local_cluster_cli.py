@@ -22,8 +22,7 @@ pytestmark = pytest.mark.kube
 
 
 def _testbed(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sluice.testbed", *args], capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", "sluice.testbed", *args], capture_output=True, text=True, timeout=600)
 
 
 def assert_nothing_left(state: Path, pids: dict[str, int]) -> None:
@@ -48,15 +47,30 @@ def test_local_cluster_up_installs_the_crds_and_runs_pods(tmp_path: Path) -> Non
         pids = {**plane.pids(), **attach(state).node.pids()}
         listed = json.loads(plane.kubectl("get", "crd", "-o", "json").stdout)["items"]
         crds = {item["metadata"]["name"] for item in listed}
-        assert {"streamingapps.sluice.dev", "sparkapplications.sparkoperator.k8s.io", "kafkatopics.kafka.strimzi.io",
-                "clusterkopfpeerings.kopf.dev"} <= crds
+        assert {
+            "streamingapps.sluice.dev",
+            "sparkapplications.sparkoperator.k8s.io",
+            "kafkatopics.kafka.strimzi.io",
+            "clusterkopfpeerings.kopf.dev",
+        } <= crds
         applied = plane.kubectl("apply", "--dry-run=server", "-f", str(REPO_ROOT / "pipelines" / "examples"))
         assert applied.stdout.count("streamingapp.sluice.dev/") == 4
 
-        plane.kubectl("run", "hello", f"--image={PROBE_IMAGE}", "--image-pull-policy=Never", "--restart=Never",
-                      "--", "echo", "hello", "from", "the", "local", "cluster")
-        plane.kubectl("wait", "pod/hello", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=120s",
-                      timeout=150)
+        plane.kubectl(
+            "run",
+            "hello",
+            f"--image={PROBE_IMAGE}",
+            "--image-pull-policy=Never",
+            "--restart=Never",
+            "--",
+            "echo",
+            "hello",
+            "from",
+            "the",
+            "local",
+            "cluster",
+        )
+        plane.kubectl("wait", "pod/hello", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=120s", timeout=150)
         assert plane.kubectl("logs", "hello").stdout.strip() == "hello from the local cluster"
     finally:
         down = _testbed("cluster", "down", "--state-dir", str(state))
@@ -65,7 +79,8 @@ def test_local_cluster_up_installs_the_crds_and_runs_pods(tmp_path: Path) -> Non
 
 
 def test_local_cluster_up_is_idempotent_repairs_a_half_dead_cluster_and_down_cleans_up(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "local-cluster"
     seen: dict[str, int] = {}
     try:

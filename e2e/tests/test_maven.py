@@ -9,13 +9,16 @@ import pytest
 from sluice.pipelines.local.maven import artifact_name, render_pom
 
 
-@pytest.mark.parametrize(("jar", "artifact"), [
-    ("kafka-clients-3.9.0.jar", "kafka-clients"),
-    ("spark-sql-kafka-0-10_2.13-4.0.0.jar", "spark-sql-kafka-0-10_2.13"),
-    ("javax.inject-1.jar", "javax.inject"),
-    ("zstd-jni-1.5.6-4.jar", "zstd-jni"),
-    ("netty-transport-native-epoll-4.1.118.Final-linux-x86_64.jar", "netty-transport-native-epoll"),
-])
+@pytest.mark.parametrize(
+    ("jar", "artifact"),
+    [
+        ("kafka-clients-3.9.0.jar", "kafka-clients"),
+        ("spark-sql-kafka-0-10_2.13-4.0.0.jar", "spark-sql-kafka-0-10_2.13"),
+        ("javax.inject-1.jar", "javax.inject"),
+        ("zstd-jni-1.5.6-4.jar", "zstd-jni"),
+        ("netty-transport-native-epoll-4.1.118.Final-linux-x86_64.jar", "netty-transport-native-epoll"),
+    ],
+)
 def test_artifact_name(jar, artifact):
     assert artifact_name(jar) == artifact
 
@@ -23,8 +26,14 @@ def test_artifact_name(jar, artifact):
 def test_render_pom_lists_each_dependency():
     pom = ET.fromstring(render_pom("x", ["org.apache.kafka:kafka_2.13:4.1.1", "a.b:c-d:1.0"]))
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    deps = [(d.findtext("m:groupId", namespaces=ns), d.findtext("m:artifactId", namespaces=ns),
-             d.findtext("m:version", namespaces=ns)) for d in pom.iterfind(".//m:dependency", ns)]
+    deps = [
+        (
+            d.findtext("m:groupId", namespaces=ns),
+            d.findtext("m:artifactId", namespaces=ns),
+            d.findtext("m:version", namespaces=ns),
+        )
+        for d in pom.iterfind(".//m:dependency", ns)
+    ]
     assert deps == [("org.apache.kafka", "kafka_2.13", "4.1.1"), ("a.b", "c-d", "1.0")]
 
 

@@ -50,20 +50,33 @@ def stop(node: Node, plane: ControlPlane) -> None:
 
 
 def pod(name: str, *args: str, restart: str = "Never", labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {"app": name}},
-            "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "main", "image": PROBE_IMAGE, "imagePullPolicy": "Never",
-                                     "args": list(args)}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": PROBE_IMAGE, "imagePullPolicy": "Never", "args": list(args)}],
+        },
+    }
 
 
 def apply(node: Node, *objects: dict[str, Any]) -> None:
-    node.plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                              "items": list(objects)}))
+    node.plane.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+    )
 
 
 def wait_succeeded(node: Node, name: str, timeout: int = 120) -> None:
-    result = node.plane.kubectl("wait", f"pod/{name}", "--for=jsonpath={.status.phase}=Succeeded",
-                                f"--timeout={timeout}s", check=False, timeout=timeout + 30)
+    result = node.plane.kubectl(
+        "wait",
+        f"pod/{name}",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        f"--timeout={timeout}s",
+        check=False,
+        timeout=timeout + 30,
+    )
     if result.returncode != 0:
         described = node.plane.kubectl("describe", "pod", name, check=False).stdout
         pytest.fail(f"pod {name} did not succeed: {result.stderr}\n{described}")
@@ -99,8 +112,12 @@ def test_a_node_refuses_a_loopback_only_plane(tmp_path) -> None:
 
 
 def test_service_is_reachable_by_its_dns_name(node: Node) -> None:
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "greeter"},
-               "spec": {"selector": {"app": "greeter"}, "ports": [{"port": 80, "targetPort": 8080}]}}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "greeter"},
+        "spec": {"selector": {"app": "greeter"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
     apply(node, pod("greeter", "serve", "8080", "hi through a Service", restart="Always"), service)
     node.plane.kubectl("wait", "pod/greeter", "--for=condition=Ready", "--timeout=120s", timeout=150)
     apply(node, pod("client", "get", "http://greeter.default.svc.cluster.local/"))
@@ -110,14 +127,18 @@ def test_service_is_reachable_by_its_dns_name(node: Node) -> None:
 
 
 def test_pods_reach_the_apiserver_through_the_kubernetes_service(node: Node) -> None:
-    apply(node, pod("resolver", "lookup", "kubernetes.default.svc.cluster.local"),
-          pod("dialer", "dial", "kubernetes.default.svc.cluster.local:443"))
+    apply(
+        node,
+        pod("resolver", "lookup", "kubernetes.default.svc.cluster.local"),
+        pod("dialer", "dial", "kubernetes.default.svc.cluster.local:443"),
+    )
     wait_succeeded(node, "resolver")
     wait_succeeded(node, "dialer")
     assert node.plane.kubectl("logs", "resolver").stdout.strip() == "10.0.0.1"
     assert node.plane.kubectl("logs", "dialer").stdout.strip() == "connected"
-    endpoints = json.loads(node.plane.kubectl("get", "endpointslices", "-l",
-                                              "kubernetes.io/service-name=kubernetes", "-o", "json").stdout)
+    endpoints = json.loads(
+        node.plane.kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=kubernetes", "-o", "json").stdout
+    )
     assert [a for s in endpoints["items"] for e in s["endpoints"] for a in e["addresses"]] == [NODE_ADDRESS]
 
 

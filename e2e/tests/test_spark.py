@@ -9,21 +9,26 @@ from sluice.pipelines.local.kafka_io import produce
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-def test_structured_streaming_kafka_to_memory_equals_input(spark_session, kafka_bootstrap, new_topic,
-                                                           tmp_path):
+def test_structured_streaming_kafka_to_memory_equals_input(spark_session, kafka_bootstrap, new_topic, tmp_path):
     topic = new_topic(partitions=3)
     records = [(f"key-{i % 10}".encode(), f"line {i}".encode()) for i in range(5_000)]
     produce(kafka_bootstrap, topic, records)
 
-    stream = (spark_session.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", kafka_bootstrap)
-              .option("subscribe", topic)
-              .option("startingOffsets", "earliest")
-              .load()
-              .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value"))
-    query = (stream.writeStream.format("memory").queryName("roundtrip")
-             .option("checkpointLocation", str(tmp_path / "chk"))
-             .trigger(availableNow=True).start())
+    stream = (
+        spark_session.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
+    )
+    query = (
+        stream.writeStream.format("memory")
+        .queryName("roundtrip")
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(180)
     assert query.exception() is None
 

@@ -84,8 +84,8 @@ MIN_EXECUTORS, MAX_EXECUTORS = 1, 20
 class Scenario:
     name: str
     load: InputRate
-    executors: int      # at the start
-    duration: float     # seconds
+    executors: int  # at the start
+    duration: float  # seconds
     load_change: float  # when the load starts to change
     peak_rate: float
     trigger: float | None = None  # processingTime micro-batches; None: records processed as they arrive
@@ -123,7 +123,8 @@ def figures_of(scenario: Scenario, timeline: Timeline, policy: Policy) -> Figure
         decisions=len(changes),
         seconds_to_stable=max(after_load_change) - scenario.load_change if after_load_change else 0.0,
         overshoot_executors=max(0, max(timeline.targets()) - needed_executors(scenario.peak_rate, policy)),
-        flaps=flaps)
+        flaps=flaps,
+    )
 
 
 def broken_targets(scenario: Scenario, figures: Figures, timeline: Timeline, policy: Policy) -> list[str]:
@@ -137,14 +138,17 @@ def broken_targets(scenario: Scenario, figures: Figures, timeline: Timeline, pol
         checks |= {
             "first change after scaleDownWindow": first >= scenario.load_change + policy.scale_down_window,
             "ends at the need": timeline.moments[-1].decision.target == needed_executors(LOW, policy),
-            "overshoot 0": figures.overshoot_executors == 0}
+            "overshoot 0": figures.overshoot_executors == 0,
+        }
     elif scenario.name == "slow":
         first = timeline.changes[0] if timeline.changes else None
         checks |= {
-            "first change up after the step": first is not None and first.decision.kind == "up"
+            "first change up after the step": first is not None
+            and first.decision.kind == "up"
             and first.time >= scenario.load_change,
             "ends at the need": timeline.moments[-1].decision.target == needed_executors(scenario.peak_rate, policy),
-            "overshoot <= 1": figures.overshoot_executors <= 1}
+            "overshoot <= 1": figures.overshoot_executors <= 1,
+        }
     else:
         checks |= {"overshoot <= 1": figures.overshoot_executors <= 1}
     return [name for name, met in checks.items() if not met]
@@ -159,14 +163,27 @@ def plot(scenario: Scenario, timeline: Timeline, figures: Figures, path: Path) -
     backlog_axis.plot(minutes, [m.backlog for m in timeline.moments], color="tab:orange")
     backlog_axis.set_ylabel("backlog (records)")
     backlog_axis.set_ylim(0, max(1, *(m.backlog for m in timeline.moments)) * 1.1)
-    executor_axis.step(minutes, [m.decision.target for m in timeline.moments], where="post", color="tab:gray",
-                       linestyle="--", label="asked")
-    executor_axis.step(minutes, [m.executors for m in timeline.moments], where="post", color="tab:green",
-                       label="working")
+    executor_axis.step(
+        minutes,
+        [m.decision.target for m in timeline.moments],
+        where="post",
+        color="tab:gray",
+        linestyle="--",
+        label="asked",
+    )
+    executor_axis.step(
+        minutes, [m.executors for m in timeline.moments], where="post", color="tab:green", label="working"
+    )
     for kind, marker, color in (("up", "^", "tab:red"), ("down", "v", "tab:purple")):
         moments = [m for m in timeline.changes if m.decision.kind == kind]
-        executor_axis.scatter([m.time / 60 for m in moments], [m.decision.target for m in moments], marker=marker,
-                              color=color, zorder=3, label=f"scale {kind}")
+        executor_axis.scatter(
+            [m.time / 60 for m in moments],
+            [m.decision.target for m in moments],
+            marker=marker,
+            color=color,
+            zorder=3,
+            label=f"scale {kind}",
+        )
     for change in timeline.changes:
         for axis in (rate_axis, backlog_axis, executor_axis):
             axis.axvline(change.time / 60, color="lightgray", linewidth=0.8, zorder=0)
@@ -174,8 +191,10 @@ def plot(scenario: Scenario, timeline: Timeline, figures: Figures, path: Path) -
     executor_axis.set_ylim(0, max(timeline.targets()) + 2)
     executor_axis.set_xlabel("minutes")
     executor_axis.legend(loc="upper left", fontsize="small", ncol=4)
-    fig.suptitle(f"autoscaler, {scenario.name}: {figures.decisions} decisions, {figures.seconds_to_stable:.0f} s "
-                 f"to stable, overshoot {figures.overshoot_executors}, flaps {figures.flaps}")
+    fig.suptitle(
+        f"autoscaler, {scenario.name}: {figures.decisions} decisions, {figures.seconds_to_stable:.0f} s "
+        f"to stable, overshoot {figures.overshoot_executors}, flaps {figures.flaps}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -184,8 +203,12 @@ def plot(scenario: Scenario, timeline: Timeline, figures: Figures, path: Path) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Benchmark of the executor autoscaler on a simulated plant.")
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / ".sluice" / "bench")
-    parser.add_argument("--trigger", type=float, default=None,
-                        help="run every scenario as processingTime micro-batches of this many seconds")
+    parser.add_argument(
+        "--trigger",
+        type=float,
+        default=None,
+        help="run every scenario as processingTime micro-batches of this many seconds",
+    )
     args = parser.parse_args(argv)
     output_dir: Path = args.output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -193,8 +216,16 @@ def main(argv: list[str] | None = None) -> int:
 
     batches = f", every scenario as {args.trigger:g} s micro-batches" if args.trigger else ""
     table = Table(title=f"autoscaler on the simulated plant (interval 10s{batches})")
-    for column in ("scenario", "decisions", "seconds to stable", "overshoot", "flaps", "final executors",
-                   "peak backlog", "targets"):
+    for column in (
+        "scenario",
+        "decisions",
+        "seconds to stable",
+        "overshoot",
+        "flaps",
+        "final executors",
+        "peak backlog",
+        "targets",
+    ):
         table.add_column(column, justify="left" if column in ("scenario", "targets") else "right")
     results: dict[str, dict[str, float | int]] = {}
     failures = []
@@ -205,13 +236,23 @@ def main(argv: list[str] | None = None) -> int:
         figures = figures_of(scenario, timeline, policy)
         broken = broken_targets(scenario, figures, timeline, policy)
         failures += [f"{scenario.name}: {target}" for target in broken]
-        results[scenario.name] = {"decisions": figures.decisions, "seconds_to_stable": figures.seconds_to_stable,
-                                  "overshoot_executors": figures.overshoot_executors, "flaps": figures.flaps}
+        results[scenario.name] = {
+            "decisions": figures.decisions,
+            "seconds_to_stable": figures.seconds_to_stable,
+            "overshoot_executors": figures.overshoot_executors,
+            "flaps": figures.flaps,
+        }
         plot(scenario, timeline, figures, output_dir / f"autoscaler-{scenario.name}.png")
-        table.add_row(scenario.name, str(figures.decisions), f"{figures.seconds_to_stable:.0f}",
-                      str(figures.overshoot_executors), str(figures.flaps), str(timeline.moments[-1].decision.target),
-                      f"{max(m.backlog for m in timeline.moments):,}",
-                      "broken: " + ", ".join(broken) if broken else "met")
+        table.add_row(
+            scenario.name,
+            str(figures.decisions),
+            f"{figures.seconds_to_stable:.0f}",
+            str(figures.overshoot_executors),
+            str(figures.flaps),
+            str(timeline.moments[-1].decision.target),
+            f"{max(m.backlog for m in timeline.moments):,}",
+            "broken: " + ", ".join(broken) if broken else "met",
+        )
     (output_dir / "autoscaler.json").write_text(json.dumps({"scenarios": results}, indent=2) + "\n")
     console = Console(width=120)
     console.print(table)

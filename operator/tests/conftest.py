@@ -25,25 +25,44 @@ def crds_installed(kube_cluster):
     from sluice.testbed.external_crds import install_external_crds
 
     install_external_crds(kube_cluster.kubectl)
-    kube_cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE),
-                         "-f", str(CRD_FILE.parent / "kopf-peering.yaml"))
-    kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                         "crd/streamingapps.sluice.dev")
+    kube_cluster.kubectl(
+        "apply", "--server-side", "-f", str(CRD_FILE), "-f", str(CRD_FILE.parent / "kopf-peering.yaml")
+    )
+    kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/streamingapps.sluice.dev")
     return kube_cluster
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, log: Path, resync_seconds: float = RESYNC_SECONDS,
-                 extra_args: tuple[str, ...] = (), scope: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log: Path,
+        resync_seconds: float = RESYNC_SECONDS,
+        extra_args: tuple[str, ...] = (),
+        scope: tuple[str, ...] = (),
+    ) -> None:
         self.metrics_port, self.health_port = free_ports(2)
         self.log = log
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": str(resync_seconds)}
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sluice.operator", "--log-format", "plain", *(scope or ("--all-namespaces",)),
-                 "--metrics-port", str(self.metrics_port),
-                 "--liveness", f"http://127.0.0.1:{self.health_port}/healthz", *extra_args],
-                stdout=out, stderr=subprocess.STDOUT, env=env)
+                [
+                    sys.executable,
+                    "-m",
+                    "sluice.operator",
+                    "--log-format",
+                    "plain",
+                    *(scope or ("--all-namespaces",)),
+                    "--metrics-port",
+                    str(self.metrics_port),
+                    "--liveness",
+                    f"http://127.0.0.1:{self.health_port}/healthz",
+                    *extra_args,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
 
     def wait_alive(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -79,8 +98,11 @@ class OperatorProcess:
 def operator_process(crds_installed, tmp_path_factory) -> Iterator[OperatorProcess]:
     # Every namespace but the HA tests', where peered replicas of their own run. One pattern: kopf watches the
     # union of its --namespace patterns, so a separate "*" would bring the excluded namespaces back.
-    operator = OperatorProcess(crds_installed.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log",
-                               scope=("--namespace", f"!{HA_NAMESPACE_PREFIX}*"))
+    operator = OperatorProcess(
+        crds_installed.kubeconfig,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        scope=("--namespace", f"!{HA_NAMESPACE_PREFIX}*"),
+    )
     try:
         operator.wait_alive()
         yield operator
@@ -98,5 +120,3 @@ def namespace(crds_installed) -> Iterator[str]:
     crds_installed.kubectl("create", "namespace", name)
     yield name
     crds_installed.kubectl("delete", "namespace", name, "--wait=false")
-
-

@@ -76,12 +76,14 @@ def test_sql_and_schema_syntax_errors_are_refused_without_a_jvm() -> None:
 
 def test_an_event_time_outside_the_schema_is_refused() -> None:
     app = wordcount()
-    app["spec"]["pipeline"]["nodes"][0]["fromKafka"].update(format="json", schema="line STRING, `at` TIMESTAMP",
-                                                            eventTime="ts")
+    app["spec"]["pipeline"]["nodes"][0]["fromKafka"].update(
+        format="json", schema="line STRING, `at` TIMESTAMP", eventTime="ts"
+    )
     invalid = admissible_spec(app["spec"], ClaimDefaults(create=True))
     assert isinstance(invalid, Invalid)
-    assert invalid.message == ("spec.pipeline.nodes[0].fromKafka.eventTime: 'ts' is not a schema field (line, at) "
-                               "nor kafka_timestamp")
+    assert invalid.message == (
+        "spec.pipeline.nodes[0].fromKafka.eventTime: 'ts' is not a schema field (line, at) nor kafka_timestamp"
+    )
 
 
 def test_a_pod_local_checkpoint_is_refused_only_when_the_operator_makes_no_claims() -> None:

@@ -22,7 +22,7 @@ from sluice.operator.autoscaler.state import DecisionRecord
 from sluice.operator.model import AutoscalingSpec, ExecutorsSpec
 
 RATE_PER_EXECUTOR = 1000.0  # the plant's default: one core per executor, 1000 records/s per core
-LOAD = 1400.0               # 2 executors at the default 70% utilization
+LOAD = 1400.0  # 2 executors at the default 70% utilization
 CHANGE_AT = 600.0
 
 
@@ -34,10 +34,23 @@ def needed(rate: float, utilization: float = 0.7) -> int:
     return math.ceil(rate / (utilization * RATE_PER_EXECUTOR))
 
 
-def run(load: InputRate, executors: int, duration: float, policy: Policy | None = None,
-        low: int = 1, high: int = 20, restarts: frozenset[float] = frozenset(), **plant: object) -> Timeline:
-    return simulate(Plant(load, executors, **plant), policy or policy_of(),
-                    ExecutorsSpec(instances=executors, min=low, max=high), duration, restarts)
+def run(
+    load: InputRate,
+    executors: int,
+    duration: float,
+    policy: Policy | None = None,
+    low: int = 1,
+    high: int = 20,
+    restarts: frozenset[float] = frozenset(),
+    **plant: object,
+) -> Timeline:
+    return simulate(
+        Plant(load, executors, **plant),
+        policy or policy_of(),
+        ExecutorsSpec(instances=executors, min=low, max=high),
+        duration,
+        restarts,
+    )
 
 
 def assert_counts_follow_changes(timeline: Timeline) -> None:
@@ -146,8 +159,14 @@ def test_max_step_is_respected(max_step):
 
 
 def test_cooldowns_are_respected():
-    policy = policy_of(stabilization="10s", metricsWindow="30s", scaleUpCooldown="2m", scaleDownCooldown="4m",
-                       scaleDownWindow="1m", maxStep=1)
+    policy = policy_of(
+        stabilization="10s",
+        metricsWindow="30s",
+        scaleUpCooldown="2m",
+        scaleDownCooldown="4m",
+        scaleDownWindow="1m",
+        maxStep=1,
+    )
     load = step(LOAD, 4 * LOAD, CHANGE_AT)
     timeline = run(lambda t: load(t) if t < 2400 else LOAD, executors=2, duration=4800, policy=policy)
     changes = timeline.changes
@@ -166,8 +185,9 @@ def test_an_ineffective_scale_up_stops_scale_ups_and_says_why():
     assert last.backlog > 1_000_000  # the sink cannot keep up, whatever the executors
     assert len(ups) == 2 and last.decision.target == ups[-1].decision.target < 20
     blocked = last.decision.scale_up_blocked
-    assert blocked and blocked.startswith(f"{ups[-1].decision.from_executors} → {ups[-1].decision.target} "
-                                          "raised capacity by 0 rec/s of the")
+    assert blocked and blocked.startswith(
+        f"{ups[-1].decision.from_executors} → {ups[-1].decision.target} raised capacity by 0 rec/s of the"
+    )
     assert "scale-up blocked" in last.decision.reason
     assert "scale-up blocked" in (autoscaler_status(timeline.final_state, last.decision).message or "")
 
@@ -190,16 +210,27 @@ def test_useful_tasks_cap_the_target_and_the_reason_names_the_source_partitions(
 
 
 def test_useful_tasks_of_a_stateful_pipeline_are_its_state_partitions():
-    timeline = run(step(2 * LOAD, 8 * LOAD, CHANGE_AT), executors=2, duration=2400, cores_per_executor=2,
-                   rate_per_core=500.0, partitions=4, shuffle_partitions=10)
+    timeline = run(
+        step(2 * LOAD, 8 * LOAD, CHANGE_AT),
+        executors=2,
+        duration=2400,
+        cores_per_executor=2,
+        rate_per_core=500.0,
+        partitions=4,
+        shuffle_partitions=10,
+    )
     assert max(timeline.targets()) == 5
-    assert ("10 shuffle (state) partitions ÷ 2 cores keep only 5 busy; more needs more state partitions"
-            in timeline.changes[-1].decision.reason)
+    assert (
+        "10 shuffle (state) partitions ÷ 2 cores keep only 5 busy; more needs more state partitions"
+        in timeline.changes[-1].decision.reason
+    )
 
 
-@pytest.mark.parametrize("restarts", [frozenset({CHANGE_AT + 30, CHANGE_AT + 140, 1000.0}),
-                                      frozenset(float(t) for t in range(10, 3601, 10))],
-                         ids=["a few restarts", "a restart every poll"])
+@pytest.mark.parametrize(
+    "restarts",
+    [frozenset({CHANGE_AT + 30, CHANGE_AT + 140, 1000.0}), frozenset(float(t) for t in range(10, 3601, 10))],
+    ids=["a few restarts", "a restart every poll"],
+)
 def test_restarts_keep_the_history_and_the_decisions(restarts):
     def scenario(restart_at: frozenset[float]) -> Timeline:
         load = step(LOAD, 4 * LOAD, CHANGE_AT)

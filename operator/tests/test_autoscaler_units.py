@@ -31,37 +31,89 @@ POLICY = Policy.from_spec(AutoscalingSpec())
 BOUNDS = ExecutorsSpec(instances=2, min=1, max=10)
 
 
-def driver_status(seconds: float, rows: int, busy_ms: int, offsets: int, backlog: int = 0, executors: int = 2,
-                  run: str = "run-1", revision: str = "rev-a", stateful: bool = False,
-                  source_tasks: int = 12, shuffle_partitions: int = 200) -> DriverStatus:
+def driver_status(
+    seconds: float,
+    rows: int,
+    busy_ms: int,
+    offsets: int,
+    backlog: int = 0,
+    executors: int = 2,
+    run: str = "run-1",
+    revision: str = "rev-a",
+    stateful: bool = False,
+    source_tasks: int = 12,
+    shuffle_partitions: int = 200,
+) -> DriverStatus:
     return DriverStatus(
-        app="app", revision=revision, observedAt=f"2026-01-01T00:{int(seconds) // 60:02d}:{int(seconds) % 60:02d}Z",
-        queries=[QueryStatus(name="q", runId=run, active=True, inputRows=rows, busyMs=busy_ms, stateful=stateful,
-                             topics=["in"])],
+        app="app",
+        revision=revision,
+        observedAt=f"2026-01-01T00:{int(seconds) // 60:02d}:{int(seconds) % 60:02d}Z",
+        queries=[
+            QueryStatus(
+                name="q", runId=run, active=True, inputRows=rows, busyMs=busy_ms, stateful=stateful, topics=["in"]
+            )
+        ],
         topics=[TopicStatus(topic="in", partitions=12, latestOffsets=offsets, backlog=backlog)],
         backlog=backlog,
         executors=[ExecutorStatus(id=str(i), totalCores=2) for i in range(executors)],
-        executorTarget=executors, taskSlots=2 * executors, sourceTasks=source_tasks,
-        shufflePartitions=shuffle_partitions)
+        executorTarget=executors,
+        taskSlots=2 * executors,
+        sourceTasks=source_tasks,
+        shufflePartitions=shuffle_partitions,
+    )
 
 
-def sample(time: float = 0.0, input_rate: float = 1000.0, processed_rate: float = 1000.0, busy: float = 0.5,
-           backlog: int = 0, executors: int = 2, duration: float = 10.0, tasks: int = 0,
-           batch_busy: float | None = None, trigger: float = 0.0) -> Sample:
-    return Sample(time=time, duration=duration, input_rate=input_rate, processed_rate=processed_rate, busy=busy,
-                  batch_busy=busy if batch_busy is None else batch_busy, trigger_interval=trigger,
-                  backlog=backlog, executors=executors, executor_target=executors, cores_per_executor=1,
-                  max_useful_tasks=tasks, tasks_limited_by="source" if tasks else "")
+def sample(
+    time: float = 0.0,
+    input_rate: float = 1000.0,
+    processed_rate: float = 1000.0,
+    busy: float = 0.5,
+    backlog: int = 0,
+    executors: int = 2,
+    duration: float = 10.0,
+    tasks: int = 0,
+    batch_busy: float | None = None,
+    trigger: float = 0.0,
+) -> Sample:
+    return Sample(
+        time=time,
+        duration=duration,
+        input_rate=input_rate,
+        processed_rate=processed_rate,
+        busy=busy,
+        batch_busy=busy if batch_busy is None else batch_busy,
+        trigger_interval=trigger,
+        backlog=backlog,
+        executors=executors,
+        executor_target=executors,
+        cores_per_executor=1,
+        max_useful_tasks=tasks,
+        tasks_limited_by="source" if tasks else "",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- collect
 
+
 def test_sample_between_two_statuses_gives_rates_over_wall_clock_time():
-    got = sample_between(driver_status(0, rows=1_000, busy_ms=1_000, offsets=5_000),
-                         driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, backlog=4_000))
-    assert got == Sample(time=EPOCH + 10, duration=10.0, input_rate=2500.0, processed_rate=2000.0, busy=0.5,
-                         batch_busy=0.5, backlog=4_000, executors=2, executor_target=2, cores_per_executor=2,
-                         max_useful_tasks=12, tasks_limited_by="source")
+    got = sample_between(
+        driver_status(0, rows=1_000, busy_ms=1_000, offsets=5_000),
+        driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, backlog=4_000),
+    )
+    assert got == Sample(
+        time=EPOCH + 10,
+        duration=10.0,
+        input_rate=2500.0,
+        processed_rate=2000.0,
+        busy=0.5,
+        batch_busy=0.5,
+        backlog=4_000,
+        executors=2,
+        executor_target=2,
+        cores_per_executor=2,
+        max_useful_tasks=12,
+        tasks_limited_by="source",
+    )
 
 
 def test_a_stateful_pipeline_can_use_as_many_tasks_as_it_has_state_partitions():
@@ -69,23 +121,30 @@ def test_a_stateful_pipeline_can_use_as_many_tasks_as_it_has_state_partitions():
     assert got is not None and (got.max_useful_tasks, got.tasks_limited_by) == (200, "shuffle")
 
 
-@pytest.mark.parametrize("later", [
-    driver_status(10, rows=500, busy_ms=6_000, offsets=30_000),                 # rows went back
-    driver_status(10, rows=21_000, busy_ms=900, offsets=30_000),                # busy time went back
-    driver_status(10, rows=21_000, busy_ms=6_000, offsets=4_000),               # offsets went back
-    driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, run="run-2"),  # the query restarted
-    driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, revision="rev-b"),
-    driver_status(0, rows=21_000, busy_ms=6_000, offsets=30_000),               # no time passed
-    driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, executors=0),
-], ids=["rows", "busy", "offsets", "run", "revision", "time", "executors"])
+@pytest.mark.parametrize(
+    "later",
+    [
+        driver_status(10, rows=500, busy_ms=6_000, offsets=30_000),  # rows went back
+        driver_status(10, rows=21_000, busy_ms=900, offsets=30_000),  # busy time went back
+        driver_status(10, rows=21_000, busy_ms=6_000, offsets=4_000),  # offsets went back
+        driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, run="run-2"),  # the query restarted
+        driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, revision="rev-b"),
+        driver_status(0, rows=21_000, busy_ms=6_000, offsets=30_000),  # no time passed
+        driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000, executors=0),
+    ],
+    ids=["rows", "busy", "offsets", "run", "revision", "time", "executors"],
+)
 def test_sample_between_is_none_when_no_rate_can_be_computed(later):
     assert sample_between(driver_status(0, rows=1_000, busy_ms=1_000, offsets=5_000), later) is None
 
 
 def test_observe_skips_the_reading_after_a_driver_restart_and_carries_on():
-    readings = [driver_status(0, 0, 0, 0), driver_status(10, 10_000, 5_000, 10_000),
-                driver_status(20, 1_000, 500, 20_000, run="run-2"), driver_status(30, 11_000, 5_500, 30_000,
-                                                                                   run="run-2")]
+    readings = [
+        driver_status(0, 0, 0, 0),
+        driver_status(10, 10_000, 5_000, 10_000),
+        driver_status(20, 1_000, 500, 20_000, run="run-2"),
+        driver_status(30, 11_000, 5_500, 30_000, run="run-2"),
+    ]
     state = AutoscalerState()
     for reading in readings:
         state = observe(state, reading, POLICY)
@@ -94,10 +153,17 @@ def test_observe_skips_the_reading_after_a_driver_restart_and_carries_on():
 
 # --------------------------------------------------------------------------------------------- evaluate
 
+
 def test_rate_per_executor_is_the_windows_processed_records_over_its_executor_busy_time():
-    evaluation = evaluate([sample(processed_rate=1000, busy=0.5, executors=2),
-                           sample(processed_rate=3000, busy=0.75, executors=2),
-                           sample(processed_rate=10, busy=0.01, executors=2)], 0.7, 30)
+    evaluation = evaluate(
+        [
+            sample(processed_rate=1000, busy=0.5, executors=2),
+            sample(processed_rate=3000, busy=0.75, executors=2),
+            sample(processed_rate=10, busy=0.01, executors=2),
+        ],
+        0.7,
+        30,
+    )
     assert evaluation.rate_per_executor == pytest.approx((1000 + 3000 + 10) * 10 / ((0.5 + 0.75 + 0.01) * 10 * 2))
     assert evaluation.capacity == pytest.approx(2 * evaluation.rate_per_executor)
     assert evaluation.utilization == pytest.approx((0.5 + 0.75 + 0.01) / 3)
@@ -106,8 +172,9 @@ def test_rate_per_executor_is_the_windows_processed_records_over_its_executor_bu
 def test_a_batch_longer_than_a_sample_counts_whole_in_the_window():
     # One executor, a 30 s batch of 30k records seen by 5 s samples: its time shows in every sample (busy 1),
     # its records and its completed time only in the last one, whose busy time is also a little late.
-    running = [sample(time=t, duration=5, processed_rate=0, busy=1.0, batch_busy=0, executors=1)
-               for t in range(5, 30, 5)]
+    running = [
+        sample(time=t, duration=5, processed_rate=0, busy=1.0, batch_busy=0, executors=1) for t in range(5, 30, 5)
+    ]
     done = sample(time=30, duration=5, processed_rate=30_000 / 5, busy=1.4, batch_busy=30 / 5, executors=1)
     evaluation = evaluate([*running, done], 0.7, 30)
     assert evaluation.utilization == 1.0
@@ -127,8 +194,8 @@ def test_the_backlog_a_micro_batch_app_always_holds_needs_no_capacity():
 def test_needed_executors_cover_the_input_at_target_utilization_plus_the_backlog_within_the_target_lag():
     evaluation = evaluate([sample(input_rate=7_000, processed_rate=2_000, busy=1.0, backlog=300_000)], 0.7, 30)
     assert evaluation.needed_rate == pytest.approx(7_000 / 0.7 + 300_000 / 30)  # 20k rec/s
-    assert evaluation.needed_executors == 20                                   # at 1k rec/s each
-    assert evaluation.catch_up_seconds == math.inf                             # 2k capacity < 7k input
+    assert evaluation.needed_executors == 20  # at 1k rec/s each
+    assert evaluation.catch_up_seconds == math.inf  # 2k capacity < 7k input
 
 
 def test_usable_executors_are_the_tasks_over_the_cores():
@@ -149,6 +216,7 @@ def test_without_input_or_backlog_no_executor_is_needed_even_without_a_rate():
 
 # ----------------------------------------------------------------------------------------------- decide
 
+
 def state_with(samples: list[Sample]) -> AutoscalerState:
     state = AutoscalerState()
     for each in samples:
@@ -165,11 +233,15 @@ def test_no_decision_before_the_window_holds_enough_samples():
 
 
 def test_the_reason_gives_the_figures():
-    full = [sample(time=EPOCH + t, input_rate=28_000, processed_rate=2000, busy=1.0, backlog=1_200_000)
-            for t in range(10, 70, 10)]
+    full = [
+        sample(time=EPOCH + t, input_rate=28_000, processed_rate=2000, busy=1.0, backlog=1_200_000)
+        for t in range(10, 70, 10)
+    ]
     decision = decide(POLICY, ExecutorsSpec(instances=2, min=1, max=200), state_with(full), EPOCH + 60)
-    assert decision.reason == ("2 → 6: input 28k rec/s, backlog 1.2M records, utilization 100%: need 80k rec/s, "
-                               "1k rec/s per executor (maxStep 4 toward 80)")
+    assert decision.reason == (
+        "2 → 6: input 28k rec/s, backlog 1.2M records, utilization 100%: need 80k rec/s, "
+        "1k rec/s per executor (maxStep 4 toward 80)"
+    )
 
 
 def test_samples_during_stabilization_are_ignored():
@@ -182,10 +254,13 @@ def test_samples_during_stabilization_are_ignored():
 
 
 def test_a_scale_down_lifts_an_ineffective_scale_up_block():
-    state = AutoscalerState(scale_up_blocked="2 → 5 raised capacity by 0 rec/s", spec_key=decide(
-        POLICY, BOUNDS, AutoscalerState(), EPOCH).spec_key)
-    idle = [sample(time=EPOCH + t, input_rate=100, processed_rate=100, busy=0.05, executors=2)
-            for t in range(10, 370, 10)]
+    state = AutoscalerState(
+        scale_up_blocked="2 → 5 raised capacity by 0 rec/s",
+        spec_key=decide(POLICY, BOUNDS, AutoscalerState(), EPOCH).spec_key,
+    )
+    idle = [
+        sample(time=EPOCH + t, input_rate=100, processed_rate=100, busy=0.05, executors=2) for t in range(10, 370, 10)
+    ]
     for each in idle:
         state = add_sample(state, each, POLICY)
         decision = decide(POLICY, BOUNDS, state, each.time)
@@ -200,34 +275,90 @@ def test_status_of_a_decision():
     full = [sample(time=EPOCH + t, input_rate=3000, processed_rate=2000, busy=1.0) for t in range(10, 70, 10)]
     decision = decide(POLICY, BOUNDS, state_with(full), EPOCH + 60)
     status = autoscaler_status(state_with(full), decision).model_dump(by_alias=True, exclude_none=True)
-    assert status == {"desiredExecutors": 5, "ratePerExecutor": 1000.0, "backlog": 0, "lastDecision": {
-        "time": "2026-01-01T00:01:00.000Z", "from": 2, "to": 5, "reason": decision.reason}}
+    assert status == {
+        "desiredExecutors": 5,
+        "ratePerExecutor": 1000.0,
+        "backlog": 0,
+        "lastDecision": {"time": "2026-01-01T00:01:00.000Z", "from": 2, "to": 5, "reason": decision.reason},
+    }
 
 
-@pytest.mark.parametrize(("value", "text"), [(0, "0"), (950, "950"), (1234, "1.2k"), (48_000, "48k"),
-                                             (1_200_000, "1.2M"), (0.5, "0.5")])
+@pytest.mark.parametrize(
+    ("value", "text"), [(0, "0"), (950, "950"), (1234, "1.2k"), (48_000, "48k"), (1_200_000, "1.2M"), (0.5, "0.5")]
+)
 def test_compact_numbers(value, text):
     assert compact(value) == text
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (45, "45s"), (300, "5m"), (90, "1m30s"),
-                                               (7500, "2h5m"), (math.inf, "never")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0, "0s"), (45, "45s"), (300, "5m"), (90, "1m30s"), (7500, "2h5m"), (math.inf, "never")]
+)
 def test_durations(seconds, text):
     assert duration_text(seconds) == text
 
 
 # ------------------------------------------------------------------------------------------------ state
 
-@pytest.mark.parametrize("stored", [
-    None, "", "{", "[]", "null", "42", '{"v": 2}', '{"v": 1}',
-    json.dumps({"v": 2, "k": "", "c": None, "s": [["x"] * 13], "r": [], "rs": None, "lc": None, "ld": None,
-                "cc": None, "b": None}),
-    json.dumps({"v": 2, "k": "", "c": None, "s": [], "r": [[1.0, -3]], "rs": None, "lc": None, "ld": None,
-                "cc": None, "b": None}),
-    '{"v": 2, "k": "", "c": null, "s": [], "r": [], "rs": NaN, "lc": null, "ld": null, "cc": null, "b": null}',
-    "[" * 15_000, "x" * 100_000,
-], ids=["none", "empty", "truncated", "list", "null", "number", "missing", "other version", "bad sample",
-        "negative count", "nan", "deep", "huge"])
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        None,
+        "",
+        "{",
+        "[]",
+        "null",
+        "42",
+        '{"v": 2}',
+        '{"v": 1}',
+        json.dumps(
+            {
+                "v": 2,
+                "k": "",
+                "c": None,
+                "s": [["x"] * 13],
+                "r": [],
+                "rs": None,
+                "lc": None,
+                "ld": None,
+                "cc": None,
+                "b": None,
+            }
+        ),
+        json.dumps(
+            {
+                "v": 2,
+                "k": "",
+                "c": None,
+                "s": [],
+                "r": [[1.0, -3]],
+                "rs": None,
+                "lc": None,
+                "ld": None,
+                "cc": None,
+                "b": None,
+            }
+        ),
+        '{"v": 2, "k": "", "c": null, "s": [], "r": [], "rs": NaN, "lc": null, "ld": null, "cc": null, "b": null}',
+        "[" * 15_000,
+        "x" * 100_000,
+    ],
+    ids=[
+        "none",
+        "empty",
+        "truncated",
+        "list",
+        "null",
+        "number",
+        "missing",
+        "other version",
+        "bad sample",
+        "negative count",
+        "nan",
+        "deep",
+        "huge",
+    ],
+)
 def test_unreadable_state_gives_a_fresh_state(stored):
     assert AutoscalerState.from_json(stored) == AutoscalerState()
 
@@ -239,8 +370,12 @@ def test_state_json_stays_small_with_long_windows_and_many_queries():
     assert len(state.samples) == MAX_SAMPLES
     assert sum(s.duration for s in state.samples) > 3000  # merged, still spanning most of the hour
     assert len(state.to_json()) < 8 * 1024
-    many = DriverStatus(app="sim", revision="r1", observedAt="2026-01-01T03:00:00Z",
-                        queries=[QueryStatus(name=f"query-{i}", runId=f"{i:036d}", active=True) for i in range(500)])
+    many = DriverStatus(
+        app="sim",
+        revision="r1",
+        observedAt="2026-01-01T03:00:00Z",
+        queries=[QueryStatus(name=f"query-{i}", runId=f"{i:036d}", active=True) for i in range(500)],
+    )
     assert len(observe(state, many, policy).to_json()) < 16 * 1024
 
 
@@ -257,8 +392,9 @@ def test_a_new_revision_starts_the_measurements_over():
 def test_a_topic_read_by_two_queries_counts_twice_like_their_rows():
     def two_readers(seconds: float, rows: int, offsets: int) -> DriverStatus:
         status = driver_status(seconds, rows, rows, offsets)
-        return status.model_copy(update={"queries": [q.model_copy(update={"name": name}) for name in ("a", "b")
-                                                     for q in status.queries]})
+        return status.model_copy(
+            update={"queries": [q.model_copy(update={"name": name}) for name in ("a", "b") for q in status.queries]}
+        )
 
     got = sample_between(two_readers(0, 0, 0), two_readers(10, 10_000, 10_000))
     assert got is not None and (got.input_rate, got.processed_rate) == (2000.0, 2000.0)

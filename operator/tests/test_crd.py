@@ -28,7 +28,8 @@ def test_schema_is_structural():
     for path, node in nodes:
         assert not {"$ref", "anyOf", "allOf", "oneOf", "$defs"} & node.keys(), path
         assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean") or node.get(
-            "x-kubernetes-preserve-unknown-fields"), path
+            "x-kubernetes-preserve-unknown-fields"
+        ), path
 
 
 def test_cross_field_rules_are_cel():
@@ -48,4 +49,12 @@ def test_scale_subresource_and_printer_columns():
     version = crd.crd()["spec"]["versions"][0]
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.executors.instances"
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Phase", "Revision", "Executors", "Desired", "Scaling", "Lag", "Rate", "Age"]
+        "Phase",
+        "Revision",
+        "Executors",
+        "Desired",
+        "Scaling",
+        "Lag",
+        "Rate",
+        "Age",
+    ]

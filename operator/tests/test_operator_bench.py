@@ -26,13 +26,22 @@ OUTPUT = Path(".sluice/bench/operator.json")
 
 def app_manifest(name: str) -> dict:
     """A small valid app whose topics the operator leaves alone, so only the operator is measured."""
-    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp", "metadata": {"name": name},
-            "spec": {"kafka": {"bootstrapServers": "kafka.invalid:9092"},
-                     "topics": [{"name": f"{name}-in", "management": "none"}],
-                     "pipeline": {"nodes": [
-                         {"name": "src", "fromKafka": {"topic": f"{name}-in"}},
-                         {"name": "upper", "inputs": ["src"], "select": ["upper(value) AS value"]},
-                         {"name": "out", "inputs": ["upper"], "toConsole": {}}]}}}
+    return {
+        "apiVersion": "sluice.dev/v1alpha1",
+        "kind": "StreamingApp",
+        "metadata": {"name": name},
+        "spec": {
+            "kafka": {"bootstrapServers": "kafka.invalid:9092"},
+            "topics": [{"name": f"{name}-in", "management": "none"}],
+            "pipeline": {
+                "nodes": [
+                    {"name": "src", "fromKafka": {"topic": f"{name}-in"}},
+                    {"name": "upper", "inputs": ["src"], "select": ["upper(value) AS value"]},
+                    {"name": "out", "inputs": ["upper"], "toConsole": {}},
+                ]
+            },
+        },
+    }
 
 
 class CreationWatch:
@@ -47,8 +56,14 @@ class CreationWatch:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        for event in self._watch.stream(self.api.list_namespaced_custom_object, "sparkoperator.k8s.io", "v1beta2",
-                                        self.namespace, "sparkapplications", timeout_seconds=3600):
+        for event in self._watch.stream(
+            self.api.list_namespaced_custom_object,
+            "sparkoperator.k8s.io",
+            "v1beta2",
+            self.namespace,
+            "sparkapplications",
+            timeout_seconds=3600,
+        ):
             if event["type"] == "ADDED":
                 self.seen.setdefault(event["object"]["metadata"]["name"], time.monotonic())
 
@@ -95,15 +110,19 @@ def test_operator_latency_and_memory(crds_installed, tmp_path):
 
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
-    result = {"apps_timed": TIMED_APPS, "apps_total": TOTAL_APPS,
-              "apply_to_sparkapplication_s": {"median": statistics.median(latencies), "p99": p99,
-                                              "max": latencies[-1]},
-              "operator_rss_mb": {"idle": rss_idle / 2**20, f"with_{TOTAL_APPS}_apps": rss / 2**20},
-              "targets": {"latency_s": 2.0, "rss_mb": 150}}
+    result = {
+        "apps_timed": TIMED_APPS,
+        "apps_total": TOTAL_APPS,
+        "apply_to_sparkapplication_s": {"median": statistics.median(latencies), "p99": p99, "max": latencies[-1]},
+        "operator_rss_mb": {"idle": rss_idle / 2**20, f"with_{TOTAL_APPS}_apps": rss / 2**20},
+        "targets": {"latency_s": 2.0, "rss_mb": 150},
+    }
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)
     OUTPUT.write_text(json.dumps(result, indent=2))
     median = result["apply_to_sparkapplication_s"]["median"]
-    print(f"\napply -> SparkApplication over {TIMED_APPS} apps: median {median:.2f} s, p99 {p99:.2f} s (target <= 2 s)"
-          f"\noperator RSS: idle {rss_idle / 2**20:.0f} MB, "
-          f"with {TOTAL_APPS} apps {rss / 2**20:.0f} MB (target <= 150 MB)\nwritten to {OUTPUT}")
+    print(
+        f"\napply -> SparkApplication over {TIMED_APPS} apps: median {median:.2f} s, p99 {p99:.2f} s (target <= 2 s)"
+        f"\noperator RSS: idle {rss_idle / 2**20:.0f} MB, "
+        f"with {TOTAL_APPS} apps {rss / 2**20:.0f} MB (target <= 150 MB)\nwritten to {OUTPUT}"
+    )
     assert len(created.seen) >= TOTAL_APPS

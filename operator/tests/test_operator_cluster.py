@@ -39,8 +39,9 @@ def topic_partitions(bootstrap: str, topic: str) -> int | None:
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_example_gets_its_children_and_loses_them_on_delete(name, operator_process, kube_cluster, namespace,
-                                                            kafka_bootstrap):
+def test_example_gets_its_children_and_loses_them_on_delete(
+    name, operator_process, kube_cluster, namespace, kafka_bootstrap
+):
     manifest = example(name, kafka_bootstrap, namespace)
     apply(kube_cluster, manifest, namespace)
 
@@ -54,31 +55,44 @@ def test_example_gets_its_children_and_loses_them_on_delete(name, operator_proce
     shipped = RunnerConfig.model_validate_json(configmap["data"][RUNNER_CONFIG_FILE])
     assert [n.name for n in shipped.pipeline.nodes] == [n["name"] for n in manifest["spec"]["pipeline"]["nodes"]]
     assert shipped.kafkaBootstrap == kafka_bootstrap
-    for kind, child in (("service", f"{name}-driver"), ("serviceaccount", f"{name}-spark"),
-                        ("role", f"{name}-spark"), ("rolebinding", f"{name}-spark"),
-                        ("networkpolicy", f"{name}-driver"), ("networkpolicy", f"{name}-executor"),
-                        ("secret", f"{name}-control")):
+    for kind, child in (
+        ("service", f"{name}-driver"),
+        ("serviceaccount", f"{name}-spark"),
+        ("role", f"{name}-spark"),
+        ("rolebinding", f"{name}-spark"),
+        ("networkpolicy", f"{name}-driver"),
+        ("networkpolicy", f"{name}-executor"),
+        ("secret", f"{name}-control"),
+    ):
         assert get(kube_cluster, kind, child, namespace), f"{kind}/{child} missing"
-    app = wait_for(lambda: (a := get(kube_cluster, "sapp", name, namespace)) and a.get("status", {}).get("phase")
-                   and a, what="status")
+    app = wait_for(
+        lambda: (a := get(kube_cluster, "sapp", name, namespace)) and a.get("status", {}).get("phase") and a,
+        what="status",
+    )
     assert condition(app, "Valid")["status"] == "True"
     assert condition(app, "TopicsReady")["status"] == "True", condition(app, "TopicsReady")
     for topic in manifest["spec"]["topics"]:
         assert topic_partitions(kafka_bootstrap, topic["name"]) == topic.get("partitions", 1)
 
     kube_cluster.kubectl("delete", "sapp", name, "-n", namespace)
-    wait_for(lambda: get(kube_cluster, "sparkapplication", name, namespace) is None
-             and get(kube_cluster, "configmap", configmap_name, namespace) is None, timeout=60,
-             what="garbage collection of the children")
-    assert all(topic_partitions(kafka_bootstrap, t["name"]) for t in manifest["spec"]["topics"]), \
+    wait_for(
+        lambda: (
+            get(kube_cluster, "sparkapplication", name, namespace) is None
+            and get(kube_cluster, "configmap", configmap_name, namespace) is None
+        ),
+        timeout=60,
+        what="garbage collection of the children",
+    )
+    assert all(topic_partitions(kafka_bootstrap, t["name"]) for t in manifest["spec"]["topics"]), (
         "topics with deletionPolicy retain must outlive the app"
+    )
     claim = get(kube_cluster, "pvc", f"{name}-checkpoints", namespace)
-    assert claim is not None and not claim["metadata"].get("ownerReferences"), \
+    assert claim is not None and not claim["metadata"].get("ownerReferences"), (
         "the checkpoint claim (deletionPolicy retain) must outlive the app"
+    )
 
 
-def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kube_cluster, namespace,
-                                                           kafka_bootstrap):
+def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kube_cluster, namespace, kafka_bootstrap):
     manifest = example("wordcount", kafka_bootstrap, namespace)
     apply(kube_cluster, manifest, namespace)
     first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
@@ -97,17 +111,34 @@ def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kub
     new_cm = children.pipeline_configmap_of(spark)
     assert "length(word) > 2" in get(kube_cluster, "configmap", new_cm, namespace)["data"][RUNNER_CONFIG_FILE]
     wait_for(lambda: get(kube_cluster, "configmap", old_cm, namespace) is None, what="old revision pruned")
-    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"].get("revision")
-                   == new_cm.rsplit("-", 1)[-1] and a, what="status.revision")
+    app = wait_for(
+        lambda: (
+            (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"].get("revision")
+            == new_cm.rsplit("-", 1)[-1]
+            and a
+        ),
+        what="status.revision",
+    )
     assert app["status"]["observedGeneration"] == app["metadata"]["generation"]
 
     # Drift: a child deleted by hand comes back; a field edited by hand is restored.
     kube_cluster.kubectl("delete", "configmap", new_cm, "-n", namespace)
-    kube_cluster.kubectl("patch", "sparkapplication", "wordcount", "-n", namespace, "--type=merge",
-                         "-p", json.dumps({"spec": {"executor": {"instances": 9}}}))
+    kube_cluster.kubectl(
+        "patch",
+        "sparkapplication",
+        "wordcount",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"executor": {"instances": 9}}}),
+    )
     wait_for(lambda: get(kube_cluster, "configmap", new_cm, namespace), timeout=30, what="ConfigMap restored")
-    wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"]["executor"]["instances"]
-             == 3, timeout=30, what="executor instances restored")
+    wait_for(
+        lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"]["executor"]["instances"] == 3,
+        timeout=30,
+        what="executor instances restored",
+    )
 
 
 def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kafka_bootstrap):
@@ -117,44 +148,57 @@ def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kaf
 
     submitted = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
     kube_cluster.kubectl("scale", "sapp", "wordcount", "-n", namespace, "--replicas=4")
-    wait_for(lambda: get(kube_cluster, "sapp", "wordcount", namespace)["status"].get("desiredExecutors") == 4,
-             what="4 executors desired")
+    wait_for(
+        lambda: get(kube_cluster, "sapp", "wordcount", namespace)["status"].get("desiredExecutors") == 4,
+        what="4 executors desired",
+    )
     # The driver is asked live (control API); the SparkApplication's spec is untouched: no resubmission.
     spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
     assert spark["spec"] == submitted["spec"] and spark["metadata"]["generation"] == submitted["metadata"]["generation"]
     too_many = kube_cluster.kubectl("scale", "sapp", "wordcount", "-n", namespace, "--replicas=400", check=False)
     assert too_many.returncode != 0 and "instances must not exceed max" in too_many.stderr
 
-    kube_cluster.kubectl("patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p",
-                         '{"spec": {"suspend": true}}')
+    kube_cluster.kubectl(
+        "patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": true}}'
+    )
     wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace) is None, what="driver removed")
-    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"]["phase"]
-                   == "Suspended" and a, what="Suspended")
+    app = wait_for(
+        lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"]["phase"] == "Suspended" and a,
+        what="Suspended",
+    )
     assert app["status"]["executors"] == 0
     assert get(kube_cluster, "service", "wordcount-driver", namespace), "suspend keeps everything but the driver"
     assert topic_partitions(kafka_bootstrap, manifest["spec"]["topics"][0]["name"])
 
-    kube_cluster.kubectl("patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p",
-                         '{"spec": {"suspend": false}}')
+    kube_cluster.kubectl(
+        "patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": false}}'
+    )
     spark = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver back")
     # The same checkpoint location (and claim), so the driver resumes where it stopped.
     config = RunnerConfig.model_validate_json(
-        get(kube_cluster, "configmap", children.pipeline_configmap_of(spark), namespace)["data"][RUNNER_CONFIG_FILE])
+        get(kube_cluster, "configmap", children.pipeline_configmap_of(spark), namespace)["data"][RUNNER_CONFIG_FILE]
+    )
     assert config.checkpointRoot == "/checkpoints/wordcount"
     assert spark["spec"]["executor"]["instances"] == 4, "a new submission starts with today's count"
 
 
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda s: s["pipeline"]["nodes"][0].update(bogus=1), 'unknown field "spec.pipeline.nodes[0].bogus"'),
-    (lambda s: s["executors"].update(min=5, max=2), "min must not exceed max"),
-    (lambda s: s["pipeline"]["nodes"][3]["aggregate"]["window"].update(tumbling="5 sec"),
-     "spec.pipeline.nodes[3].aggregate.window.tumbling"),
-    (lambda s: s["pipeline"]["nodes"][0]["fromKafka"].update(maxRecordsPerTrigger="lots"),
-     "spec.pipeline.nodes[0].fromKafka.maxRecordsPerTrigger"),
-    (lambda s: s["pipeline"]["nodes"][1].update(select=["x"]), "a node needs exactly one operation key"),
-])
-def test_invalid_manifests_are_rejected_at_apply_time(mutate, message, crds_installed, namespace,
-                                                      kafka_bootstrap):
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: s["pipeline"]["nodes"][0].update(bogus=1), 'unknown field "spec.pipeline.nodes[0].bogus"'),
+        (lambda s: s["executors"].update(min=5, max=2), "min must not exceed max"),
+        (
+            lambda s: s["pipeline"]["nodes"][3]["aggregate"]["window"].update(tumbling="5 sec"),
+            "spec.pipeline.nodes[3].aggregate.window.tumbling",
+        ),
+        (
+            lambda s: s["pipeline"]["nodes"][0]["fromKafka"].update(maxRecordsPerTrigger="lots"),
+            "spec.pipeline.nodes[0].fromKafka.maxRecordsPerTrigger",
+        ),
+        (lambda s: s["pipeline"]["nodes"][1].update(select=["x"]), "a node needs exactly one operation key"),
+    ],
+)
+def test_invalid_manifests_are_rejected_at_apply_time(mutate, message, crds_installed, namespace, kafka_bootstrap):
     manifest = example("wordcount", kafka_bootstrap, namespace)
     mutate(manifest["spec"])
     result = apply(crds_installed, manifest, namespace, check=False)
@@ -162,17 +206,27 @@ def test_invalid_manifests_are_rejected_at_apply_time(mutate, message, crds_inst
     assert message in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize(("mutate", "path"), [
-    (lambda s: s["pipeline"]["nodes"][1].update(inputs=["lnes"]), "spec.pipeline.nodes[1].inputs[0]: unknown node"),
-    (lambda s: s["pipeline"]["nodes"][1].update(inputs=["non-empty"]), "cycle"),
-])
-def test_semantic_errors_are_reported_in_status_and_nothing_is_created(mutate, path, operator_process,
-                                                                       kube_cluster, namespace, kafka_bootstrap):
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (lambda s: s["pipeline"]["nodes"][1].update(inputs=["lnes"]), "spec.pipeline.nodes[1].inputs[0]: unknown node"),
+        (lambda s: s["pipeline"]["nodes"][1].update(inputs=["non-empty"]), "cycle"),
+    ],
+)
+def test_semantic_errors_are_reported_in_status_and_nothing_is_created(
+    mutate, path, operator_process, kube_cluster, namespace, kafka_bootstrap
+):
     manifest = example("wordcount", kafka_bootstrap, namespace)
     mutate(manifest["spec"])
     apply(kube_cluster, manifest, namespace)
-    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)) and
-                   a.get("status", {}).get("phase") == "Invalid" and a, what="Invalid status")
+    app = wait_for(
+        lambda: (
+            (a := get(kube_cluster, "sapp", "wordcount", namespace))
+            and a.get("status", {}).get("phase") == "Invalid"
+            and a
+        ),
+        what="Invalid status",
+    )
     assert condition(app, "Valid")["status"] == "False"
     assert path in condition(app, "Valid")["message"]
     assert get(kube_cluster, "sparkapplication", "wordcount", namespace) is None
@@ -198,8 +252,14 @@ def test_admin_topics_grow_and_refuse_to_shrink(operator_process, kube_cluster, 
 
     topic["partitions"] = 1
     apply(kube_cluster, manifest, namespace)
-    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)) and
-                   condition(a, "TopicsReady").get("status") == "False" and a, what="shrink refused")
+    app = wait_for(
+        lambda: (
+            (a := get(kube_cluster, "sapp", "wordcount", namespace))
+            and condition(a, "TopicsReady").get("status") == "False"
+            and a
+        ),
+        what="shrink refused",
+    )
     assert condition(app, "TopicsReady")["reason"] == "PartitionShrinkRefused"
     assert topic["name"] in condition(app, "TopicsReady")["message"]
     assert topic_partitions(kafka_bootstrap, topic["name"]) == 5
@@ -211,8 +271,14 @@ def test_existing_topic_is_adopted_without_recreating(operator_process, kube_clu
     create_topic(kafka_bootstrap, name, partitions=6)
     manifest["spec"]["topics"][0]["partitions"] = 6
     apply(kube_cluster, manifest, namespace)
-    app = wait_for(lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)) and
-                   condition(a, "TopicsReady").get("status") == "True" and a, what="TopicsReady")
+    app = wait_for(
+        lambda: (
+            (a := get(kube_cluster, "sapp", "wordcount", namespace))
+            and condition(a, "TopicsReady").get("status") == "True"
+            and a
+        ),
+        what="TopicsReady",
+    )
     assert app and topic_partitions(kafka_bootstrap, name) == 6
 
 
@@ -221,10 +287,17 @@ def test_strimzi_topics_are_kafkatopic_resources(operator_process, kube_cluster,
     manifest["spec"]["kafka"] = {"strimziCluster": {"name": "events"}}
     manifest["spec"]["topics"][1]["deletionPolicy"] = "delete"
     apply(kube_cluster, manifest, namespace)
-    items = wait_for(lambda: json.loads(kube_cluster.kubectl("get", "kafkatopics", "-n", namespace, "-o",
-                                                             "json").stdout)["items"], what="KafkaTopics")
-    wait_for(lambda: len(json.loads(kube_cluster.kubectl("get", "kafkatopics", "-n", namespace, "-o",
-                                                         "json").stdout)["items"]) == 3, what="3 KafkaTopics")
+    items = wait_for(
+        lambda: json.loads(kube_cluster.kubectl("get", "kafkatopics", "-n", namespace, "-o", "json").stdout)["items"],
+        what="KafkaTopics",
+    )
+    wait_for(
+        lambda: (
+            len(json.loads(kube_cluster.kubectl("get", "kafkatopics", "-n", namespace, "-o", "json").stdout)["items"])
+            == 3
+        ),
+        what="3 KafkaTopics",
+    )
     items = json.loads(kube_cluster.kubectl("get", "kafkatopics", "-n", namespace, "-o", "json").stdout)["items"]
     by_topic = {i["spec"]["topicName"]: i for i in items}
     assert set(by_topic) == {t["name"] for t in manifest["spec"]["topics"]}
@@ -242,8 +315,10 @@ def test_strimzi_topics_are_kafkatopic_resources(operator_process, kube_cluster,
 def test_operator_metrics(operator_process, kube_cluster, namespace, kafka_bootstrap):
     apply(kube_cluster, example("wordcount", kafka_bootstrap, namespace), namespace)
     wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
-    text = wait_for(lambda: (t := operator_process.metrics()) and 'sluice_operator_reconciles_total{' in t and t,
-                    what="reconcile metrics")
+    text = wait_for(
+        lambda: (t := operator_process.metrics()) and "sluice_operator_reconciles_total{" in t and t,
+        what="reconcile metrics",
+    )
     assert 'trigger="create"' in text or 'trigger="resync"' in text
     assert "sluice_operator_reconcile_duration_seconds_bucket" in text
     assert 'sluice_operator_apps{phase="Pending"}' in text
@@ -255,18 +330,21 @@ def test_examples_are_valid_for_the_crd(crds_installed, namespace):
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
 
 
-def test_two_replicas_with_peering_one_active_then_failover(operator_process, crds_installed, kafka_bootstrap,
-                                                            tmp_path):
+def test_two_replicas_with_peering_one_active_then_failover(
+    operator_process, crds_installed, kafka_bootstrap, tmp_path
+):
     from conftest import HA_NAMESPACE_PREFIX, OperatorProcess
 
     namespace = f"{HA_NAMESPACE_PREFIX}{tmp_path.name[-8:].strip('_').lower()}".replace("_", "-")
     crds_installed.kubectl("create", "namespace", namespace)
 
     def replica(priority: int) -> OperatorProcess:
-        return OperatorProcess(crds_installed.kubeconfig, tmp_path / f"op-{priority}.log",
-                               extra_args=("--peering", "sluice-ha", "--priority", str(priority), "--verbose",
-                                           "--log-format", "full"),
-                               scope=("--namespace", namespace))
+        return OperatorProcess(
+            crds_installed.kubeconfig,
+            tmp_path / f"op-{priority}.log",
+            extra_args=("--peering", "sluice-ha", "--priority", str(priority), "--verbose", "--log-format", "full"),
+            scope=("--namespace", namespace),
+        )
 
     def peers() -> dict:
         result = crds_installed.kubectl("get", "kopfpeering", "sluice-ha", "-n", namespace, "-o", "json", check=False)
@@ -293,8 +371,11 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
         active.stop()
         second = example("frequency-count", kafka_bootstrap, f"{namespace}-b")
         apply(crds_installed, second, namespace)
-        wait_for(lambda: get(crds_installed, "sparkapplication", second["metadata"]["name"], namespace),
-                 timeout=120, what="the standby to take over")
+        wait_for(
+            lambda: get(crds_installed, "sparkapplication", second["metadata"]["name"], namespace),
+            timeout=120,
+            what="the standby to take over",
+        )
         wait_for(lambda: "Handler 'reconcile' succeeded" in standby.log.read_text(), what="the standby's log")
     finally:
         active.stop()
@@ -303,18 +384,21 @@ def test_two_replicas_with_peering_one_active_then_failover(operator_process, cr
         crds_installed.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
-def test_finalizer_only_while_a_driver_runs_or_topics_must_be_deleted(operator_process, kube_cluster, namespace,
-                                                                      kafka_bootstrap):
+def test_finalizer_only_while_a_driver_runs_or_topics_must_be_deleted(
+    operator_process, kube_cluster, namespace, kafka_bootstrap
+):
     """The periodic tick (a kopf timer) needs a finalizer on apps that run a driver; a suspended app keeps
     none unless Admin-API topics must be deleted with it."""
+
     def finalizers(name: str) -> list[str]:
         return ((get(kube_cluster, "sapp", name, namespace) or {}).get("metadata") or {}).get("finalizers") or []
 
     plain = example("wordcount", kafka_bootstrap, namespace)
     apply(kube_cluster, plain, namespace)
     wait_for(lambda: finalizers("wordcount"), what="the running app's finalizer")
-    kube_cluster.kubectl("patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p",
-                         '{"spec": {"suspend": true}}')
+    kube_cluster.kubectl(
+        "patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": true}}'
+    )
     wait_for(lambda: not finalizers("wordcount"), what="a suspended app's finalizer removed")
 
     doomed = example("frequency-count", kafka_bootstrap, namespace)
@@ -345,8 +429,9 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(crds_install
     kills = 0
     try:
         for round_ in range(6):
-            operator = OperatorProcess(crds_installed.kubeconfig, tmp_path / f"op-{round_}.log",
-                                       scope=("--namespace", namespace))
+            operator = OperatorProcess(
+                crds_installed.kubeconfig, tmp_path / f"op-{round_}.log", scope=("--namespace", namespace)
+            )
             operator.wait_alive()
             if round_ == 0:
                 for app in apps:
@@ -358,26 +443,55 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(crds_install
             operator.proc.kill()  # SIGKILL: no cleanup, whatever it was doing
             operator.proc.wait()
             kills += 1
-        survivor = OperatorProcess(crds_installed.kubeconfig, tmp_path / "op-final.log",
-                                   scope=("--namespace", namespace))
+        survivor = OperatorProcess(
+            crds_installed.kubeconfig, tmp_path / "op-final.log", scope=("--namespace", namespace)
+        )
         try:
             survivor.wait_alive()
             for app in apps:
                 name = app["metadata"]["name"]
-                converged = wait_for(lambda n=name: (a := get(crds_installed, "sapp", n, namespace))
-                                     and a.get("status", {}).get("observedGeneration") == a["metadata"]["generation"]
-                                     and a["status"].get("phase") == "Pending" and a, timeout=90,
-                                     what=f"{name} converged after {kills} kills")
+                converged = wait_for(
+                    lambda n=name: (
+                        (a := get(crds_installed, "sapp", n, namespace))
+                        and a.get("status", {}).get("observedGeneration") == a["metadata"]["generation"]
+                        and a["status"].get("phase") == "Pending"
+                        and a
+                    ),
+                    timeout=90,
+                    what=f"{name} converged after {kills} kills",
+                )
                 revision = converged["status"]["revision"]
-                configmaps = wait_for(lambda n=name: (items := crds_installed.kubectl(
-                    "get", "configmap", "-n", namespace, "-l", f"sluice.dev/app={n},app.kubernetes.io/component="
-                    "pipeline", "-o", "name").stdout.split()) and len(items) == 1 and items, timeout=60,
-                    what=f"one pipeline ConfigMap of {name}")
+                configmaps = wait_for(
+                    lambda n=name: (
+                        (
+                            items := crds_installed.kubectl(
+                                "get",
+                                "configmap",
+                                "-n",
+                                namespace,
+                                "-l",
+                                f"sluice.dev/app={n},app.kubernetes.io/component=pipeline",
+                                "-o",
+                                "name",
+                            ).stdout.split()
+                        )
+                        and len(items) == 1
+                        and items
+                    ),
+                    timeout=60,
+                    what=f"one pipeline ConfigMap of {name}",
+                )
                 assert configmaps == [f"configmap/{children.configmap_name(name, revision)}"]
-                for kind, count in (("sparkapplication", 1), ("networkpolicy", 2), ("secret", 1), ("pvc", 1),
-                                    ("service", 1)):
-                    found = crds_installed.kubectl("get", kind, "-n", namespace, "-l", f"sluice.dev/app={name}",
-                                                   "-o", "name").stdout.split()
+                for kind, count in (
+                    ("sparkapplication", 1),
+                    ("networkpolicy", 2),
+                    ("secret", 1),
+                    ("pvc", 1),
+                    ("service", 1),
+                ):
+                    found = crds_installed.kubectl(
+                        "get", kind, "-n", namespace, "-l", f"sluice.dev/app={name}", "-o", "name"
+                    ).stdout.split()
                     assert len(found) == count, (kind, found)
                 for topic in app["spec"]["topics"]:
                     assert topic_partitions(kafka_bootstrap, topic["name"]) == topic.get("partitions", 1)

@@ -50,8 +50,17 @@ def test_invalid_spec_lists_every_problem_with_paths(raw_spec):
 def test_children_of_an_app(raw_spec):
     desired = desired_state("wc", "apps", parse_spec(raw_spec))
     kinds = [c["kind"] for c in desired.children]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "NetworkPolicy",
-                     "NetworkPolicy", "PersistentVolumeClaim", "SparkApplication"]
+    assert kinds == [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Service",
+        "NetworkPolicy",
+        "NetworkPolicy",
+        "PersistentVolumeClaim",
+        "SparkApplication",
+    ]
     spark = desired.children[-1]
     assert spark["spec"]["type"] == "Python"
     assert spark["spec"]["mainApplicationFile"] == ch.RUNNER_FILE
@@ -87,7 +96,9 @@ def test_network_policies_admit_the_control_port_from_driver_clients_and_executo
     assert clients["from"][0]["podSelector"]["matchLabels"] == {ch.DRIVER_CLIENT_LABEL: "true"}
     assert executor["spec"]["podSelector"]["matchLabels"] == {ch.APP_LABEL: "wc", "spark-role": "executor"}
     assert [p["podSelector"]["matchLabels"]["spark-role"] for p in executor["spec"]["ingress"][0]["from"]] == [
-        "driver", "executor"]
+        "driver",
+        "executor",
+    ]
     # Spark 4.2's own executor policy needs RBAC spark-operator lacks: it is left out at submission.
     conf = desired.children[-1]["spec"]["sparkConf"]
     assert conf["spark.kubernetes.driver.pod.excludedFeatureSteps"] == ch.SPARK_NETWORK_POLICY_STEP
@@ -98,8 +109,11 @@ def test_a_checkpoint_path_gets_a_claim_the_app_retains_by_default(raw_spec):
     desired = desired_state("wc", "apps", parse_spec(raw_spec), claims=claims)
     claim = next(c for c in desired.children if c["kind"] == "PersistentVolumeClaim")
     assert claim["metadata"]["name"] == "wc-checkpoints"
-    assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}},
-                             "storageClassName": "fast"}
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "5Gi"}},
+        "storageClassName": "fast",
+    }
     assert not ch.owned_by_app(claim, desired.spec), "retained: not garbage-collected with the app"
     raw_spec["checkpoint"] = {"deletionPolicy": "delete", "size": "2Gi"}
     doomed = desired_state("wc", "apps", parse_spec(raw_spec), claims=claims)
@@ -123,8 +137,9 @@ def test_a_pod_local_checkpoint_is_refused_when_no_claims_may_be_made(raw_spec):
 
 
 def test_settings_resolve_from_the_environment():
-    settings = Settings.from_env({"SLUICE_TICK_SECONDS": "2", "SLUICE_CHECKPOINT_CLAIMS": "false",
-                                  "SLUICE_CHECKPOINT_STORAGE_CLASS": ""})
+    settings = Settings.from_env(
+        {"SLUICE_TICK_SECONDS": "2", "SLUICE_CHECKPOINT_CLAIMS": "false", "SLUICE_CHECKPOINT_STORAGE_CLASS": ""}
+    )
     assert settings.tick_seconds == 2.0 and settings.resync_seconds == 30.0
     assert settings.checkpoints == ClaimDefaults(create=False, storage_class=None)
 
@@ -162,8 +177,9 @@ def test_scaling_never_edits_the_submitted_executor_count(raw_spec):
     changed = copy.deepcopy(scaled)
     changed["pipeline"]["nodes"][2]["filter"] = "word != 'the'"
     spec_new = parse_spec(changed)
-    resubmitted = desired_state("wc", "ns", spec_new,
-                                submitted_executors=submitted_executors(running, spec_new)).children[-1]
+    resubmitted = desired_state(
+        "wc", "ns", spec_new, submitted_executors=submitted_executors(running, spec_new)
+    ).children[-1]
     assert resubmitted["spec"]["executor"]["instances"] == 3, "a new revision is submitted with today's count"
 
 
@@ -214,10 +230,17 @@ def test_strimzi_topics_become_kafkatopics(raw_spec):
 
 
 def test_topic_plan_creates_grows_configures_and_refuses_shrinking():
-    desired = [TopicSpec(name="new", partitions=3), TopicSpec(name="grow", partitions=8),
-               TopicSpec(name="shrink", partitions=1), TopicSpec(name="conf", config={"retention.ms": "1000"})]
-    existing = {"grow": ExistingTopic(4, {}), "shrink": ExistingTopic(6, {}),
-                "conf": ExistingTopic(1, {"retention.ms": "604800000"})}
+    desired = [
+        TopicSpec(name="new", partitions=3),
+        TopicSpec(name="grow", partitions=8),
+        TopicSpec(name="shrink", partitions=1),
+        TopicSpec(name="conf", config={"retention.ms": "1000"}),
+    ]
+    existing = {
+        "grow": ExistingTopic(4, {}),
+        "shrink": ExistingTopic(6, {}),
+        "conf": ExistingTopic(1, {"retention.ms": "604800000"}),
+    }
     plan = plan_topics(desired, existing)
     assert [t.name for t in plan.create] == ["new"]
     assert plan.grow == {"grow": 8}
@@ -226,14 +249,17 @@ def test_topic_plan_creates_grows_configures_and_refuses_shrinking():
     assert not plan_topics(desired[1:2], {"grow": ExistingTopic(8, {})}).changes
 
 
-@pytest.mark.parametrize(("obs", "phase"), [
-    (Observation(valid=Invalid([])), "Invalid"),
-    (Observation(suspended=True), "Suspended"),
-    (Observation(spark_state="RUNNING"), "Running"),
-    (Observation(spark_state="SUBMITTED"), "Submitted"),
-    (Observation(spark_state="FAILED"), "Failed"),
-    (Observation(), "Pending"),
-])
+@pytest.mark.parametrize(
+    ("obs", "phase"),
+    [
+        (Observation(valid=Invalid([])), "Invalid"),
+        (Observation(suspended=True), "Suspended"),
+        (Observation(spark_state="RUNNING"), "Running"),
+        (Observation(spark_state="SUBMITTED"), "Submitted"),
+        (Observation(spark_state="FAILED"), "Failed"),
+        (Observation(), "Pending"),
+    ],
+)
 def test_phase(obs, phase):
     assert phase_of(obs) == phase
 
@@ -247,32 +273,50 @@ def test_conditions_keep_transition_time_while_unchanged():
 
 
 def driver_answer(**overrides) -> DriverStatus:
-    values = {"app": "a", "revision": "r", "observedAt": "2026-11-22T10:00:00Z",
-              "queries": [QueryStatus(name="counts", active=True, inputRowsPerSecond=100.0, topics=["lines"]),
-                          QueryStatus(name="counts-dead-letters", active=True, inputRowsPerSecond=98.0,
-                                      topics=["lines"]),
-                          QueryStatus(name="other", active=True, inputRowsPerSecond=50.5, topics=["clicks"])],
-              "backlog": 7, "executors": [ExecutorStatus(id="1"), ExecutorStatus(id="2"), ExecutorStatus(id="3")]}
+    values = {
+        "app": "a",
+        "revision": "r",
+        "observedAt": "2026-11-22T10:00:00Z",
+        "queries": [
+            QueryStatus(name="counts", active=True, inputRowsPerSecond=100.0, topics=["lines"]),
+            QueryStatus(name="counts-dead-letters", active=True, inputRowsPerSecond=98.0, topics=["lines"]),
+            QueryStatus(name="other", active=True, inputRowsPerSecond=50.5, topics=["clicks"]),
+        ],
+        "backlog": 7,
+        "executors": [ExecutorStatus(id="1"), ExecutorStatus(id="2"), ExecutorStatus(id="3")],
+    }
     return DriverStatus(**{**values, **overrides})
 
 
 def test_status_from_the_driver_counts_each_topic_once():
-    status = status_for(Observation(spark_state="RUNNING", driver=driver_answer()), generation=4, revision="r",
-                        children=[], old_status={}, now="t")
+    status = status_for(
+        Observation(spark_state="RUNNING", driver=driver_answer()),
+        generation=4,
+        revision="r",
+        children=[],
+        old_status={},
+        now="t",
+    )
     assert (status["phase"], status["executors"], status["lag"], status["inputRate"]) == ("Running", 3, 7, "150.5/s")
     assert status["observedAt"] == "2026-11-22T10:00:00Z"
     assert status["observedGeneration"] == 4
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
-        "Valid": "True", "TopicsReady": "True", "DriverSubmitted": "True", "Running": "True"}
+        "Valid": "True",
+        "TopicsReady": "True",
+        "DriverSubmitted": "True",
+        "Running": "True",
+    }
 
 
 def test_a_stopped_driver_clears_its_figures():
     stale = {"lag": 9, "inputRate": "5.0/s", "observedAt": "earlier", "executors": 4}
-    status = status_for(Observation(spark_state="SUBMITTED"), generation=1, revision="r", children=[],
-                        old_status=stale, now="t")
+    status = status_for(
+        Observation(spark_state="SUBMITTED"), generation=1, revision="r", children=[], old_status=stale, now="t"
+    )
     assert {k: status[k] for k in stale} == {"lag": None, "inputRate": None, "observedAt": None, "executors": None}
-    suspended = status_for(Observation(suspended=True), generation=1, revision="r", children=[], old_status=stale,
-                           now="t")
+    suspended = status_for(
+        Observation(suspended=True), generation=1, revision="r", children=[], old_status=stale, now="t"
+    )
     assert suspended["executors"] == 0 and suspended["lag"] is None
 
 

@@ -42,6 +42,7 @@ def wordcount() -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------ wordcount
 
+
 def test_filter_change_is_a_hot_swap_of_its_query_only(wordcount):
     diff = diff_of(wordcount, lambda s: nodes(s)[2].update(filter="word != '' AND length(word) > 1"))
     assert diff.query("out").change is Change.COMPATIBLE
@@ -71,12 +72,16 @@ def test_image_change_is_a_fenced_handover(wordcount):
     assert choose_strategy("auto", diff) == "fencedHandover"
 
 
-@pytest.mark.parametrize("edit", [
-    lambda s: s["spark"].update(version="4.3.0"),
-    lambda s: s["spark"].update(driver={"cores": 2, "memory": "2g"}),
-    lambda s: s["spark"].update(executor={"cores": 2}),
-    lambda s: s["spark"].update(sparkConf={"spark.sql.streaming.stateStore.providerClass": "rocksdb"}),
-], ids=["version", "driver", "executor", "sparkConf"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda s: s["spark"].update(version="4.3.0"),
+        lambda s: s["spark"].update(driver={"cores": 2, "memory": "2g"}),
+        lambda s: s["spark"].update(executor={"cores": 2}),
+        lambda s: s["spark"].update(sparkConf={"spark.sql.streaming.stateStore.providerClass": "rocksdb"}),
+    ],
+    ids=["version", "driver", "executor", "sparkConf"],
+)
 def test_runtime_changes_need_a_new_driver(wordcount, edit):
     wordcount["spark"] = {}
     diff = diff_of(wordcount, edit)
@@ -84,12 +89,15 @@ def test_runtime_changes_need_a_new_driver(wordcount, edit):
     assert choose_strategy("auto", diff) == "fencedHandover"
 
 
-@pytest.mark.parametrize("edit, path", [
-    (lambda s: s["executors"].update(instances=3), "spec.executors"),
-    (lambda s: s.update(autoscaling={"enabled": True}), "spec.autoscaling"),
-    (lambda s: s.update(updateStrategy={"type": "restart"}), "spec.updateStrategy"),
-    (lambda s: s["topics"].append({"name": "more"}), "spec.topics"),
-])
+@pytest.mark.parametrize(
+    "edit, path",
+    [
+        (lambda s: s["executors"].update(instances=3), "spec.executors"),
+        (lambda s: s.update(autoscaling={"enabled": True}), "spec.autoscaling"),
+        (lambda s: s.update(updateStrategy={"type": "restart"}), "spec.updateStrategy"),
+        (lambda s: s["topics"].append({"name": "more"}), "spec.topics"),
+    ],
+)
 def test_changes_the_driver_does_not_run_need_no_rollout(wordcount, edit, path):
     diff = diff_of(wordcount, edit)
     assert not diff.needs_rollout
@@ -120,28 +128,44 @@ def test_another_kafka_cluster_carries_no_offsets_over(wordcount):
     assert [r.change for r in out.reasons] == [Change.INCOMPATIBLE, Change.COMPATIBLE]  # the source, the sink
 
 
-@pytest.mark.parametrize("edit, change", [
-    (lambda s: nodes(s)[0]["fromKafka"].update(maxRecordsPerTrigger=1000), Change.COMPATIBLE),
-    (lambda s: nodes(s)[0]["fromKafka"].update(options={"maxOffsetsPerTrigger": "10"}), Change.COMPATIBLE),
-    (lambda s: nodes(s)[0]["fromKafka"].update(options={"kafka.security.protocol": "SSL"}), Change.COMPATIBLE),
-    (lambda s: nodes(s)[0]["fromKafka"].update(startingOffsets="latest"), Change.COMPATIBLE),
-    (lambda s: nodes(s)[0]["fromKafka"].update(options={"subscribePattern": "lines-.*"}), Change.INCOMPATIBLE),
-    (lambda s: nodes(s)[0]["fromKafka"].update(options={"someNewOption": "x"}), Change.INCOMPATIBLE),
-    (lambda s: nodes(s)[0]["fromKafka"].update(watermark="10s"), Change.INCOMPATIBLE),
-    (lambda s: nodes(s)[0]["fromKafka"].update(metadata=["key"]), Change.INCOMPATIBLE),
-], ids=["rate-limit", "rate-option", "client-option", "startingOffsets", "subscription", "unknown-option",
-        "watermark-ahead-of-window", "parsed-columns-ahead-of-window"])
+@pytest.mark.parametrize(
+    "edit, change",
+    [
+        (lambda s: nodes(s)[0]["fromKafka"].update(maxRecordsPerTrigger=1000), Change.COMPATIBLE),
+        (lambda s: nodes(s)[0]["fromKafka"].update(options={"maxOffsetsPerTrigger": "10"}), Change.COMPATIBLE),
+        (lambda s: nodes(s)[0]["fromKafka"].update(options={"kafka.security.protocol": "SSL"}), Change.COMPATIBLE),
+        (lambda s: nodes(s)[0]["fromKafka"].update(startingOffsets="latest"), Change.COMPATIBLE),
+        (lambda s: nodes(s)[0]["fromKafka"].update(options={"subscribePattern": "lines-.*"}), Change.INCOMPATIBLE),
+        (lambda s: nodes(s)[0]["fromKafka"].update(options={"someNewOption": "x"}), Change.INCOMPATIBLE),
+        (lambda s: nodes(s)[0]["fromKafka"].update(watermark="10s"), Change.INCOMPATIBLE),
+        (lambda s: nodes(s)[0]["fromKafka"].update(metadata=["key"]), Change.INCOMPATIBLE),
+    ],
+    ids=[
+        "rate-limit",
+        "rate-option",
+        "client-option",
+        "startingOffsets",
+        "subscription",
+        "unknown-option",
+        "watermark-ahead-of-window",
+        "parsed-columns-ahead-of-window",
+    ],
+)
 def test_source_parameters(wordcount, edit, change):
     assert diff_of(wordcount, edit).query("out").change is change
 
 
-@pytest.mark.parametrize("edit, change", [
-    (lambda s: nodes(s)[4]["toKafka"].update(topic="elsewhere"), Change.COMPATIBLE),
-    (lambda s: nodes(s)[4]["toKafka"].update(key="upper(word)"), Change.COMPATIBLE),
-    (lambda s: nodes(s)[4]["toKafka"].update(delivery="atLeastOnce"), Change.COMPATIBLE),
-    (lambda s: nodes(s)[4].update(toKafka=None, toFiles={"path": "/out"}), Change.INCOMPATIBLE),
-    (lambda s: nodes(s)[4]["toKafka"].update(outputMode="update"), Change.INCOMPATIBLE),
-], ids=["topic", "key", "delivery", "kafka-to-files", "output-mode-of-stateful-query"])
+@pytest.mark.parametrize(
+    "edit, change",
+    [
+        (lambda s: nodes(s)[4]["toKafka"].update(topic="elsewhere"), Change.COMPATIBLE),
+        (lambda s: nodes(s)[4]["toKafka"].update(key="upper(word)"), Change.COMPATIBLE),
+        (lambda s: nodes(s)[4]["toKafka"].update(delivery="atLeastOnce"), Change.COMPATIBLE),
+        (lambda s: nodes(s)[4].update(toKafka=None, toFiles={"path": "/out"}), Change.INCOMPATIBLE),
+        (lambda s: nodes(s)[4]["toKafka"].update(outputMode="update"), Change.INCOMPATIBLE),
+    ],
+    ids=["topic", "key", "delivery", "kafka-to-files", "output-mode-of-stateful-query"],
+)
 def test_sink_changes(wordcount, edit, change):
     diff = diff_of(wordcount, edit)
     assert diff.query("out").change is change
@@ -232,11 +256,18 @@ def test_checkpoint_moves(wordcount):
 
 # ------------------------------------------------------------------------------ other examples
 
+
 def test_stateless_projection_reaching_the_sink_is_compatible():
-    raw = {"kafka": {"bootstrapServers": "k:9092"}, "pipeline": {"nodes": [
-        {"name": "in", "fromKafka": {"topic": "a"}},
-        {"name": "upper", "inputs": ["in"], "select": ["upper(value) AS value"]},
-        {"name": "out", "inputs": ["upper"], "toKafka": {"topic": "b"}}]}}
+    raw = {
+        "kafka": {"bootstrapServers": "k:9092"},
+        "pipeline": {
+            "nodes": [
+                {"name": "in", "fromKafka": {"topic": "a"}},
+                {"name": "upper", "inputs": ["in"], "select": ["upper(value) AS value"]},
+                {"name": "out", "inputs": ["upper"], "toKafka": {"topic": "b"}},
+            ]
+        },
+    }
     diff = diff_of(raw, lambda s: nodes(s)[1].update(select=["lower(value) AS value", "length(value) AS n"]))
     assert diff.query("out").change is Change.COMPATIBLE
     assert "conditionally allowed" in diff.query("out").reasons[0].why
@@ -272,12 +303,26 @@ def test_adtech_top_n_and_lookup():
 
 
 def test_dedupe_and_python_transforms():
-    raw = {"kafka": {"bootstrapServers": "k:9092"}, "pipeline": {"nodes": [
-        {"name": "in", "fromKafka": {"topic": "a", "format": "json", "schema": "id STRING, ts TIMESTAMP",
-                                     "eventTime": "ts", "watermark": "10s"}},
-        {"name": "unique", "inputs": ["in"], "dedupe": {"keys": ["id"]}},
-        {"name": "custom", "inputs": ["unique"], "python": {"function": "mod:fn"}},
-        {"name": "out", "inputs": ["custom"], "toKafka": {"topic": "b"}}]}}
+    raw = {
+        "kafka": {"bootstrapServers": "k:9092"},
+        "pipeline": {
+            "nodes": [
+                {
+                    "name": "in",
+                    "fromKafka": {
+                        "topic": "a",
+                        "format": "json",
+                        "schema": "id STRING, ts TIMESTAMP",
+                        "eventTime": "ts",
+                        "watermark": "10s",
+                    },
+                },
+                {"name": "unique", "inputs": ["in"], "dedupe": {"keys": ["id"]}},
+                {"name": "custom", "inputs": ["unique"], "python": {"function": "mod:fn"}},
+                {"name": "out", "inputs": ["custom"], "toKafka": {"topic": "b"}},
+            ]
+        },
+    }
     keys = diff_of(raw, lambda s: nodes(s)[1]["dedupe"].update(keys=["id", "ts"]))
     assert "deduplicating columns is not allowed" in keys.query("out").reasons[0].why
     assert keys.query("out").rewind_ms == 10_000

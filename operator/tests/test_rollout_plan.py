@@ -61,16 +61,33 @@ def strategy(type_: str = "auto", enabled: bool = True) -> UpdateStrategy:
     return UpdateStrategy.model_validate({"type": type_, "rollback": {"enabled": enabled, "healthTimeout": "5m"}})
 
 
-def queries(revision: str, *, batches: int = 0, backlog: int | None = 100, error: str | None = None,
-            only: tuple[str, ...] = QUERIES) -> tuple[QueryFacts, ...]:
-    return tuple(QueryFacts(name, revision, active=error is None, batches=batches, backlog=backlog, error=error)
-                 for name in only)
+def queries(
+    revision: str,
+    *,
+    batches: int = 0,
+    backlog: int | None = 100,
+    error: str | None = None,
+    only: tuple[str, ...] = QUERIES,
+) -> tuple[QueryFacts, ...]:
+    return tuple(
+        QueryFacts(name, revision, active=error is None, batches=batches, backlog=backlog, error=error) for name in only
+    )
 
 
-def driver(name: str = APP, revision: str = "r1", state: str = "running", restarts: int = 0,
-           running: tuple[QueryFacts, ...] | None = None) -> DriverFacts:
-    return DriverFacts(name, revision, state, restarts,  # type: ignore[arg-type]
-                       queries(revision) if running is None else running)
+def driver(
+    name: str = APP,
+    revision: str = "r1",
+    state: str = "running",
+    restarts: int = 0,
+    running: tuple[QueryFacts, ...] | None = None,
+) -> DriverFacts:
+    return DriverFacts(
+        name,
+        revision,
+        state,
+        restarts,  # type: ignore[arg-type]
+        queries(revision) if running is None else running,
+    )
 
 
 def observed(*drivers: DriverFacts, at: float = T0, revisions: tuple[str, ...] = ("r1", "r2")) -> Observed:
@@ -91,6 +108,7 @@ def phase(result: Step) -> str:
 
 
 # ------------------------------------------------------------------------------------- strategies
+
 
 def test_explicit_hot_swap_of_a_window_change_is_refused_with_the_reason():
     result = start(diff_for(WINDOW), observed(driver()), type_="hotSwap")
@@ -130,6 +148,7 @@ def test_the_status_model_round_trips():
 
 # -------------------------------------------------------------------------------------- hot swap
 
+
 def test_hot_swap_runs_through_every_phase():
     planned = start(diff_for(FILTER), observed(driver(), revisions=("r1",)))
     assert phase(planned) == "Planned" and planned.rollout and planned.rollout.strategy == "hotSwap"
@@ -148,8 +167,10 @@ def test_hot_swap_runs_through_every_phase():
     assert [e.reason for e in verifying.events] == ["RolloutStarting", "RolloutVerifying"]
     assert verifying.stable_revision == "r1"
 
-    healthy = driver(running=queries("r1", only=("lines-dead-letters",), batches=50)
-                     + queries("r2", only=("out",), batches=HEALTHY_BATCHES))
+    healthy = driver(
+        running=queries("r1", only=("lines-dead-letters",), batches=50)
+        + queries("r2", only=("out",), batches=HEALTHY_BATCHES)
+    )
     complete = proceed(verifying, observed(healthy, at=T0 + 60))
     assert phase(complete) == "Complete" and complete.stable_revision == "r2"
     assert complete.actions == (ReleaseRevision("r1", ()),)
@@ -158,11 +179,13 @@ def test_hot_swap_runs_through_every_phase():
 
 
 def test_a_caught_up_query_counts_as_progress():
-    verifying = proceed(start(diff_for(FILTER), observed(driver())),
-                        observed(driver(running=queries("r1", only=("lines-dead-letters",))
-                                        + queries("r2", only=("out",)))))
-    idle = driver(running=queries("r1", only=("lines-dead-letters",), backlog=0)
-                  + queries("r2", only=("out",), backlog=0))
+    verifying = proceed(
+        start(diff_for(FILTER), observed(driver())),
+        observed(driver(running=queries("r1", only=("lines-dead-letters",)) + queries("r2", only=("out",)))),
+    )
+    idle = driver(
+        running=queries("r1", only=("lines-dead-letters",), backlog=0) + queries("r2", only=("out",), backlog=0)
+    )
     assert phase(proceed(verifying, observed(idle, at=T0 + 30))) == "Complete"
 
 
@@ -178,8 +201,9 @@ def test_a_killed_operator_resumes_with_the_same_actions():
 
 
 def test_no_progress_within_health_timeout_rolls_back_the_hot_swap():
-    swapped = driver(running=queries("r1", only=("lines-dead-letters",), batches=9)
-                     + queries("r2", only=("out",), batches=1))
+    swapped = driver(
+        running=queries("r1", only=("lines-dead-letters",), batches=9) + queries("r2", only=("out",), batches=1)
+    )
     verifying = proceed(start(diff_for(FILTER), observed(driver())), observed(swapped))
     still = proceed(verifying, observed(swapped, at=T0 + 299))
     assert phase(still) == "Verifying" and not still.events
@@ -187,7 +211,8 @@ def test_no_progress_within_health_timeout_rolls_back_the_hot_swap():
     rolling_back = proceed(verifying, observed(swapped, at=T0 + 301))
     assert phase(rolling_back) == "RollingBack"
     assert rolling_back.rollout and "not healthy within 5m: out completed 1 of 3 batches" in (
-        rolling_back.rollout.message or "")
+        rolling_back.rollout.message or ""
+    )
     assert [e.reason for e in rolling_back.events] == ["RollingBack"]
     back_steps = tuple(s.model_copy(update={"rewindMs": None}) for s in rolling_back.rollout.queries)
     assert rolling_back.actions == (ApplyRevision("r1"), SwapQueries(APP, "r1", back_steps))
@@ -199,8 +224,10 @@ def test_no_progress_within_health_timeout_rolls_back_the_hot_swap():
 
 
 def test_a_query_failing_analysis_rolls_back_at_once():
-    failing = driver(running=queries("r1", only=("lines-dead-letters",))
-                     + queries("r2", only=("out",), error="[UNRESOLVED_COLUMN] wrd"))
+    failing = driver(
+        running=queries("r1", only=("lines-dead-letters",))
+        + queries("r2", only=("out",), error="[UNRESOLVED_COLUMN] wrd")
+    )
     result = proceed(start(diff_for(FILTER), observed(driver())), observed(failing, at=T0 + 2))
     assert phase(result) == "RollingBack"
     assert result.rollout and "query out failed: [UNRESOLVED_COLUMN] wrd" in (result.rollout.message or "")
@@ -222,6 +249,7 @@ def test_in_place_rollout_without_a_driver_starts_one():
 
 # ------------------------------------------------------------------------------ checkpoint migration
 
+
 def test_migration_gives_the_changed_query_a_new_checkpoint_and_releases_the_old_one():
     planned = start(diff_for(WINDOW), observed(driver()))
     assert planned.rollout and planned.rollout.strategy == "checkpointMigration"
@@ -236,6 +264,7 @@ def test_migration_gives_the_changed_query_a_new_checkpoint_and_releases_the_old
 
 
 # ---------------------------------------------------------------------------------- fenced handover
+
 
 def test_fenced_handover_starts_waits_drains_activates():
     old = driver()
@@ -263,8 +292,10 @@ def test_fenced_handover_starts_waits_drains_activates():
 
 def test_a_restarted_old_driver_is_drained_again():
     standby = driver("wc-r2", "r2", "standby", running=())
-    starting = proceed(proceed(start(diff_for(IMAGE), observed(driver())), observed(driver(), standby)),
-                       observed(driver(state="drained", running=()), standby))
+    starting = proceed(
+        proceed(start(diff_for(IMAGE), observed(driver())), observed(driver(), standby)),
+        observed(driver(state="drained", running=()), standby),
+    )
     back_up = driver(restarts=1)  # spark-operator restarted it; it runs again
     result = proceed(starting, observed(back_up, standby, at=T0 + 5))
     assert Drain(APP) in result.actions and Activate("wc-r2") in result.actions
@@ -273,8 +304,9 @@ def test_a_restarted_old_driver_is_drained_again():
 def test_a_crash_looping_new_driver_rolls_back_to_the_drained_one():
     standby = driver("wc-r2", "r2", "standby", running=())
     drained = driver(state="drained", running=())
-    starting = proceed(proceed(start(diff_for(IMAGE), observed(driver())), observed(driver(), standby)),
-                       observed(drained, standby))
+    starting = proceed(
+        proceed(start(diff_for(IMAGE), observed(driver())), observed(driver(), standby)), observed(drained, standby)
+    )
     looping = driver("wc-r2", "r2", restarts=3, running=queries("r2"))
     rolling_back = proceed(starting, observed(drained, looping, at=T0 + 90))
     assert phase(rolling_back) == "RollingBack"
@@ -295,21 +327,31 @@ def test_restart_strategy_stops_the_old_driver_before_the_new_one_starts():
     starting = proceed(planned, observed(driver(state="drained", running=())), type_="restart")
     assert phase(starting) == "Starting"
     assert starting.rollout and starting.actions == (
-        ApplyRevision("r2"), DeleteDriver(APP), StartDriver("wc-r2", "r2", False, tuple(starting.rollout.queries)))
+        ApplyRevision("r2"),
+        DeleteDriver(APP),
+        StartDriver("wc-r2", "r2", False, tuple(starting.rollout.queries)),
+    )
 
 
 # ------------------------------------------------------------------------------- spec changes over time
 
+
 def test_a_spec_change_after_a_rollback_rolls_out_normally():
-    rolling_back = proceed(start(diff_for(FILTER), observed(driver())),
-                           observed(driver(running=queries("r2", error="boom"))))
+    rolling_back = proceed(
+        start(diff_for(FILTER), observed(driver())), observed(driver(running=queries("r2", error="boom")))
+    )
     rolled_back = proceed(rolling_back, observed(driver(), at=T0 + 10))
     assert phase(rolled_back) == "RolledBack"
     assert proceed(rolled_back, observed(driver(), at=T0 + 20)) == Step(rolled_back.rollout, "r1")
 
     assert diff_base(rolled_back.rollout, "r1", "r3") == "r1"
-    again = step(APP, rolled_back.rollout, "r1", Target("r3", strategy(), diff_for(WINDOW)),
-                 observed(driver(), at=T0 + 30, revisions=("r1", "r3")))
+    again = step(
+        APP,
+        rolled_back.rollout,
+        "r1",
+        Target("r3", strategy(), diff_for(WINDOW)),
+        observed(driver(), at=T0 + 30, revisions=("r1", "r3")),
+    )
     assert again.rollout and (again.rollout.fromRevision, again.rollout.toRevision) == ("r1", "r3")
     assert again.rollout.strategy == "checkpointMigration" and phase(again) == "Draining"
 

@@ -19,8 +19,16 @@ from sluice.operator.scaling import (
 )
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "frequency-count.yaml"
-FAST = {"enabled": True, "interval": "10s", "metricsWindow": "30s", "stabilization": "30s",
-        "scaleUpCooldown": "30s", "scaleDownCooldown": "1m", "scaleDownWindow": "2m", "maxStep": 4}
+FAST = {
+    "enabled": True,
+    "interval": "10s",
+    "metricsWindow": "30s",
+    "stabilization": "30s",
+    "scaleUpCooldown": "30s",
+    "scaleDownCooldown": "1m",
+    "scaleDownWindow": "2m",
+    "maxStep": 4,
+}
 
 
 def spec_with(instances: int = 1, low: int = 1, high: int = 8, **autoscaling: object) -> StreamingAppSpec:
@@ -30,8 +38,9 @@ def spec_with(instances: int = 1, low: int = 1, high: int = 8, **autoscaling: ob
     return StreamingAppSpec.model_validate(raw)
 
 
-def drive(spec: StreamingAppSpec, plant: Plant, seconds: float, annotations: dict[str, str] | None = None,
-          tick: float = 5.0) -> tuple[dict[str, str], list[tuple[float, list[str], int | None]]]:
+def drive(
+    spec: StreamingAppSpec, plant: Plant, seconds: float, annotations: dict[str, str] | None = None, tick: float = 5.0
+) -> tuple[dict[str, str], list[tuple[float, list[str], int | None]]]:
     """Ticks of the operator against the plant: the plan's count is realized like the driver would."""
     annotations = dict(annotations or {})
     history = []
@@ -98,7 +107,6 @@ def test_a_kubectl_scale_beyond_the_bounds_is_clamped():
     plan = plan_scaling(nudged, annotations, None, EPOCH, periodic=True)
     assert plan.desired == 3
     assert plan_scaling(spec, {}, None, EPOCH, periodic=True).desired == 1
-
 
 
 def test_a_decision_is_never_older_than_the_driver_answer_it_was_made_on():

@@ -35,8 +35,7 @@ class Latency:
     @classmethod
     def of(cls, values: Sequence[float]) -> Latency:
         ordered = sorted(values)
-        return cls(len(ordered), percentile(ordered, 50), percentile(ordered, 99),
-                   ordered[-1] if ordered else math.nan)
+        return cls(len(ordered), percentile(ordered, 50), percentile(ordered, 99), ordered[-1] if ordered else math.nan)
 
 
 @dataclass
@@ -59,8 +58,9 @@ class SystemResult:
         """Note a Spark run's throughput; its figures as the log line shows them."""
         self.runs_records_per_s.append(records / seconds)
         self.runs_spark_rows_per_s.append(spark_rows_per_s)
-        return (f"{records:,} records in {seconds:.2f}s ({records / seconds:,.0f}/s, "
-                f"Spark {spark_rows_per_s:,.0f} rows/s)")
+        return (
+            f"{records:,} records in {seconds:.2f}s ({records / seconds:,.0f}/s, Spark {spark_rows_per_s:,.0f} rows/s)"
+        )
 
 
 @dataclass(frozen=True)
@@ -77,14 +77,16 @@ TARGETS = (
 )
 
 
-
 def common_settings() -> dict[str, Any]:
     """The settings every Kafka benchmark reads from the environment: partitions of its topics, measured runs
     per system, and the latency run's measured seconds and warm-up."""
     env = os.environ.get
-    return {"partitions": int(env("SLUICE_BENCH_PARTITIONS", "4")), "repeats": int(env("SLUICE_BENCH_REPEATS", "2")),
-            "latency_seconds": float(env("SLUICE_BENCH_LATENCY_SECONDS", "30")),
-            "latency_warmup": float(env("SLUICE_BENCH_LATENCY_WARMUP", "10"))}
+    return {
+        "partitions": int(env("SLUICE_BENCH_PARTITIONS", "4")),
+        "repeats": int(env("SLUICE_BENCH_REPEATS", "2")),
+        "latency_seconds": float(env("SLUICE_BENCH_LATENCY_SECONDS", "30")),
+        "latency_warmup": float(env("SLUICE_BENCH_LATENCY_WARMUP", "10")),
+    }
 
 
 @dataclass
@@ -103,10 +105,14 @@ class Report:
             table.add_column(column, justify="left" if column == "system" else "right")
         for result in self.systems.values():
             latency = result.latency
-            table.add_row(result.name, f"{result.records_per_s:,.0f}",
-                          " ".join(f"{r:,.0f}" for r in result.runs_records_per_s),
-                          f"{result.spark_rows_per_s:,.0f}" if result.spark_rows_per_s else "-",
-                          _ms(latency.p50_ms) if latency else "-", _ms(latency.p99_ms) if latency else "-")
+            table.add_row(
+                result.name,
+                f"{result.records_per_s:,.0f}",
+                " ".join(f"{r:,.0f}" for r in result.runs_records_per_s),
+                f"{result.spark_rows_per_s:,.0f}" if result.spark_rows_per_s else "-",
+                _ms(latency.p50_ms) if latency else "-",
+                _ms(latency.p99_ms) if latency else "-",
+            )
         return table
 
     def ratios(self) -> Table:
@@ -130,13 +136,20 @@ class Report:
             "benchmark": self.title,
             "setup": self.setup,
             "machine": {"platform": platform.platform(), "python": platform.python_version()},
-            "systems": {name: {"records_per_s": r.records_per_s, "runs_records_per_s": r.runs_records_per_s,
-                               "spark_processed_rows_per_s": r.spark_rows_per_s,
-                               "runs_spark_processed_rows_per_s": r.runs_spark_rows_per_s,
-                               "latency": asdict(r.latency) if r.latency else None}
-                        for name, r in self.systems.items()},
-            "ratios": {t.label: {"value": self.ratio(t), "target": t.minimum, "met": self.ratio(t) >= t.minimum}
-                       for t in self.targets},
+            "systems": {
+                name: {
+                    "records_per_s": r.records_per_s,
+                    "runs_records_per_s": r.runs_records_per_s,
+                    "spark_processed_rows_per_s": r.spark_rows_per_s,
+                    "runs_spark_processed_rows_per_s": r.runs_spark_rows_per_s,
+                    "latency": asdict(r.latency) if r.latency else None,
+                }
+                for name, r in self.systems.items()
+            },
+            "ratios": {
+                t.label: {"value": self.ratio(t), "target": t.minimum, "met": self.ratio(t) >= t.minimum}
+                for t in self.targets
+            },
         }
 
     def write(self, path: Path) -> None:

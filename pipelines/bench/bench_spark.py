@@ -27,6 +27,7 @@ from sluice.testbed.common import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "pipelines" / "examples" / "frequency-count.yaml"
 
+
 @dataclass(frozen=True)
 class Trigger:
     """availableNow (run what is there, then stop) or a processing-time interval such as '1s'."""
@@ -52,13 +53,15 @@ class Job(Protocol):
 
 # ----------------------------------------------------------------------------------- the two jobs
 
+
 class SluiceJob:
     """An example pipeline (default: pipelines/examples/frequency-count.yaml) as it is, run by sluice's
     PipelineRun; only its topics, Kafka address, trigger and, when given, the delivery of its Kafka sinks
     are set by the benchmark. A dead-letter sink writes to the topic `<sink>-dead-letters`."""
 
-    def __init__(self, spark: SparkSession, bootstrap: str, manifest: Path = EXAMPLE,
-                 delivery: str | None = None) -> None:
+    def __init__(
+        self, spark: SparkSession, bootstrap: str, manifest: Path = EXAMPLE, delivery: str | None = None
+    ) -> None:
         self.spark = spark
         self.bootstrap = bootstrap
         self.delivery = delivery
@@ -87,11 +90,15 @@ class SluiceJob:
         if dead_letters is not None:
             dead_letters["topic"] = f"{sink}-dead-letters"
             create_topic(self.bootstrap, dead_letters["topic"])
-        for kafka_sink in ([n["toKafka"] for n in pipeline["nodes"] if "toKafka" in n] + [dead_letters]):
+        for kafka_sink in [n["toKafka"] for n in pipeline["nodes"] if "toKafka" in n] + [dead_letters]:
             if kafka_sink is not None and self.delivery:
                 kafka_sink["delivery"] = self.delivery
-        run = PipelineRun.from_document(self.spark, document_from(manifest, self.source),
-                                        checkpoint_root=checkpoint, bootstrap_servers=self.bootstrap).start()
+        run = PipelineRun.from_document(
+            self.spark,
+            document_from(manifest, self.source),
+            checkpoint_root=checkpoint,
+            bootstrap_servers=self.bootstrap,
+        ).start()
         return Started(next(q for q in run.queries if q.name == sink_node), run.stop)
 
 
@@ -106,20 +113,24 @@ class HandWrittenJob:
         self.bootstrap = bootstrap
 
     def start(self, source: str, sink: str, checkpoint: str, trigger: Trigger) -> Started:
-        words = (self.spark.readStream.format("kafka")
-                 .option("kafka.bootstrap.servers", self.bootstrap)
-                 .option("subscribe", source)
-                 .option("startingOffsets", "earliest")
-                 .option("minPartitions", 4)
-                 .load()
-                 .select(F.col("value").cast("string").alias("word")))
+        words = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .option("minPartitions", 4)
+            .load()
+            .select(F.col("value").cast("string").alias("word"))
+        )
         counts = words.groupBy("word").count()
         records = counts.select(F.col("word").alias("key"), F.to_json(F.struct("word", "count")).alias("value"))
-        writer = (records.writeStream.format("kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap)
-                  .option("topic", sink)
-                  .option("checkpointLocation", checkpoint)
-                  .outputMode("update"))
+        writer = (
+            records.writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("topic", sink)
+            .option("checkpointLocation", checkpoint)
+            .outputMode("update")
+        )
         if trigger.available_now:
             writer = writer.trigger(availableNow=True)
         else:
@@ -129,6 +140,7 @@ class HandWrittenJob:
 
 
 # ------------------------------------------------------------------------------------- progress
+
 
 class ProgressLog(StreamingQueryListener):
     """Every progress event of every query, by query id (add it to the session once)."""
@@ -157,8 +169,9 @@ class ProgressLog(StreamingQueryListener):
             found = list(self._by_query.get(query.id, []))
         return [p for p in found if p.get("numInputRows")]
 
-    def wait_for(self, query: StreamingQuery, done: Callable[[list[dict[str, Any]]], bool],
-                 timeout: float, what: str) -> list[dict[str, Any]]:
+    def wait_for(
+        self, query: StreamingQuery, done: Callable[[list[dict[str, Any]]], bool], timeout: float, what: str
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while True:
             batches = self.batches(query)
@@ -206,14 +219,16 @@ def _offsets(value: Any, topic: str) -> dict[str, int]:
 
 # --------------------------------------------------------------------------------------- running
 
+
 @dataclass
 class CompletedRun:
     seconds: float  # from asking for the query until it ended
     batches: list[dict[str, Any]]
 
 
-def run_to_completion(job: Job, progress: ProgressLog, source: str, sink: str, checkpoint: str,
-                      records: int, timeout: float) -> CompletedRun:
+def run_to_completion(
+    job: Job, progress: ProgressLog, source: str, sink: str, checkpoint: str, records: int, timeout: float
+) -> CompletedRun:
     """Process everything in the topic with trigger availableNow; wall time from start to the end."""
     started_at = time.perf_counter()
     started = job.start(source, sink, checkpoint, Trigger(available_now=True))
@@ -225,13 +240,22 @@ def run_to_completion(job: Job, progress: ProgressLog, source: str, sink: str, c
             raise RuntimeError(f"{job.name} failed: {started.query.exception()}")
     finally:
         started.stop()
-    batches = progress.wait_for(started.query, lambda b: rows_read(b) >= records, 30,
-                                f"progress of {job.name} did not report {records} rows")
+    batches = progress.wait_for(
+        started.query, lambda b: rows_read(b) >= records, 30, f"progress of {job.name} did not report {records} rows"
+    )
     return CompletedRun(seconds, batches)
 
 
-def run_live(job: Job, progress: ProgressLog, source: str, sink: str, checkpoint: str, trigger: Trigger,
-             produce: Callable[[], dict[int, int]], timeout: float) -> list[dict[str, Any]]:
+def run_live(
+    job: Job,
+    progress: ProgressLog,
+    source: str,
+    sink: str,
+    checkpoint: str,
+    trigger: Trigger,
+    produce: Callable[[], dict[int, int]],
+    timeout: float,
+) -> list[dict[str, Any]]:
     """Start the job, let `produce` write the topic (returns its end offsets), wait until every record
     is in a committed micro-batch; returns those batches."""
     started = job.start(source, sink, checkpoint, trigger)
@@ -258,8 +282,9 @@ def _wait_until_waiting_for_data(query: StreamingQuery, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def batch_latencies(batches: list[dict[str, Any]], topic: str, times: dict[int, PartitionTimes],
-                    since_ms: float) -> array:
+def batch_latencies(
+    batches: list[dict[str, Any]], topic: str, times: dict[int, PartitionTimes], since_ms: float
+) -> array:
     """Per record produced at or after since_ms: when its micro-batch committed - its producer timestamp."""
     latencies = array("d")
     for batch in batches:

@@ -39,6 +39,7 @@ _CONSUMER_CONF = {
 
 # ------------------------------------------------------------------------------------ the words
 
+
 @cache
 def dictionary(size: int = DICTIONARY_SIZE, seed: int = DICTIONARY_SEED) -> tuple[str, ...]:
     """`size` distinct lower-case words of 3-10 letters, the same on every run."""
@@ -61,7 +62,7 @@ def word_stream(seed: int, count: int, words_per_record: int = 1) -> list[bytes]
     drawn = random.Random(seed).choices(words, cum_weights=_zipf_cumulative(len(words)), k=count * words_per_record)
     if words_per_record == 1:
         return drawn
-    return [b" ".join(drawn[i:i + words_per_record]) for i in range(0, len(drawn), words_per_record)]
+    return [b" ".join(drawn[i : i + words_per_record]) for i in range(0, len(drawn), words_per_record)]
 
 
 def decode_counts(counts: Counter[bytes]) -> dict[str, int]:
@@ -74,11 +75,20 @@ def _spawn() -> multiprocessing.context.SpawnContext:
 
 # ------------------------------------------------------------------------------------- prefill
 
+
 def _bulk_producer(bootstrap: str) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 4 << 20,
-                     "batch.num.messages": 500_000, "compression.type": "lz4",
-                     "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1 << 20,
-                     "delivery.report.only.error": True})
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 4 << 20,
+            "batch.num.messages": 500_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 1 << 20,
+            "delivery.report.only.error": True,
+        }
+    )
 
 
 def _send(producer: Producer, topic: str, value: bytes, partition: int) -> None:
@@ -90,8 +100,9 @@ def _send(producer: Producer, topic: str, value: bytes, partition: int) -> None:
             producer.poll(0.05)
 
 
-def _prefill_partition(bootstrap: str, topic: str, partition: int, count: int, seed: int,
-                       words_per_record: int) -> dict[str, int]:
+def _prefill_partition(
+    bootstrap: str, topic: str, partition: int, count: int, seed: int, words_per_record: int
+) -> dict[str, int]:
     values = word_stream(seed, count, words_per_record)
     producer = _bulk_producer(bootstrap)
     for value in values:
@@ -101,8 +112,9 @@ def _prefill_partition(bootstrap: str, topic: str, partition: int, count: int, s
     return decode_counts(Counter(word for value in values for word in value.split()))
 
 
-def prefill(bootstrap: str, topic: str, partitions: int, records: int, seed: int = 1,
-            words_per_record: int = 1) -> dict[str, int]:
+def prefill(
+    bootstrap: str, topic: str, partitions: int, records: int, seed: int = 1, words_per_record: int = 1
+) -> dict[str, int]:
     """Write `records` records (words, or lines of words) spread evenly over the partitions; returns how
     often each word was written.
 
@@ -123,6 +135,7 @@ def prefill(bootstrap: str, topic: str, partitions: int, records: int, seed: int
 
 # ------------------------------------------------------------------------------ paced producer
 
+
 @dataclass(frozen=True)
 class Paced:
     """What a paced producer wrote: word counts and its wall-clock window (epoch ms)."""
@@ -133,8 +146,9 @@ class Paced:
     ended_ms: float
 
 
-def _paced_produce(bootstrap: str, topic: str, partitions: int, rate: float, seconds: float,
-                   seed: int, words_per_record: int) -> Paced:
+def _paced_produce(
+    bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, seed: int, words_per_record: int
+) -> Paced:
     total = int(rate * seconds)
     values = word_stream(seed, total, words_per_record)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "compression.type": "lz4"})
@@ -156,8 +170,16 @@ def _paced_produce(bootstrap: str, topic: str, partitions: int, rate: float, sec
 class PacedProducer:
     """Produce `rate` records/s round-robin over the partitions for `seconds`, in a spawned process."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float, seconds: float,
-                 seed: int = 7, words_per_record: int = 1) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        rate: float,
+        seconds: float,
+        seed: int = 7,
+        words_per_record: int = 1,
+    ) -> None:
         self._args = (bootstrap, topic, partitions, rate, seconds, seed, words_per_record)
         self._pool = _spawn().Pool(1)
         self._result = None
@@ -180,9 +202,11 @@ class PacedProducer:
 
 # ------------------------------------------------------------------------------------ consumers
 
+
 def _assigned_consumer(bootstrap: str, topic: str, conf: dict[str, Any] | None = None) -> tuple[Consumer, list[int]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sluice-bench-{time.time_ns()}",
-                         **_CONSUMER_CONF, **(conf or {})})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"sluice-bench-{time.time_ns()}", **_CONSUMER_CONF, **(conf or {})}
+    )
     partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     return consumer, partitions
@@ -197,8 +221,13 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def _drain(bootstrap: str, topic: str, on_batch: Callable[[list[Message]], None],
-           finished: Callable[[], bool], timeout_s: float) -> None:
+def _drain(
+    bootstrap: str,
+    topic: str,
+    on_batch: Callable[[list[Message]], None],
+    finished: Callable[[], bool],
+    timeout_s: float,
+) -> None:
     """Consume the topic from the beginning, handing each fetched batch to on_batch, until finished()."""
     consumer, _ = _assigned_consumer(bootstrap, topic)
     deadline = time.monotonic() + timeout_s
@@ -237,8 +266,9 @@ def raw_consume_seconds(bootstrap: str, topic: str, records: int, timeout_s: flo
     return time.perf_counter() - started
 
 
-def raw_consume_latencies(bootstrap: str, topic: str, producer: PacedProducer,
-                          timeout_s: float) -> tuple[array, array, Paced]:
+def raw_consume_latencies(
+    bootstrap: str, topic: str, producer: PacedProducer, timeout_s: float
+) -> tuple[array, array, Paced]:
     """Consume while the paced producer runs. Per record: its producer timestamp, and its latency =
     arrival in this process - producer timestamp (both epoch ms)."""
     stamps, latencies = array("d"), array("d")
@@ -349,8 +379,7 @@ class OutputTail:
     def __init__(self, bootstrap: str, topic: str) -> None:
         context = _spawn()
         self._stop, self._arrivals = context.Event(), context.Queue()
-        self._process = context.Process(target=_tail, args=(bootstrap, topic, self._stop, self._arrivals),
-                                        daemon=True)
+        self._process = context.Process(target=_tail, args=(bootstrap, topic, self._stop, self._arrivals), daemon=True)
 
     def start(self) -> OutputTail:
         self._process.start()
@@ -367,7 +396,7 @@ class OutputTail:
 def timestamps_between(times: PartitionTimes, start: int, end: int) -> array:
     """Producer timestamps of the records with start <= offset < end."""
     offsets, stamps = times
-    return stamps[bisect_left(offsets, start):bisect_left(offsets, end)]
+    return stamps[bisect_left(offsets, start) : bisect_left(offsets, end)]
 
 
 def committed_records(bootstrap: str, topic: str, timeout_s: float = 600) -> list[Message]:

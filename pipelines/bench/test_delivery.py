@@ -98,13 +98,17 @@ class DeliveryConfig:
     def from_env(cls) -> DeliveryConfig:
         env = os.environ.get
         rate = env("SLUICE_BENCH_DELIVERY_RATE")
-        return cls(words=int(env("SLUICE_BENCH_DELIVERY_WORDS", "4000000")),
-                   lines=int(env("SLUICE_BENCH_DELIVERY_LINES", "400000")), **common_settings(),
-                   latency_rate=float(rate) if rate else None,
-                   output=Path(env("SLUICE_BENCH_OUTPUT_DELIVERY", str(REPO_ROOT / ".sluice/bench/delivery.json"))))
+        return cls(
+            words=int(env("SLUICE_BENCH_DELIVERY_WORDS", "4000000")),
+            lines=int(env("SLUICE_BENCH_DELIVERY_LINES", "400000")),
+            **common_settings(),
+            latency_rate=float(rate) if rate else None,
+            output=Path(env("SLUICE_BENCH_OUTPUT_DELIVERY", str(REPO_ROOT / ".sluice/bench/delivery.json"))),
+        )
 
 
 # ----------------------------------------------------------------------------------------- workloads
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -120,19 +124,32 @@ class Workload:
         """What the output must hold for the records now in the topic (`words`: how often each was written)."""
         if self.words_per_record == 1:
             return words
-        watermark = max(ts for part in partition_records(bootstrap, topic).values() for ts in part.timestamps) \
-            - WATERMARK_MS
-        return Counter({key: n for key, n in window_counts(bootstrap, topic).items()
-                        if key[0] + WINDOW_MS <= watermark})
+        watermark = (
+            max(ts for part in partition_records(bootstrap, topic).values() for ts in part.timestamps) - WATERMARK_MS
+        )
+        return Counter(
+            {key: n for key, n in window_counts(bootstrap, topic).items() if key[0] + WINDOW_MS <= watermark}
+        )
 
     def output(self, bootstrap: str, sink: str) -> Any:
         if self.words_per_record == 1:
             return final_counts(bootstrap, sink)
-        return Counter({window_key(r.key(), r.value()): json.loads(r.value() or b"")["count"]
-                        for r in committed_records(bootstrap, sink)})
+        return Counter(
+            {
+                window_key(r.key(), r.value()): json.loads(r.value() or b"")["count"]
+                for r in committed_records(bootstrap, sink)
+            }
+        )
 
-    def latencies(self, batches: list[dict[str, Any]], topic: str, records: dict[int, PartitionRecords],
-                  arrivals: Arrivals, since_ms: float, until_ms: float) -> array:
+    def latencies(
+        self,
+        batches: list[dict[str, Any]],
+        topic: str,
+        records: dict[int, PartitionRecords],
+        arrivals: Arrivals,
+        since_ms: float,
+        until_ms: float,
+    ) -> array:
         if self.words_per_record == 1:
             return running_count_latencies(batches, topic, records, arrivals, since_ms)
         return window_latencies(records, arrivals, since_ms, until_ms)
@@ -156,8 +173,9 @@ def window_counts(bootstrap: str, topic: str) -> Counter[tuple[int, str]]:
     return counts
 
 
-def running_count_latencies(batches: list[dict[str, Any]], topic: str, records: dict[int, PartitionRecords],
-                            arrivals: Arrivals, since_ms: float) -> array:
+def running_count_latencies(
+    batches: list[dict[str, Any]], topic: str, records: dict[int, PartitionRecords], arrivals: Arrivals, since_ms: float
+) -> array:
     """Per word record: when (word, its running count after the record's batch) became visible - its timestamp."""
     visible = {(key, json.loads(value or b"")["count"]): ms for (key, value), ms in arrivals.items()}
     running: Counter[bytes] = Counter()
@@ -173,8 +191,9 @@ def running_count_latencies(batches: list[dict[str, Any]], topic: str, records: 
     return latencies
 
 
-def window_latencies(records: dict[int, PartitionRecords], arrivals: Arrivals, since_ms: float,
-                     until_ms: float) -> array:
+def window_latencies(
+    records: dict[int, PartitionRecords], arrivals: Arrivals, since_ms: float, until_ms: float
+) -> array:
     """Per line produced in [since, until): when the last count of its words' windows became visible - its
     timestamp."""
     visible = {window_key(key, value): ms for (key, value), ms in arrivals.items()}
@@ -189,13 +208,23 @@ def window_latencies(records: dict[int, PartitionRecords], arrivals: Arrivals, s
 
 # --------------------------------------------------------------------------------------------- bench
 
+
 class DeliveryBench:
-    def __init__(self, config: DeliveryConfig, workload: Workload, spark, bootstrap: str,
-                 new_topic: Callable[..., str], tmp: Path, progress: ProgressLog) -> None:
+    def __init__(
+        self,
+        config: DeliveryConfig,
+        workload: Workload,
+        spark,
+        bootstrap: str,
+        new_topic: Callable[..., str],
+        tmp: Path,
+        progress: ProgressLog,
+    ) -> None:
         self.config, self.workload, self.bootstrap = config, workload, bootstrap
         self.new_topic, self.tmp, self.progress = new_topic, tmp, progress
-        self.jobs = [SluiceJob(spark, bootstrap, workload.manifest, delivery) for delivery in (EXACTLY_ONCE,
-                                                                                                AT_LEAST_ONCE)]
+        self.jobs = [
+            SluiceJob(spark, bootstrap, workload.manifest, delivery) for delivery in (EXACTLY_ONCE, AT_LEAST_ONCE)
+        ]
         self.results = {job.name: SystemResult(job.name) for job in self.jobs}
         self._runs = 0
 
@@ -220,8 +249,7 @@ class DeliveryBench:
 
     def run_job(self, job: SluiceJob, topic: str, reference: Any, records: int, measured: bool = True) -> None:
         sink = self.topic("out")
-        run = run_to_completion(job, self.progress, topic, sink, self.checkpoint(), records,
-                                300 + records / 5_000)
+        run = run_to_completion(job, self.progress, topic, sink, self.checkpoint(), records, 300 + records / 5_000)
         assert self.workload.output(self.bootstrap, sink) == reference, f"{job.name}: wrong output"
         if measured:
             figures = self.results[job.name].add_run(records, run.seconds, processed_rows_per_second(run.batches))
@@ -252,35 +280,62 @@ class DeliveryBench:
 
         def produce() -> dict[int, int]:
             tail.start()
-            produced.append(PacedProducer(self.bootstrap, topic, self.config.partitions, self.latency_rate(),
-                                          seconds + self.workload.tail_seconds,
-                                          words_per_record=self.workload.words_per_record).start()
-                            .result(600 + seconds))
+            produced.append(
+                PacedProducer(
+                    self.bootstrap,
+                    topic,
+                    self.config.partitions,
+                    self.latency_rate(),
+                    seconds + self.workload.tail_seconds,
+                    words_per_record=self.workload.words_per_record,
+                )
+                .start()
+                .result(600 + seconds)
+            )
             return end_offsets(self.bootstrap, topic)
 
-        batches = run_live(job, self.progress, topic, sink, self.checkpoint(), Trigger(interval="1s"), produce,
-                           600 + seconds)
+        batches = run_live(
+            job, self.progress, topic, sink, self.checkpoint(), Trigger(interval="1s"), produce, 600 + seconds
+        )
         arrivals = tail.arrivals()
         since = produced[0].started_ms + self.config.latency_warmup * 1000
-        latency = Latency.of(self.workload.latencies(batches, topic, partition_records(self.bootstrap, topic),
-                                                     arrivals, since, since + self.config.latency_seconds * 1000))
+        latency = Latency.of(
+            self.workload.latencies(
+                batches,
+                topic,
+                partition_records(self.bootstrap, topic),
+                arrivals,
+                since,
+                since + self.config.latency_seconds * 1000,
+            )
+        )
         latency.batches = len(batches)
         latency.mean_batch_ms = sum(b["batchDuration"] for b in batches) / len(batches)
         assert latency.records, f"{job.name}: no record in the measured window"
         self.results[job.name].latency = latency
-        console.log(f"{self.workload.title}, {job.name}: latency over {latency.records:,} records at "
-                    f"{self.latency_rate():,.0f}/s: p50 {latency.p50_ms:,.0f} ms, p99 {latency.p99_ms:,.0f} ms; "
-                    f"{latency.batches} batches of {latency.mean_batch_ms:,.0f} ms on average")
+        console.log(
+            f"{self.workload.title}, {job.name}: latency over {latency.records:,} records at "
+            f"{self.latency_rate():,.0f}/s: p50 {latency.p50_ms:,.0f} ms, p99 {latency.p99_ms:,.0f} ms; "
+            f"{latency.batches} batches of {latency.mean_batch_ms:,.0f} ms on average"
+        )
 
     def report(self, spark) -> Report:
-        setup = {"records": self.records, "words_per_record": self.workload.words_per_record,
-                 "partitions": self.config.partitions, "repeats": self.config.repeats,
-                 "latency_rate": round(self.latency_rate()), "latency_seconds": self.config.latency_seconds,
-                 "latency_warmup": self.config.latency_warmup, "trigger": "1s",
-                 "pipeline": str(self.workload.manifest.relative_to(REPO_ROOT)), "spark": pyspark.__version__,
-                 "spark_master": spark.sparkContext.master,
-                 "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"), "kafka": KAFKA,
-                 "cores": os.cpu_count()}
+        setup = {
+            "records": self.records,
+            "words_per_record": self.workload.words_per_record,
+            "partitions": self.config.partitions,
+            "repeats": self.config.repeats,
+            "latency_rate": round(self.latency_rate()),
+            "latency_seconds": self.config.latency_seconds,
+            "latency_warmup": self.config.latency_warmup,
+            "trigger": "1s",
+            "pipeline": str(self.workload.manifest.relative_to(REPO_ROOT)),
+            "spark": pyspark.__version__,
+            "spark_master": spark.sparkContext.master,
+            "shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+            "kafka": KAFKA,
+            "cores": os.cpu_count(),
+        }
         target = Target("exactlyOnce / atLeastOnce", self.jobs[0].name, self.jobs[1].name, 0.9)
         return Report(f"{self.workload.title}: delivery", setup, self.results, targets=(target,))
 

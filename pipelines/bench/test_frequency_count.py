@@ -99,11 +99,14 @@ class BenchConfig:
     def from_env(cls) -> BenchConfig:
         env = os.environ.get
         rate = env("SLUICE_BENCH_LATENCY_RATE")
-        return cls(records=int(env("SLUICE_BENCH_RECORDS", "10000000")), **common_settings(),
-                   latency_rate=float(rate) if rate else None,
-                   latency_max_rate=float(env("SLUICE_BENCH_LATENCY_MAX_RATE", "50000")),
-                   trigger=env("SLUICE_BENCH_TRIGGER") or None,
-                   output=Path(env("SLUICE_BENCH_OUTPUT", str(REPO_ROOT / ".sluice/bench/frequency-count.json"))))
+        return cls(
+            records=int(env("SLUICE_BENCH_RECORDS", "10000000")),
+            **common_settings(),
+            latency_rate=float(rate) if rate else None,
+            latency_max_rate=float(env("SLUICE_BENCH_LATENCY_MAX_RATE", "50000")),
+            trigger=env("SLUICE_BENCH_TRIGGER") or None,
+            output=Path(env("SLUICE_BENCH_OUTPUT", str(REPO_ROOT / ".sluice/bench/frequency-count.json"))),
+        )
 
     @property
     def run_timeout(self) -> float:
@@ -113,8 +116,15 @@ class BenchConfig:
 class Bench:
     """One benchmark session: the broker, the Spark session, the two jobs and where results go."""
 
-    def __init__(self, config: BenchConfig, bootstrap: str, new_topic: Callable[..., str], tmp: Path,
-                 progress: ProgressLog, jobs: list[Job]) -> None:
+    def __init__(
+        self,
+        config: BenchConfig,
+        bootstrap: str,
+        new_topic: Callable[..., str],
+        tmp: Path,
+        progress: ProgressLog,
+        jobs: list[Job],
+    ) -> None:
         self.config = config
         self.bootstrap = bootstrap
         self.new_topic = new_topic
@@ -143,8 +153,7 @@ class Bench:
     def run_job(self, job: Job, topic: str, reference: dict[str, int], measured: bool = True) -> None:
         records = sum(reference.values())
         sink = self.topic(f"{job.name}-counts")
-        run = run_to_completion(job, self.progress, topic, sink, self.checkpoint(job), records,
-                                self.config.run_timeout)
+        run = run_to_completion(job, self.progress, topic, sink, self.checkpoint(job), records, self.config.run_timeout)
         assert final_counts(self.bootstrap, sink) == reference, f"{job.name}: wrong final counts"
         if measured:
             figures = self.results[job.name].add_run(records, run.seconds, processed_rows_per_second(run.batches))
@@ -158,8 +167,9 @@ class Bench:
     def throughput(self) -> None:
         # The first large run in a JVM pays for class loading and JIT: a 50k warm-up was not enough (the
         # first 10M run came out ~45% slower whichever job it was), so warm up on a tenth of the data.
-        warm_topic, warm_reference = self.prefill(min(self.config.records, max(50_000, self.config.records // 10)),
-                                                  "warm-up", seed=2)
+        warm_topic, warm_reference = self.prefill(
+            min(self.config.records, max(50_000, self.config.records // 10)), "warm-up", seed=2
+        )
         for job in self.jobs:
             self.run_job(job, warm_topic, warm_reference, measured=False)
         topic, reference = self.prefill(self.config.records, "words", seed=1)
@@ -184,8 +194,9 @@ class Bench:
 
     def raw_latency(self) -> None:
         topic = self.topic("latency-raw")
-        stamps, latencies, paced = raw_consume_latencies(self.bootstrap, topic, self.paced(topic).start(),
-                                                         self.config.run_timeout)
+        stamps, latencies, paced = raw_consume_latencies(
+            self.bootstrap, topic, self.paced(topic).start(), self.config.run_timeout
+        )
         since = self.since(paced)
         self.record_latency(RAW, Latency.of([lat for ts, lat in zip(stamps, latencies, strict=True) if ts >= since]))
 
@@ -197,8 +208,9 @@ class Bench:
             produced.append(self.paced(topic).start().result(self.config.run_timeout))
             return end_offsets(self.bootstrap, topic)
 
-        batches = run_live(job, self.progress, topic, sink, self.checkpoint(job), trigger, produce,
-                           self.config.run_timeout)
+        batches = run_live(
+            job, self.progress, topic, sink, self.checkpoint(job), trigger, produce, self.config.run_timeout
+        )
         assert final_counts(self.bootstrap, sink) == produced[0].counts, f"{job.name}: wrong final counts"
         times = record_timestamps(self.bootstrap, topic)
         latency = Latency.of(batch_latencies(batches, topic, times, self.since(produced[0])))
@@ -210,14 +222,24 @@ class Bench:
     def record_latency(self, name: str, latency: Latency) -> None:
         assert latency.records, f"{name}: no record in the measured window"
         self.results[name].latency = latency
-        batches = (f"; {latency.batches} batches of {latency.mean_batch_ms:,.0f} ms on average, "
-                   f"caught up {latency.catch_up_ms:,.0f} ms after the last record") if latency.batches else ""
-        console.log(f"{name}: latency over {latency.records:,} records: p50 {latency.p50_ms:,.0f} ms, "
-                    f"p99 {latency.p99_ms:,.0f} ms, max {latency.max_ms:,.0f} ms{batches}")
+        batches = (
+            (
+                f"; {latency.batches} batches of {latency.mean_batch_ms:,.0f} ms on average, "
+                f"caught up {latency.catch_up_ms:,.0f} ms after the last record"
+            )
+            if latency.batches
+            else ""
+        )
+        console.log(
+            f"{name}: latency over {latency.records:,} records: p50 {latency.p50_ms:,.0f} ms, "
+            f"p99 {latency.p99_ms:,.0f} ms, max {latency.max_ms:,.0f} ms{batches}"
+        )
 
     def latency(self, trigger: Trigger) -> None:
-        console.log(f"latency: {self.latency_rate():,.0f} records/s for {self.config.latency_warmup:.0f}s "
-                    f"warm-up + {self.config.latency_seconds:.0f}s measured, trigger {trigger.interval}")
+        console.log(
+            f"latency: {self.latency_rate():,.0f} records/s for {self.config.latency_warmup:.0f}s "
+            f"warm-up + {self.config.latency_seconds:.0f}s measured, trigger {trigger.interval}"
+        )
         self.raw_latency()
         for job in self.jobs:
             self.job_latency(job, trigger)
@@ -231,22 +253,39 @@ def alternating(jobs: list[Job], repeats: int) -> list[Job]:
 def test_frequency_count(kafka_bootstrap, spark_session, new_topic, tmp_path, progress_log) -> None:
     config = BenchConfig.from_env()
     sluice = SluiceJob(spark_session, kafka_bootstrap)
-    bench = Bench(config, kafka_bootstrap, new_topic, tmp_path, progress_log,
-                  [sluice, HandWrittenJob(spark_session, kafka_bootstrap)])
+    bench = Bench(
+        config,
+        kafka_bootstrap,
+        new_topic,
+        tmp_path,
+        progress_log,
+        [sluice, HandWrittenJob(spark_session, kafka_bootstrap)],
+    )
     trigger = Trigger(interval=config.trigger or sluice.default_interval)
 
     bench.throughput()
     bench.latency(trigger)
 
-    report = Report("frequency count", {
-        "records": config.records, "partitions": config.partitions, "dictionary": DICTIONARY_SIZE,
-        "repeats": config.repeats, "latency_rate": round(bench.latency_rate()),
-        "latency_seconds": config.latency_seconds, "latency_warmup": config.latency_warmup,
-        "trigger": trigger.interval, "pipeline": sluice.source, "spark": pyspark.__version__,
-        "spark_master": spark_session.sparkContext.master,
-        "shuffle_partitions": spark_session.conf.get("spark.sql.shuffle.partitions"),
-        "kafka": KAFKA, "cores": os.cpu_count(),
-    }, bench.results)
+    report = Report(
+        "frequency count",
+        {
+            "records": config.records,
+            "partitions": config.partitions,
+            "dictionary": DICTIONARY_SIZE,
+            "repeats": config.repeats,
+            "latency_rate": round(bench.latency_rate()),
+            "latency_seconds": config.latency_seconds,
+            "latency_warmup": config.latency_warmup,
+            "trigger": trigger.interval,
+            "pipeline": sluice.source,
+            "spark": pyspark.__version__,
+            "spark_master": spark_session.sparkContext.master,
+            "shuffle_partitions": spark_session.conf.get("spark.sql.shuffle.partitions"),
+            "kafka": KAFKA,
+            "cores": os.cpu_count(),
+        },
+        bench.results,
+    )
     report.print(console)
     report.write(config.output)
     console.log(f"results written to {config.output}")

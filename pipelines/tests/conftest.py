@@ -11,8 +11,9 @@ from pyspark.sql import SparkSession
 
 
 @pytest.fixture
-def harness(spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str],
-            tmp_path: Path) -> Harness:
+def harness(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
+) -> Harness:
     return Harness(spark_session, kafka_bootstrap, new_topic, tmp_path)
 
 

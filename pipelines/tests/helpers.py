@@ -44,6 +44,7 @@ BASE_MS = (int(time.time() * 1000) // HOUR_MS - 6) * HOUR_MS
 
 # ------------------------------------------------------------------------------------ examples
 
+
 def load_manifest(name: str) -> dict[str, Any]:
     document = load_documents(EXAMPLES / f"{name}.yaml")[0]
     assert document.manifest is not None, f"{name}.yaml is not a StreamingApp manifest"
@@ -82,6 +83,7 @@ def load_example(name: str, new_topic: Callable[..., str]) -> Example:
 
 # ------------------------------------------------------------------------------------ records
 
+
 @dataclass(frozen=True)
 class Record:
     """A record to produce, with what the reference needs to know about it."""
@@ -112,6 +114,7 @@ def json_bytes(data: dict[str, Any]) -> bytes:
 
 
 # ---------------------------------------------------------------------------- event-time model
+
 
 def window_start(event_ms: int, size_ms: int) -> int:
     return event_ms - event_ms % size_ms
@@ -178,8 +181,10 @@ def replay(phases: Sequence[Sequence[Record]], delay_ms: int, is_late: Callable[
 
 # ------------------------------------------------------------------------------------- running
 
-def wait_for(condition: Callable[[], bool], timeout: float, describe: Callable[[], str],
-             check: Callable[[], None] = lambda: None) -> None:
+
+def wait_for(
+    condition: Callable[[], bool], timeout: float, describe: Callable[[], str], check: Callable[[], None] = lambda: None
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         check()
@@ -211,9 +216,12 @@ class Harness:
 
     @contextmanager
     def running(self, example: Example, checkpoint: str = "checkpoints") -> Iterator[PipelineRun]:
-        run = PipelineRun.from_document(self.spark, example.document(),
-                                        checkpoint_root=str(self.tmp_path / checkpoint),
-                                        bootstrap_servers=self.bootstrap).start()
+        run = PipelineRun.from_document(
+            self.spark,
+            example.document(),
+            checkpoint_root=str(self.tmp_path / checkpoint),
+            bootstrap_servers=self.bootstrap,
+        ).start()
         try:
             yield run
         finally:
@@ -225,22 +233,30 @@ class Harness:
             by_topic.setdefault(record.topic, []).append(record)
         now = int(time.time() * 1000)
         for topic, batch in by_topic.items():
-            produce(self.bootstrap, example.topics[topic], [(None, r.value) for r in batch],
-                    timestamps_ms=[r.kafka_ms if r.kafka_ms is not None else now for r in batch])
+            produce(
+                self.bootstrap,
+                example.topics[topic],
+                [(None, r.value) for r in batch],
+                timestamps_ms=[r.kafka_ms if r.kafka_ms is not None else now for r in batch],
+            )
 
     def settle(self, run: PipelineRun, query: str | None = None, watermark_ms: int | None = None) -> None:
         """Wait until the run has processed everything produced; with a watermark, also until `query`
         reports it (then the no-data batch that evicts state under it has run)."""
         run.wait_until_caught_up(self.timeout)
         if query is not None and watermark_ms is not None:
-            wait_for(lambda: watermark_of(run, query) == watermark_ms, self.timeout,
-                     lambda: f"watermark of {query}: {watermark_of(run, query)}, expected {watermark_ms}",
-                     check=run.raise_if_failed)
+            wait_for(
+                lambda: watermark_of(run, query) == watermark_ms,
+                self.timeout,
+                lambda: f"watermark of {query}: {watermark_of(run, query)}, expected {watermark_ms}",
+                check=run.raise_if_failed,
+            )
             run.wait_until_caught_up(self.timeout)
 
     @contextmanager
-    def run_phases(self, example: Example, phases: Sequence[Sequence[Record]], query: str,
-                   watermarks: Sequence[int | None]) -> Iterator[PipelineRun]:
+    def run_phases(
+        self, example: Example, phases: Sequence[Sequence[Record]], query: str, watermarks: Sequence[int | None]
+    ) -> Iterator[PipelineRun]:
         """Run the example over phases of records: the first produced before the start (so one batch
         reads it all), each next one once the previous was processed and `query` reached the watermark
         expected after it (watermarks[i + 1], as in Replay.watermarks). Yields the run, still running."""
@@ -269,6 +285,7 @@ def latest_per_key(records: Iterable[ConsumedRecord]) -> dict[bytes | None, Cons
 
 # -------------------------------------------------------------------------------- dead letters
 
+
 @dataclass(frozen=True)
 class DeadLetter:
     value: bytes | None
@@ -284,10 +301,15 @@ def read_dead_letters(harness: Harness, example: Example, topic: str) -> list[De
     return out
 
 
-def assert_dead_letters(actual: Sequence[DeadLetter], expected: Sequence[Record],
-                        source_of: Callable[[Record], str], late_error: str = "late:") -> None:
+def assert_dead_letters(
+    actual: Sequence[DeadLetter],
+    expected: Sequence[Record],
+    source_of: Callable[[Record], str],
+    late_error: str = "late:",
+) -> None:
     """Each expected record arrived once with its original bytes, its source and the right error: its
     own `error` prefix for bad records, `late_error` for late ones."""
+
     def ordering(letter: DeadLetter) -> tuple[bytes, str, str]:
         return letter.value or b"", letter.source, letter.error
 
@@ -300,11 +322,15 @@ def assert_dead_letters(actual: Sequence[DeadLetter], expected: Sequence[Record]
 
 # -------------------------------------------------------------------------------------- metrics
 
+
 def sample(run: PipelineRun, name: str, **labels: str) -> float | None:
     return run.metrics.registry.get_sample_value(name, {"app": run.metrics.app, **labels})
 
 
 def assert_sample(run: PipelineRun, name: str, expected: float, timeout: float = 30.0, **labels: str) -> None:
     """Progress reaches the metrics through Spark's asynchronous listener bus: allow it a moment."""
-    wait_for(lambda: (sample(run, name, **labels) or 0.0) == expected, timeout,
-             lambda: f"{name}{labels} = {sample(run, name, **labels)}, expected {expected}")
+    wait_for(
+        lambda: (sample(run, name, **labels) or 0.0) == expected,
+        timeout,
+        lambda: f"{name}{labels} = {sample(run, name, **labels)}, expected {expected}",
+    )

@@ -15,12 +15,20 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from sluice.pipelines.local.kafka_io import ConsumedRecord
 
 
-def read_committed(bootstrap: str, topic: str, timeout_s: float = 120.0,
-                   isolation: str = "read_committed") -> list[ConsumedRecord]:
+def read_committed(
+    bootstrap: str, topic: str, timeout_s: float = 120.0, isolation: str = "read_committed"
+) -> list[ConsumedRecord]:
     """Every record of the topic from the beginning up to its end when called."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sluice-read-{time.time_ns()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": isolation,
-                         "fetch.max.bytes": 52428800})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"sluice-read-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "fetch.max.bytes": 52428800,
+        }
+    )
     out: list[ConsumedRecord] = []
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -29,8 +37,10 @@ def read_committed(bootstrap: str, topic: str, timeout_s: float = 120.0,
         deadline = time.monotonic() + timeout_s
         while len(at_end) < len(partitions):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}: partitions {sorted(set(partitions) - at_end)} not read to "
-                                   f"their end within {timeout_s:.0f}s")
+                raise TimeoutError(
+                    f"reading {topic}: partitions {sorted(set(partitions) - at_end)} not read to "
+                    f"their end within {timeout_s:.0f}s"
+                )
             message = consumer.poll(0.5)
             if message is None:
                 continue
@@ -39,8 +49,16 @@ def read_committed(bootstrap: str, topic: str, timeout_s: float = 120.0,
                     raise KafkaException(message.error())
                 at_end.add(message.partition())
                 continue
-            out.append(ConsumedRecord(message.key(), message.value(), message.partition(), message.offset(),
-                                      message.timestamp()[1], tuple(message.headers() or ())))
+            out.append(
+                ConsumedRecord(
+                    message.key(),
+                    message.value(),
+                    message.partition(),
+                    message.offset(),
+                    message.timestamp()[1],
+                    tuple(message.headers() or ()),
+                )
+            )
     finally:
         consumer.close()
     return out
@@ -53,7 +71,7 @@ def murmur2(data: bytes) -> int:
     h = (0x9747B28C ^ len(data)) & mask
     end = len(data) & ~3
     for i in range(0, end, 4):
-        k = (int.from_bytes(data[i:i + 4], "little") * m) & mask
+        k = (int.from_bytes(data[i : i + 4], "little") * m) & mask
         h = ((h * m) & mask) ^ (((k ^ (k >> 24)) * m) & mask)
     tail = len(data) & 3
     if tail == 3:

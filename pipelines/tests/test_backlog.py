@@ -16,16 +16,28 @@ from sluice.pipelines.spec import FromKafka, ProcessingTime
 from sluice.testbed.common import free_port
 
 
-def kafka_source(end: dict[str, dict[str, int]] | None, latest: dict[str, dict[str, int]] | None,
-                 behind: int = 0) -> dict[str, Any]:
+def kafka_source(
+    end: dict[str, dict[str, int]] | None, latest: dict[str, dict[str, int]] | None, behind: int = 0
+) -> dict[str, Any]:
     """A Kafka source of a progress event as Spark writes it (offset maps keyed topic -> partition)."""
-    return {"description": "KafkaV2[Subscribe[t]]", "startOffset": None, "endOffset": end, "latestOffset": latest,
-            "metrics": {"maxOffsetsBehindLatest": str(behind)}}
+    return {
+        "description": "KafkaV2[Subscribe[t]]",
+        "startOffset": None,
+        "endOffset": end,
+        "latestOffset": latest,
+        "metrics": {"maxOffsetsBehindLatest": str(behind)},
+    }
 
 
 def progress(name: str, *sources: dict[str, Any], rows: int = 0, busy_ms: int = 0) -> dict[str, Any]:
-    return {"name": name, "id": f"id-{name}", "batchId": 0, "numInputRows": rows, "sources": list(sources),
-            "durationMs": {"triggerExecution": busy_ms}}
+    return {
+        "name": name,
+        "id": f"id-{name}",
+        "batchId": 0,
+        "numInputRows": rows,
+        "sources": list(sources),
+        "durationMs": {"triggerExecution": busy_ms},
+    }
 
 
 def test_a_topic_read_by_two_queries_counts_once_behind_the_slower_one():
@@ -33,7 +45,8 @@ def test_a_topic_read_by_two_queries_counts_once_behind_the_slower_one():
     sink = progress("out", kafka_source({"lines": {"0": 90, "1": 80, "2": 40}}, latest))
     dead_letters = progress("dead", kafka_source({"lines": {"0": 95, "1": 70, "2": 50}}, latest))
     assert topic_backlogs([sink, dead_letters]) == [
-        TopicStatus(topic="lines", partitions=3, latestOffsets=230, backlog=(100 - 90) + (80 - 70) + (50 - 40))]
+        TopicStatus(topic="lines", partitions=3, latestOffsets=230, backlog=(100 - 90) + (80 - 70) + (50 - 40))
+    ]
 
 
 def test_backlog_sums_every_partition_not_the_worst_one():
@@ -44,9 +57,11 @@ def test_backlog_sums_every_partition_not_the_worst_one():
 
 
 def test_each_topic_of_a_query_and_of_several_sources():
-    joined = progress("join",
-                      kafka_source({"requests": {"0": 3}}, {"requests": {"0": 10}}),
-                      kafka_source({"responses": {"0": 7, "1": 1}}, {"responses": {"0": 7, "1": 4}}))
+    joined = progress(
+        "join",
+        kafka_source({"requests": {"0": 3}}, {"requests": {"0": 10}}),
+        kafka_source({"responses": {"0": 7, "1": 1}}, {"responses": {"0": 7, "1": 4}}),
+    )
     assert {t.topic: t.backlog for t in topic_backlogs([joined])} == {"requests": 7, "responses": 3}
 
 
@@ -74,12 +89,15 @@ def test_kafka_end_offsets_now_count_what_arrived_since_the_last_batch_began():
 
 
 def test_source_partitions_and_their_kafka_clusters():
-    joined = progress("join", kafka_source({"a": {"0": 1}}, {"a": {"0": 1, "1": 2}}),
-                      kafka_source(None, {"b": {"0": 3}}))
+    joined = progress(
+        "join", kafka_source({"a": {"0": 1}}, {"a": {"0": 1, "1": 2}}), kafka_source(None, {"b": {"0": 3}})
+    )
     assert source_partitions([joined]) == {("a", 0), ("a", 1), ("b", 0)}
     sources = [FromKafka(topic="a"), FromKafka(pattern="b.*", bootstrapServers="other:9092")]
     assert partitions_by_bootstrap(source_partitions([joined]), sources, "app:9092") == {
-        "app:9092": [("a", 0), ("a", 1)], "other:9092": [("b", 0)]}
+        "app:9092": [("a", 0), ("a", 1)],
+        "other:9092": [("b", 0)],
+    }
 
 
 def test_kafka_that_does_not_answer_in_time_says_so():
@@ -101,10 +119,10 @@ def test_busy_time_grows_while_a_batch_runs_and_never_goes_back():
     running = RunningBatches()
     record = QueryRecord({}).add(batch("2026-01-01T00:00:00.000Z", 2_000))  # 0 s to 2 s
     assert running.busy_ms("q", record, T0 + 5) == (2_000, 0)
-    running.observe("q", True, T0 + 10)                                     # a 30 s batch begins
+    running.observe("q", True, T0 + 10)  # a 30 s batch begins
     assert running.busy_ms("q", record, T0 + 15) == (7_000, 5_000)
     assert running.busy_ms("q", record, T0 + 35) == (27_000, 25_000)
-    running.observe("q", False, T0 + 40.2)                                  # ended; its progress is late
+    running.observe("q", False, T0 + 40.2)  # ended; its progress is late
     assert running.busy_ms("q", record, T0 + 40.3) == (27_000, 0)
     done = record.add(batch("2026-01-01T00:00:10.000Z", 30_000))
     assert running.busy_ms("q", done, T0 + 41) == (32_000, 0)
@@ -112,7 +130,7 @@ def test_busy_time_grows_while_a_batch_runs_and_never_goes_back():
 
 def test_back_to_back_batches_count_from_the_previous_end_not_twice():
     running = RunningBatches()
-    running.observe("q", True, T0)                   # the trigger never looks inactive from here on
+    running.observe("q", True, T0)  # the trigger never looks inactive from here on
     first = QueryRecord({}).add(batch("2026-01-01T00:00:00.000Z", 30_000))
     assert running.busy_ms("q", first, T0 + 40) == (40_000, 10_000)
     second = first.add(batch("2026-01-01T00:00:30.000Z", 30_000))
@@ -145,8 +163,13 @@ def test_metrics_keep_totals_and_export_the_backlog_per_topic():
 
 def test_source_tasks_take_partitions_or_min_partitions():
     partitions = {"a": 4, "b": 2, "c1": 3, "c2": 1, "other": 8}
-    sources = [FromKafka(topic="a"), FromKafka(topic="b", minPartitions=6), FromKafka(topic="a,b"),
-               FromKafka(pattern="c[0-9]"), FromKafka(topic="not-read-yet")]
+    sources = [
+        FromKafka(topic="a"),
+        FromKafka(topic="b", minPartitions=6),
+        FromKafka(topic="a,b"),
+        FromKafka(pattern="c[0-9]"),
+        FromKafka(topic="not-read-yet"),
+    ]
     assert source_tasks(sources, partitions) == 4 + 6 + 6 + 4 + 0
 
 
@@ -157,8 +180,12 @@ def test_trigger_interval():
 
 
 def test_scale_down_stops_the_least_loaded_executors_newest_first():
-    executors = [ExecutorStatus(id="1", activeTasks=2), ExecutorStatus(id="2", activeTasks=0),
-                 ExecutorStatus(id="3", activeTasks=0), ExecutorStatus(id="10", activeTasks=1)]
+    executors = [
+        ExecutorStatus(id="1", activeTasks=2),
+        ExecutorStatus(id="2", activeTasks=0),
+        ExecutorStatus(id="3", activeTasks=0),
+        ExecutorStatus(id="10", activeTasks=1),
+    ]
     assert least_loaded(executors, 3) == ["3", "2", "10"]
     assert least_loaded(executors, 0) == []
     assert least_loaded(executors, -2) == []

@@ -31,6 +31,7 @@ LOCAL_MODE = "executor scaling needs a cluster manager (this driver runs Spark i
 
 # ------------------------------------------------------------------------------------ token
 
+
 def test_bearer_token_of_the_authorization_header():
     assert bearer_token("Bearer abc") == "abc"
     assert bearer_token("bearer   abc  ") == "abc"
@@ -73,19 +74,23 @@ def test_no_token_file_disables_writes(tmp_path: Path):
 
 # ------------------------------------------------------------------------------------ bodies
 
-@pytest.mark.parametrize(("body", "field"), [
-    (b'{"target": "2"}', "target"),
-    (b'{"target": 2.0}', "target"),
-    (b'{"target": true}', "target"),
-    (b'{"target": -1}', "target"),
-    (b'{"target": 1001}', "target"),
-    (b"{}", "target"),
-    (b'{"target": 2, "force": true}', "force"),
-    (b"[2]", None),
-    (b"{", None),
-    (b"", None),
-    (b"\xff\xfe", None),
-])
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b'{"target": "2"}', "target"),
+        (b'{"target": 2.0}', "target"),
+        (b'{"target": true}', "target"),
+        (b'{"target": -1}', "target"),
+        (b'{"target": 1001}', "target"),
+        (b"{}", "target"),
+        (b'{"target": 2, "force": true}', "force"),
+        (b"[2]", None),
+        (b"{", None),
+        (b"", None),
+        (b"\xff\xfe", None),
+    ],
+)
 def test_bad_executor_requests_name_the_field(body: bytes, field: str | None):
     with pytest.raises(ApiFailure) as info:
         parse_request(ExecutorsRequest, body, '{"target": N}')
@@ -94,11 +99,12 @@ def test_bad_executor_requests_name_the_field(body: bytes, field: str | None):
 
 
 def test_good_executor_requests():
-    assert parse_request(ExecutorsRequest, b'{"target": 0}', '') == ExecutorsRequest(target=0)
-    assert parse_request(ExecutorsRequest, b' {"target": 1000} ', '') == ExecutorsRequest(target=1000)
+    assert parse_request(ExecutorsRequest, b'{"target": 0}', "") == ExecutorsRequest(target=0)
+    assert parse_request(ExecutorsRequest, b' {"target": 1000} ', "") == ExecutorsRequest(target=1000)
 
 
 # ------------------------------------------------------------------------------ a real driver
+
 
 def call(method: str, url: str, body: bytes | None = None, token: str | None = None) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -122,25 +128,37 @@ def driver_status(base: str) -> DriverStatus:
 
 @pytest.mark.kafka
 @pytest.mark.spark
-def test_control_api_of_a_running_pipeline(spark_session: SparkSession, kafka_bootstrap: str, new_topic,
-                                           tmp_path: Path):
+def test_control_api_of_a_running_pipeline(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+):
     app = load_example("wordcount", new_topic)
     app.node("lines")["fromKafka"]["maxRecordsPerTrigger"] = 10
     # The first batch starts at once, the next one at the next whole day: what the first batch left stays.
     app.pipeline["trigger"] = {"processingTime": "1d"}
     lines = app.topics["wordcount-lines"]
     produced = 100
-    produce(kafka_bootstrap, lines, [f"word{i}".encode() for i in range(produced)],
-            timestamps_ms=[int(time.time() * 1000) - 60_000] * produced)
+    produce(
+        kafka_bootstrap,
+        lines,
+        [f"word{i}".encode() for i in range(produced)],
+        timestamps_ms=[int(time.time() * 1000) - 60_000] * produced,
+    )
     token = tmp_path / "token"
     token.write_text("s3cret\n")
-    config = RunnerConfig(app="wordcount", revision="rev-1", kafkaBootstrap=kafka_bootstrap,
-                          pipeline=PipelineSpec.model_validate(app.pipeline), checkpointRoot=str(tmp_path / "chk"),
-                          controlPort=free_port(), controlTokenFile=str(token))
+    config = RunnerConfig(
+        app="wordcount",
+        revision="rev-1",
+        kafkaBootstrap=kafka_bootstrap,
+        pipeline=PipelineSpec.model_validate(app.pipeline),
+        checkpointRoot=str(tmp_path / "chk"),
+        controlPort=free_port(),
+        controlTokenFile=str(token),
+    )
     run = PipelineRun(spark_session, config).start()
     server = ControlServer(run).start()
     base = f"http://127.0.0.1:{server.port}"
     try:
+
         def after_first_batches() -> DriverStatus | None:
             run.raise_if_failed()
             status = driver_status(base)
@@ -151,8 +169,7 @@ def test_control_api_of_a_running_pipeline(spark_session: SparkSession, kafka_bo
         assert set(queries) == {"out", "lines-dead-letters"}
         for query in run.queries:
             reported = queries[query.name]
-            assert (reported.id, reported.runId, reported.active, reported.error) == (query.id, query.runId, True,
-                                                                                       None)
+            assert (reported.id, reported.runId, reported.active, reported.error) == (query.id, query.runId, True, None)
             assert reported.batchId == 0 and reported.batches == 1 and 0 < reported.inputRows < produced
             assert reported.topics == [lines] and reported.triggerIntervalMs == 86_400_000
             assert reported.lastBatchDurationMs is not None and reported.busyMs > 0
@@ -162,8 +179,12 @@ def test_control_api_of_a_running_pipeline(spark_session: SparkSession, kafka_bo
         backlog = produced - min(q.inputRows for q in status.queries)
         assert status.topics == [TopicStatus(topic=lines, partitions=4, latestOffsets=produced, backlog=backlog)]
         assert status.backlog == backlog and status.latestOffsetsFrom == "kafka"
-        assert (status.app, status.revision, status.executors, status.executorTarget) == ("wordcount", "rev-1", [],
-                                                                                          None)
+        assert (status.app, status.revision, status.executors, status.executorTarget) == (
+            "wordcount",
+            "rev-1",
+            [],
+            None,
+        )
         assert (status.taskSlots, status.sourceTasks, status.shufflePartitions) == (2, 4, 2)
 
         code, metrics = call("GET", f"{base}/metrics")
@@ -178,7 +199,9 @@ def test_control_api_of_a_running_pipeline(spark_session: SparkSession, kafka_bo
         assert call("PUT", scale, b'{"target": 3}') == (401, {"error": "missing or wrong bearer token", "field": None})
         assert call("PUT", scale, b'{"target": 3}', token="wrong")[0] == 401
         assert call("PUT", scale, b'{"target": "3"}', token="s3cret") == (
-            400, {"error": "target: Input should be a valid integer", "field": "target"})
+            400,
+            {"error": "target: Input should be a valid integer", "field": "target"},
+        )
         assert call("PUT", scale, b'{"target": -1}', token="s3cret")[1]["field"] == "target"
         assert call("PUT", scale, b'{"target": 3, "now": 1}', token="s3cret")[1]["field"] == "now"
         assert call("PUT", scale, b"target=3", token="s3cret")[0] == 400
@@ -206,15 +229,25 @@ SLOW = "aggregate(sequence(1, 1000000 + length(value)), 0L, (acc, x) -> acc + x)
 @pytest.mark.kafka
 @pytest.mark.spark
 def test_status_during_a_long_batch_shows_the_backlog_and_the_busy_time_growing(
-        spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path):
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+):
     topic = new_topic(partitions=1)
-    pipeline = {"trigger": {"processingTime": "1s"}, "nodes": [
-        {"name": "src", "fromKafka": {"topic": topic}},
-        {"name": "slow", "inputs": ["src"], "select": [f"{SLOW} AS work"]},
-        {"name": "out", "inputs": ["slow"], "toMemory": {"table": "slow_batches"}}]}
-    config = RunnerConfig(app="slow", revision="rev-1", kafkaBootstrap=kafka_bootstrap,
-                          pipeline=PipelineSpec.model_validate(pipeline), checkpointRoot=str(tmp_path / "chk"),
-                          controlPort=free_port())
+    pipeline = {
+        "trigger": {"processingTime": "1s"},
+        "nodes": [
+            {"name": "src", "fromKafka": {"topic": topic}},
+            {"name": "slow", "inputs": ["src"], "select": [f"{SLOW} AS work"]},
+            {"name": "out", "inputs": ["slow"], "toMemory": {"table": "slow_batches"}},
+        ],
+    }
+    config = RunnerConfig(
+        app="slow",
+        revision="rev-1",
+        kafkaBootstrap=kafka_bootstrap,
+        pipeline=PipelineSpec.model_validate(pipeline),
+        checkpointRoot=str(tmp_path / "chk"),
+        controlPort=free_port(),
+    )
     produce(kafka_bootstrap, topic, [b"first"])
     run = PipelineRun(spark_session, config).start()
     server = ControlServer(run).start()
@@ -226,6 +259,7 @@ def test_status_during_a_long_batch_shows_the_backlog_and_the_busy_time_growing(
             produce(kafka_bootstrap, topic, [b"later"])
 
     try:
+
         def after_first_batch() -> DriverStatus | None:
             run.raise_if_failed()
             status = driver_status(base)
@@ -250,7 +284,7 @@ def test_status_during_a_long_batch_shows_the_backlog_and_the_busy_time_growing(
         assert {s.queries[0].batches for s in during} == {during[0].queries[0].batches}
         assert all(s.queries[0].runningBatchMs > 0 and s.latestOffsetsFrom == "kafka" for s in during)
         for before, after in itertools.pairwise(during):
-            wall_ms = (datetime.fromisoformat(after.observedAt) - datetime.fromisoformat(before.observedAt))
+            wall_ms = datetime.fromisoformat(after.observedAt) - datetime.fromisoformat(before.observedAt)
             busy_ms = after.queries[0].busyMs - before.queries[0].busyMs
             assert abs(busy_ms - wall_ms.total_seconds() * 1000) <= 20, (busy_ms, wall_ms)
             assert after.backlog > before.backlog  # what arrives shows now, not when the batch is over

@@ -73,8 +73,22 @@ def assert_each_once(rows: list[dict[str, Any]], key: tuple[str, ...]) -> None:
 
 # ---------------------------------------------------------------------------- (a) word count
 
-VOCABULARY = ("kafka", "spark", "stream", "window", "state", "watermark", "join", "topic", "batch", "sink",
-              "source", "event", "k8s", "p99")
+VOCABULARY = (
+    "kafka",
+    "spark",
+    "stream",
+    "window",
+    "state",
+    "watermark",
+    "join",
+    "topic",
+    "batch",
+    "sink",
+    "source",
+    "event",
+    "k8s",
+    "p99",
+)
 
 
 def tokenize(line: str) -> list[str]:
@@ -82,8 +96,7 @@ def tokenize(line: str) -> list[str]:
 
 
 def random_line(rng: random.Random) -> str:
-    words = [w.capitalize() if rng.random() < 0.2 else w
-             for w in rng.choices(VOCABULARY, k=rng.randint(0, 6))]
+    words = [w.capitalize() if rng.random() < 0.2 else w for w in rng.choices(VOCABULARY, k=rng.randint(0, 6))]
     return rng.choice([" ", ", ", "  ", "; ", " - "]).join(words) + rng.choice(["", ".", "!"])
 
 
@@ -93,8 +106,9 @@ def wordcount_phases(rng: random.Random, window_ms: int, delay_ms: int) -> list[
 
     # Up to 1.5s out of order: within the 2s watermark.
     first = [line(random_line(rng), BASE_MS + i * 40 + rng.randint(-1500, 1500)) for i in range(400)]
-    first.insert(rng.randrange(len(first)),
-                 Record("wordcount-lines", None, None, kafka_ms=BASE_MS, error="record has no value"))
+    first.insert(
+        rng.randrange(len(first)), Record("wordcount-lines", None, None, kafka_ms=BASE_MS, error="record has no value")
+    )
     watermark = max(r.event_ms for r in first if r.event_ms is not None) - delay_ms
     stragglers = []
     for i in range(60):
@@ -142,9 +156,11 @@ def test_wordcount(harness: Harness, late_records: bool) -> None:
     for row in rows:
         assert epoch_ms(row["window_end"]) - epoch_ms(row["window_start"]) == window_ms
     assert {(epoch_ms(r["window_start"]), r["word"]): r["count"] for r in rows} == wordcount_reference(
-        expected, window_ms)
-    assert_dead_letters(read_dead_letters(harness, app, "wordcount-dead-letters"), dead_letters,
-                        source_of=lambda _: "lines")
+        expected, window_ms
+    )
+    assert_dead_letters(
+        read_dead_letters(harness, app, "wordcount-dead-letters"), dead_letters, source_of=lambda _: "lines"
+    )
 
 
 # ----------------------------------------------------------------------- (b) frequency count
@@ -198,8 +214,12 @@ def test_restart_from_checkpoint_mid_stream_loses_nothing(harness: Harness) -> N
     before, after = zipf_words(rng, 12_000), zipf_words(rng, 700)
     harness.produce(app, word_records(before))
     with harness.running(app, checkpoint="checkpoint") as run:
-        wait_for(lambda: (sample(run, "sluice_input_rows_total", query="out") or 0) >= 400, harness.timeout,
-                 lambda: "no two batches completed", check=run.raise_if_failed)
+        wait_for(
+            lambda: (sample(run, "sluice_input_rows_total", query="out") or 0) >= 400,
+            harness.timeout,
+            lambda: "no two batches completed",
+            check=run.raise_if_failed,
+        )
     counted_at_stop = sum(running_counts(harness, app).values())
     assert 400 <= counted_at_stop < len(before), "the job should stop mid-stream"
 
@@ -320,8 +340,11 @@ def test_latency_correlation(harness: Harness) -> None:
         row = got[key]
         assert (row["matched"], row["max_latency_ms"]) == (matched, max_latency), key
         assert float(row["avg_latency_ms"]) == pytest.approx(avg_latency, rel=1e-9), key
-    assert_dead_letters(read_dead_letters(harness, app, "latency-dead-letters"),
-                        expected.dead_letters(late_too=False), source_of=lambda r: LATENCY_SOURCES[r.topic])
+    assert_dead_letters(
+        read_dead_letters(harness, app, "latency-dead-letters"),
+        expected.dead_letters(late_too=False),
+        source_of=lambda r: LATENCY_SOURCES[r.topic],
+    )
 
 
 # ------------------------------------------------------------------------------ (d) ad tech
@@ -362,30 +385,26 @@ def bad_ad_events(rng: random.Random, n: int) -> list[Record]:
     return out
 
 
-def adtech_phases(rng: random.Random, campaigns: list[str], window_ms: int,
-                  delay_ms: int) -> list[list[Record]]:
+def adtech_phases(rng: random.Random, campaigns: list[str], window_ms: int, delay_ms: int) -> list[list[Record]]:
     # Up to 4s out of order, within the 5s watermark.
     first = [ad_event(rng, campaigns, BASE_MS + i * 50 + rng.randint(-4000, 4000)) for i in range(900)]
     first += bad_ad_events(rng, 4)
     rng.shuffle(first)
     newest = max(r.event_ms for r in first if r.event_ms is not None)
-    stragglers = [ad_event(rng, campaigns, rng.randint(newest - delay_ms - 3 * window_ms, newest))
-                  for _ in range(120)]
+    stragglers = [ad_event(rng, campaigns, rng.randint(newest - delay_ms - 3 * window_ms, newest)) for _ in range(120)]
     stragglers += bad_ad_events(rng, 2)  # the job went on after the first bad records
     rng.shuffle(stragglers)
     flush = [ad_event(rng, campaigns, newest + 10 * window_ms)]
     return [first, stragglers, flush]
 
 
-def adtech_reference(expected: Replay, campaigns: dict[str, tuple[str, str]], window_ms: int,
-                     limit: int) -> set[tuple]:
+def adtech_reference(expected: Replay, campaigns: dict[str, tuple[str, str]], window_ms: int, limit: int) -> set[tuple]:
     """{(window start, advertiser, country, impressions, clicks, revenue)}: the top `limit` of each window."""
     groups: dict[tuple[int, str, str], list] = defaultdict(lambda: [0, 0, Decimal(0)])
     for record in expected.on_time:
         data, ms = record.data, record.event_ms
         assert ms is not None
-        valid = (data["type"] in ("impression", "click") and data.get("campaign_id") in campaigns
-                 and data["price"] >= 0)
+        valid = data["type"] in ("impression", "click") and data.get("campaign_id") in campaigns and data["price"] >= 0
         if valid and window_closed(ms, window_ms, expected.final_watermark):
             group = groups[(window_start(ms, window_ms), *campaigns[data["campaign_id"]])]
             group[0 if data["type"] == "impression" else 1] += 1
@@ -393,8 +412,7 @@ def adtech_reference(expected: Replay, campaigns: dict[str, tuple[str, str]], wi
     by_window: dict[int, list[tuple]] = defaultdict(list)
     for (start, advertiser, country), (impressions, clicks, revenue) in groups.items():
         by_window[start].append((start, advertiser, country, impressions, clicks, revenue))
-    return {row for rows in by_window.values()
-            for row in sorted(rows, key=lambda r: (-r[5], r[1], r[2]))[:limit]}
+    return {row for rows in by_window.values() for row in sorted(rows, key=lambda r: (-r[5], r[1], r[2]))[:limit]}
 
 
 def test_adtech(harness: Harness) -> None:
@@ -417,8 +435,18 @@ def test_adtech(harness: Harness) -> None:
 
     rows = harness.read_json(app, "adtech-top-revenue")
     assert_each_once(rows, ("window_start", "advertiser", "country"))
-    got = {(epoch_ms(r["window_start"]), r["advertiser"], r["country"], r["impressions"], r["clicks"],
-            Decimal(r["revenue"])) for r in rows}
+    got = {
+        (
+            epoch_ms(r["window_start"]),
+            r["advertiser"],
+            r["country"],
+            r["impressions"],
+            r["clicks"],
+            Decimal(r["revenue"]),
+        )
+        for r in rows
+    }
     assert got == reference
-    assert_dead_letters(read_dead_letters(harness, app, "adtech-dead-letters"), dead_letters,
-                        source_of=lambda _: "events")
+    assert_dead_letters(
+        read_dead_letters(harness, app, "adtech-dead-letters"), dead_letters, source_of=lambda _: "events"
+    )

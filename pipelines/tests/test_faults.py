@@ -61,6 +61,7 @@ REPORTS = REPO_ROOT / ".sluice" / "faults"
 
 # ------------------------------------------------------------------------------------- workload
 
+
 def malformed(seq: int, now_ms: int) -> tuple[str, bytes]:
     """One malformed record, unique by its sequence number, of one of five kinds."""
     kind = ("bad json", "wrong types", "no event time", "number beyond INT", "oversize")[seq % 5]
@@ -92,8 +93,14 @@ class PacedEvents(threading.Thread):
             self.error = exc
 
     def _produce(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "message.max.bytes": 1_000_000,
-                             "enable.idempotence": True})
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "linger.ms": 5,
+                "message.max.bytes": 1_000_000,
+                "enable.idempotence": True,
+            }
+        )
         started, sent = time.monotonic(), 0
         while not self._stopping.is_set():
             due = int((time.monotonic() - started) * self.rate)
@@ -141,19 +148,43 @@ class Workload:
         self.events = PacedEvents(self.bootstrap, self.topics["in"], self.rate)
 
     def app(self) -> dict[str, Any]:
-        return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp", "metadata": {"name": "faults"},
-                "spec": {"pipeline": {
+        return {
+            "apiVersion": "sluice.dev/v1alpha1",
+            "kind": "StreamingApp",
+            "metadata": {"name": "faults"},
+            "spec": {
+                "pipeline": {
                     "trigger": {"processingTime": "1s"},
                     "nodes": [
-                        {"name": "events", "fromKafka": {"topic": self.topics["in"], "format": "json",
-                                                         "schema": "word STRING, n INT, ts TIMESTAMP",
-                                                         "eventTime": "ts", "watermark": "5s"}},
-                        {"name": "counts", "inputs": ["events"],
-                         "aggregate": {"groupBy": ["word"], "window": {"tumbling": f"{WINDOW_MS}ms"},
-                                       "aggregations": {"count": "count(*)", "total": "sum(n)"}}},
-                        {"name": "out", "inputs": ["counts"],
-                         "toKafka": {"topic": self.topics["out"], "key": "word", "delivery": "exactlyOnce"}}],
-                    "deadLetter": {"toKafka": {"topic": self.topics["dead"], "delivery": "exactlyOnce"}}}}}
+                        {
+                            "name": "events",
+                            "fromKafka": {
+                                "topic": self.topics["in"],
+                                "format": "json",
+                                "schema": "word STRING, n INT, ts TIMESTAMP",
+                                "eventTime": "ts",
+                                "watermark": "5s",
+                            },
+                        },
+                        {
+                            "name": "counts",
+                            "inputs": ["events"],
+                            "aggregate": {
+                                "groupBy": ["word"],
+                                "window": {"tumbling": f"{WINDOW_MS}ms"},
+                                "aggregations": {"count": "count(*)", "total": "sum(n)"},
+                            },
+                        },
+                        {
+                            "name": "out",
+                            "inputs": ["counts"],
+                            "toKafka": {"topic": self.topics["out"], "key": "word", "delivery": "exactlyOnce"},
+                        },
+                    ],
+                    "deadLetter": {"toKafka": {"topic": self.topics["dead"], "delivery": "exactlyOnce"}},
+                }
+            },
+        }
 
     def close_every_window(self) -> None:
         """One event far ahead: the watermark passes every window of the data (this event's stays open)."""
@@ -181,11 +212,11 @@ class Workload:
         return Counter(r.value or b"" for r in read_committed(self.bootstrap, self.topics["dead"]))
 
     def complete(self) -> bool:
-        return len(self.written()) >= len(self.expected()) and sum(self.dead_letters().values()) >= len(
-            self.events.bad)
+        return len(self.written()) >= len(self.expected()) and sum(self.dead_letters().values()) >= len(self.events.bad)
 
 
 # --------------------------------------------------------------------------------------- checking
+
 
 @dataclass
 class FaultReport:
@@ -205,8 +236,9 @@ class FaultReport:
         expected = workload.expected()
         written = workload.written()
         by_window = Counter((window, word) for window, word, _, _ in written.elements())
-        right = {(window, word) for window, word, count, total in written
-                 if expected.get((window, word)) == (count, total)}
+        right = {
+            (window, word) for window, word, count, total in written if expected.get((window, word)) == (count, total)
+        }
         self.records = len(workload.events.good) + len(workload.events.bad)
         self.windows = len(expected)
         self.lost = len(set(expected) - right)
@@ -222,9 +254,11 @@ class FaultReport:
         assert (self.dead_letters_lost, self.dead_letters_duplicated) == (0, 0), "dead letters"
 
     def write(self) -> None:
-        print(f"\n{self.fault}: runs {self.runs}, kills {self.kills}, records {self.records:,}, windows "
-              f"{self.windows:,}, lost {self.lost}, duplicated {self.duplicated}; dead letters {self.dead_letters}, "
-              f"lost {self.dead_letters_lost}, duplicated {self.dead_letters_duplicated}; {self.notes}")
+        print(
+            f"\n{self.fault}: runs {self.runs}, kills {self.kills}, records {self.records:,}, windows "
+            f"{self.windows:,}, lost {self.lost}, duplicated {self.duplicated}; dead letters {self.dead_letters}, "
+            f"lost {self.dead_letters_lost}, duplicated {self.dead_letters_duplicated}; {self.notes}"
+        )
         REPORTS.mkdir(parents=True, exist_ok=True)
         (REPORTS / f"{self.fault}.json").write_text(json.dumps(asdict(self), indent=2) + "\n")
 
@@ -234,8 +268,13 @@ def batches(log: Path) -> int:
     return max((int(f.name) for f in log.iterdir() if f.name.isdigit()), default=-1) if log.is_dir() else -1
 
 
-def wait(condition: Callable[[], bool], timeout: float, what: str, alive: Callable[[], None] = lambda: None,
-         interval: float = 0.2) -> None:
+def wait(
+    condition: Callable[[], bool],
+    timeout: float,
+    what: str,
+    alive: Callable[[], None] = lambda: None,
+    interval: float = 0.2,
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         alive()
@@ -245,6 +284,7 @@ def wait(condition: Callable[[], bool], timeout: float, what: str, alive: Callab
 
 
 # ----------------------------------------------------------------------------------------- drivers
+
 
 class Driver:
     """One driver process after another on the same checkpoint; each restarted when it dies or is killed."""
@@ -262,8 +302,9 @@ class Driver:
     def start(self) -> None:
         self.runs += 1
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
 
     def ensure_running(self) -> None:
         """Restart a driver that exited (a query failed on a fault); it resumes from its checkpoint."""
@@ -293,8 +334,22 @@ class Driver:
 
 
 def sluice_run(workload: Workload) -> Driver:
-    return Driver([sys.executable, "-m", "sluice.pipelines.cli", "run", str(workload.manifest), "--bootstrap-servers",
-                   workload.bootstrap, "--checkpoint-dir", str(workload.checkpoint), "--cores", "2"], workload)
+    return Driver(
+        [
+            sys.executable,
+            "-m",
+            "sluice.pipelines.cli",
+            "run",
+            str(workload.manifest),
+            "--bootstrap-servers",
+            workload.bootstrap,
+            "--checkpoint-dir",
+            str(workload.checkpoint),
+            "--cores",
+            "2",
+        ],
+        workload,
+    )
 
 
 @dataclass
@@ -311,8 +366,9 @@ def kill_moment(workload: Workload) -> KillMoment:
         started, done = (batches(workload.checkpoint / query / log) for log in ("offsets", "commits"))
         if started > done:
             in_batch[query] = started
-            markers = [(r.partition, Marker.of(r.headers)) for r in
-                       read_committed(workload.bootstrap, workload.topics[topic])]
+            markers = [
+                (r.partition, Marker.of(r.headers)) for r in read_committed(workload.bootstrap, workload.topics[topic])
+            ]
             committed[query] = sorted({p for p, m in markers if m is not None and m.batch_id == started})
     return KillMoment(in_batch, committed)
 
@@ -324,8 +380,12 @@ def kill_driver_repeatedly(driver: Driver, kills: int, rng: random.Random) -> li
     for _ in range(kills):
         driver.start()
         first = batches(out_offsets)
-        wait(lambda first=first: batches(out_offsets) > first + 1, 300, "the driver to run batches",
-             driver.ensure_running)
+        wait(
+            lambda first=first: batches(out_offsets) > first + 1,
+            300,
+            "the driver to run batches",
+            driver.ensure_running,
+        )
         started = batches(out_offsets)
         wait(lambda started=started: batches(out_offsets) > started, 60, "a batch to start", driver.ensure_running)
         time.sleep(rng.uniform(0, 1.2))
@@ -335,6 +395,7 @@ def kill_driver_repeatedly(driver: Driver, kills: int, rng: random.Random) -> li
 
 
 # ------------------------------------------------------------------------------------------ faults
+
 
 @pytest.mark.parametrize("kills", [pytest.param(2, id="ci"), pytest.param(20, id="long", marks=pytest.mark.faults)])
 @pytest.mark.timeout(3600)
@@ -352,9 +413,12 @@ def test_driver_killed(kafka_bootstrap: str, tmp_path: Path, kills: int) -> None
         workload.events.finish()
         driver.stop()
     report = FaultReport(f"driver-sigkill-{kills}", runs=driver.runs, kills=kills)
-    report.notes = {"kills in a batch": sum(1 for m in moments if m.in_batch),
-                    "kills after the batch's output was committed to some partitions":
-                        sum(1 for m in moments if any(m.output_committed.values()))}
+    report.notes = {
+        "kills in a batch": sum(1 for m in moments if m.in_batch),
+        "kills after the batch's output was committed to some partitions": sum(
+            1 for m in moments if any(m.output_committed.values())
+        ),
+    }
     report.check(workload)
 
 
@@ -378,6 +442,7 @@ def test_malformed_records_only(kafka_bootstrap: str, tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------- executor killed
 
+
 @pytest.fixture
 def standalone(tmp_path: Path) -> Iterator[StandaloneCluster]:
     cluster = StandaloneCluster(tmp_path / "spark-standalone", worker_cores=2, worker_memory="2g")
@@ -389,10 +454,17 @@ def standalone(tmp_path: Path) -> Iterator[StandaloneCluster]:
 
 def submit_args(master: str, fault_dir: Path) -> str:
     """spark-submit's arguments: two one-core executors whose Python workers load the fault hooks."""
-    conf = {"spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "768m",
-            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2", "spark.executorEnv.PYTHONPATH": str(HOOKS),
-            "spark.executorEnv.SLUICE_FAULT_DIR": str(fault_dir)}
+    conf = {
+        "spark.executor.cores": "1",
+        "spark.cores.max": "2",
+        "spark.executor.memory": "768m",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.executorEnv.PYTHONPATH": str(HOOKS),
+        "spark.executorEnv.SLUICE_FAULT_DIR": str(fault_dir),
+    }
     args = ["--master", master, "--driver-memory", "1g", "--jars", ",".join(map(str, spark_kafka_jars()))]
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
@@ -425,9 +497,22 @@ def test_executor_killed_in_a_commit(kafka_bootstrap: str, tmp_path: Path, stand
     workload = Workload(kafka_bootstrap, tmp_path)
     fault_dir = tmp_path / "faults"
     fault_dir.mkdir()
-    driver = Driver([sys.executable, "-m", "sluice.pipelines.runner", str(workload.manifest), "--bootstrap-servers",
-                     workload.bootstrap, "--checkpoint-dir", str(workload.checkpoint), "--control-port", "0"], workload,
-                    env={"PYSPARK_SUBMIT_ARGS": submit_args(standalone.master_url, fault_dir)})
+    driver = Driver(
+        [
+            sys.executable,
+            "-m",
+            "sluice.pipelines.runner",
+            str(workload.manifest),
+            "--bootstrap-servers",
+            workload.bootstrap,
+            "--checkpoint-dir",
+            str(workload.checkpoint),
+            "--control-port",
+            "0",
+        ],
+        workload,
+        env={"PYSPARK_SUBMIT_ARGS": submit_args(standalone.master_url, fault_dir)},
+    )
     phases = ["before-commit", "after-commit"] * 3
     workload.events.start()
     try:
@@ -445,6 +530,7 @@ def test_executor_killed_in_a_commit(kafka_bootstrap: str, tmp_path: Path, stand
 
 
 # ------------------------------------------------------------------------------------- broker restarted
+
 
 @pytest.fixture
 def three_brokers(tmp_path: Path) -> Iterator[KafkaCluster]:

@@ -27,11 +27,17 @@ TOKEN = "s3cret"
 
 def pipeline(source: str, picked: str, everything: str, condition: str) -> PipelineSpec:
     """Two queries on one source: `picked` (a filter) and `everything` (each record passed on)."""
-    return PipelineSpec.model_validate({"trigger": {"processingTime": "1s"}, "nodes": [
-        {"name": "lines", "fromKafka": {"topic": source, "format": "text", "startingOffsets": "earliest"}},
-        {"name": "kept", "inputs": ["lines"], "filter": condition},
-        {"name": "picked", "inputs": ["kept"], "toKafka": {"topic": picked, "value": "value"}},
-        {"name": "everything", "inputs": ["lines"], "toKafka": {"topic": everything, "value": "value"}}]})
+    return PipelineSpec.model_validate(
+        {
+            "trigger": {"processingTime": "1s"},
+            "nodes": [
+                {"name": "lines", "fromKafka": {"topic": source, "format": "text", "startingOffsets": "earliest"}},
+                {"name": "kept", "inputs": ["lines"], "filter": condition},
+                {"name": "picked", "inputs": ["kept"], "toKafka": {"topic": picked, "value": "value"}},
+                {"name": "everything", "inputs": ["lines"], "toKafka": {"topic": everything, "value": "value"}},
+            ],
+        }
+    )
 
 
 def values(bootstrap: str, topic: str, expected: int, settle: float = 3.0) -> Counter[str]:
@@ -51,14 +57,21 @@ def runs(status: DriverStatus) -> dict[str, tuple[str | None, str | None, str | 
     return {q.name: (q.id, q.runId, q.revision) for q in status.queries}
 
 
-def test_a_filter_change_restarts_only_its_query(spark_session: SparkSession, kafka_bootstrap: str, new_topic,
-                                                 tmp_path: Path) -> None:
+def test_a_filter_change_restarts_only_its_query(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
     source, picked, everything = new_topic(2), new_topic(1), new_topic(1)
     token = tmp_path / "token"
     token.write_text(TOKEN)
-    config = RunnerConfig(app="swap", revision="rev-1", kafkaBootstrap=kafka_bootstrap,
-                          pipeline=pipeline(source, picked, everything, "value LIKE 'a%'"),
-                          checkpointRoot=str(tmp_path / "chk"), controlPort=free_port(), controlTokenFile=str(token))
+    config = RunnerConfig(
+        app="swap",
+        revision="rev-1",
+        kafkaBootstrap=kafka_bootstrap,
+        pipeline=pipeline(source, picked, everything, "value LIKE 'a%'"),
+        checkpointRoot=str(tmp_path / "chk"),
+        controlPort=free_port(),
+        controlTokenFile=str(token),
+    )
     first = [f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)]
     produce(kafka_bootstrap, source, [v.encode() for v in first])
     run = PipelineRun(spark_session, config).start()
@@ -67,10 +80,13 @@ def test_a_filter_change_restarts_only_its_query(spark_session: SparkSession, ka
     try:
         assert values(kafka_bootstrap, picked, 20) == Counter(f"a{i}" for i in range(20))
         before = runs(driver_status(base))
-        assert {name: revision for name, (_, _, revision) in before.items()} == {"picked": "rev-1",
-                                                                                  "everything": "rev-1"}
-        new = config.model_copy(update={"revision": "rev-2",
-                                        "pipeline": pipeline(source, picked, everything, "value LIKE 'b%'")})
+        assert {name: revision for name, (_, _, revision) in before.items()} == {
+            "picked": "rev-1",
+            "everything": "rev-1",
+        }
+        new = config.model_copy(
+            update={"revision": "rev-2", "pipeline": pipeline(source, picked, everything, "value LIKE 'b%'")}
+        )
         steps = [QueryStep(name="picked", action="restart"), QueryStep(name="everything", action="keep")]
 
         # Requests that do not fit change nothing.
@@ -79,11 +95,11 @@ def test_a_filter_change_restarts_only_its_query(spark_session: SparkSession, ka
         assert code == 422 and body["field"].startswith("config.pipeline.nodes[1]"), body
         code, body = swap(base, SwapRequest(config=new, steps=steps[:1]))
         assert (code, body["field"]) == (409, "steps") and "everything" in body["error"]
-        code, body = swap(base, SwapRequest(config=new, steps=[QueryStep(name="picked", action="migrate"),
-                                                               steps[1]]))
+        code, body = swap(base, SwapRequest(config=new, steps=[QueryStep(name="picked", action="migrate"), steps[1]]))
         assert (code, body["field"]) == (409, "steps[0].action")
-        code, body = swap(base, SwapRequest(config=new.model_copy(update={"checkpointRoot": "/elsewhere"}),
-                                            steps=steps))
+        code, body = swap(
+            base, SwapRequest(config=new.model_copy(update={"checkpointRoot": "/elsewhere"}), steps=steps)
+        )
         assert (code, body["field"]) == (409, "config.checkpointRoot")
         code, body = swap(base, {"config": new.model_dump(), "steps": [{"name": "picked", "action": "later"}]})
         assert (code, body["field"]) == (400, "steps[0].action")
@@ -92,8 +108,13 @@ def test_a_filter_change_restarts_only_its_query(spark_session: SparkSession, ka
 
         code, body = swap(base, SwapRequest(config=new, steps=steps))
         assert code == 200, body
-        assert body == {"revision": "rev-2", "restarted": ["picked"], "started": [], "stopped": [],
-                        "kept": ["everything"]}
+        assert body == {
+            "revision": "rev-2",
+            "restarted": ["picked"],
+            "started": [],
+            "stopped": [],
+            "kept": ["everything"],
+        }
         after = runs(driver_status(base))
         assert after["everything"] == before["everything"], "a kept query never stops"
         assert after["picked"][0] == before["picked"][0], "the same checkpoint (query id)"

@@ -77,7 +77,9 @@ def test_a_source_reads_committed_records_only(harness: Harness, isolation: str)
     harness.produce(app, [Record("frequency-words", b"plain", None)] * 20)
     with harness.running(app) as run:
         harness.settle(run)
-    counts = {json.loads(r.value or b"")["word"]: json.loads(r.value or b"")["count"]
-              for r in read_committed(harness.bootstrap, app.topics["frequency-counts"])}
+    counts = {
+        json.loads(r.value or b"")["word"]: json.loads(r.value or b"")["count"]
+        for r in read_committed(harness.bootstrap, app.topics["frequency-counts"])
+    }
     expected = {"committed": 100, "plain": 20} | ({"aborted": 50} if isolation == "readUncommitted" else {})
     assert counts == expected

@@ -42,9 +42,16 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneC
 
 def submit_args(master: str) -> str:
     """What spark-submit would be given: two one-core executors at most, the driver on loopback."""
-    conf = {"spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "512m",
-            "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2", "spark.pyspark.python": sys.executable}
+    conf = {
+        "spark.executor.cores": "1",
+        "spark.cores.max": "2",
+        "spark.executor.memory": "512m",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.pyspark.python": sys.executable,
+    }
     args = ["--master", master, "--driver-memory", "1g", "--jars", ",".join(map(str, spark_kafka_jars()))]
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
@@ -79,31 +86,45 @@ class Driver:
         code, body = call("PUT", f"{self.base}/v1/executors", json.dumps({"target": target}).encode())
         assert code == 200, body
         # A just-registered executor reports its cores a moment later: wait for its task slots too.
-        status = wait_for(lambda: (s := self.status()) and len(s.executors) == target and s.taskSlots == target and s,
-                          timeout=120, what=f"{target} executors", interval=0.2)
+        status = wait_for(
+            lambda: (s := self.status()) and len(s.executors) == target and s.taskSlots == target and s,
+            timeout=120,
+            what=f"{target} executors",
+            interval=0.2,
+        )
         return ExecutorsResponse.model_validate(body), status, time.monotonic() - began
 
 
 @pytest.mark.kafka
 @pytest.mark.spark
-def test_executors_change_live_without_restarting_the_queries(standalone: StandaloneCluster, kafka_bootstrap: str,
-                                                               new_topic, tmp_path: Path):
+def test_executors_change_live_without_restarting_the_queries(
+    standalone: StandaloneCluster, kafka_bootstrap: str, new_topic, tmp_path: Path
+):
     app = load_example("wordcount", new_topic)
     lines = app.topics["wordcount-lines"]
     (tmp_path / "token").write_text(TOKEN)
-    config = RunnerConfig(app="wordcount", revision="rev-1", kafkaBootstrap=kafka_bootstrap,
-                          pipeline=PipelineSpec.model_validate(app.pipeline), checkpointRoot=str(tmp_path / "chk"),
-                          controlPort=free_port(), controlTokenFile=str(tmp_path / "token"))
+    config = RunnerConfig(
+        app="wordcount",
+        revision="rev-1",
+        kafkaBootstrap=kafka_bootstrap,
+        pipeline=PipelineSpec.model_validate(app.pipeline),
+        checkpointRoot=str(tmp_path / "chk"),
+        controlPort=free_port(),
+        controlTokenFile=str(tmp_path / "token"),
+    )
     config_file = tmp_path / "runner.json"
     config_file.write_text(config.model_dump_json(by_alias=True, exclude_none=True, indent=2))
     log = tmp_path / "runner.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "sluice.pipelines.runner", str(config_file)], stdout=out,
-                                stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                     "PYSPARK_SUBMIT_ARGS": submit_args(standalone.master_url)})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sluice.pipelines.runner", str(config_file)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_SUBMIT_ARGS": submit_args(standalone.master_url)},
+        )
     driver = Driver(f"http://127.0.0.1:{config.controlPort}", proc, log)
     try:
+
         def read(rows: int, executors: int) -> DriverStatus | None:
             """The status once the sink's query has read `rows` lines with that many executors up."""
             status = driver.status()
@@ -120,8 +141,12 @@ def test_executors_change_live_without_restarting_the_queries(standalone: Standa
         assert (down.target, down.previous, len(down.killed)) == (1, 2, 1)
         assert down.killed[0] not in [e.id for e in after_down.executors] and after_down.taskSlots == 1
         freeing = time.monotonic()
-        wait_for(lambda: [w["coresused"] for w in standalone.alive_workers()] == [1], timeout=60,
-                 what="the master to count one executor's core", interval=0.2)
+        wait_for(
+            lambda: [w["coresused"] for w in standalone.alive_workers()] == [1],
+            timeout=60,
+            what="the master to count one executor's core",
+            interval=0.2,
+        )
         down_seconds += time.monotonic() - freeing
         produce(kafka_bootstrap, lines, [b"c d"], timestamps_ms=[int(time.time() * 1000)])
         wait_for(lambda: read(3, executors=1), timeout=120, what="a line read on the one executor left")
@@ -135,8 +160,10 @@ def test_executors_change_live_without_restarting_the_queries(standalone: Standa
 
         assert identity(after_up) == identity(before)
         assert all(active and error is None for _, _, active, error in identity(after_up).values())
-        print(f"\nlive executors: 2 -> 1 (the master's view) in {down_seconds:.1f} s, 1 -> 2 (registered with "
-              f"the driver) in {up_seconds:.1f} s")
+        print(
+            f"\nlive executors: 2 -> 1 (the master's view) in {down_seconds:.1f} s, 1 -> 2 (registered with "
+            f"the driver) in {up_seconds:.1f} s"
+        )
     finally:
         proc.terminate()
         try:

@@ -30,8 +30,11 @@ def _wordcount_manifest(tmp_path: Path, new_topic) -> tuple[Path, dict[str, str]
     app = load_example("wordcount", new_topic)
     path = tmp_path / "app.yaml"
     path.write_text(yaml.safe_dump(app.manifest))
-    return path, {"lines": app.topics["wordcount-lines"], "counts": app.topics["wordcount-counts"],
-                  "dead": app.topics["wordcount-dead-letters"]}
+    return path, {
+        "lines": app.topics["wordcount-lines"],
+        "counts": app.topics["wordcount-counts"],
+        "dead": app.topics["wordcount-dead-letters"],
+    }
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -63,18 +66,35 @@ def test_runner_serves_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, new
     port = free_port()
     log = tmp_path / "runner.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "sluice.pipelines.runner", str(manifest),
-                                 "--bootstrap-servers", kafka_bootstrap, "--checkpoint-dir", str(tmp_path / "chk"),
-                                 "--metrics-port", str(port), "--master", "local[2]"],
-                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sluice.pipelines.runner",
+                str(manifest),
+                "--bootstrap-servers",
+                kafka_bootstrap,
+                "--checkpoint-dir",
+                str(tmp_path / "chk"),
+                "--metrics-port",
+                str(port),
+                "--master",
+                "local[2]",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     try:
         _wait_for(lambda: _get(f"http://127.0.0.1:{port}/healthz")[0] == 200, 180, "/healthz", proc)
         health = json.loads(_get(f"http://127.0.0.1:{port}/healthz")[1])
         assert {q["name"] for q in health["queries"]} == {"out", "lines-dead-letters"}
 
         _wait_for(lambda: len(read_committed(kafka_bootstrap, topics["counts"])) >= 3, 180, "window counts", proc)
-        counts = {(r["word"], r["count"]) for r in map(json.loads, (m.value for m in
-                                                                   read_committed(kafka_bootstrap, topics["counts"])))}
+        counts = {
+            (r["word"], r["count"])
+            for r in map(json.loads, (m.value for m in read_committed(kafka_bootstrap, topics["counts"])))
+        }
         assert counts == {("a", 1), ("b", 2), ("c", 1)}
 
         _, metrics = _get(f"http://127.0.0.1:{port}/metrics")
@@ -93,14 +113,22 @@ def test_runner_serves_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, new
 
 def _sluice(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`sluice` in a terminal 200 columns wide (rich reads COLUMNS)."""
-    return subprocess.run([sys.executable, "-m", "sluice.pipelines.cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "sluice.pipelines.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 # A log4j line ("26/11/23 00:44:36 INFO SparkContext: ..."), the JVM's start-up note, a console progress bar,
 # a librdkafka log line ("%3|1795394669.768|FAIL|rdkafka#producer-4| ...").
-SPARK_NOISE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR)|WARNING: Using incubator|\[Stage \d|"
-                         r"Setting default log level|rdkafka#")
+SPARK_NOISE = re.compile(
+    r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR)|WARNING: Using incubator|\[Stage \d|"
+    r"Setting default log level|rdkafka#"
+)
 
 
 def assert_quiet_with_spark_log(result: subprocess.CompletedProcess[str], cwd: Path, app: str) -> Path:
@@ -119,9 +147,11 @@ def assert_quiet_with_spark_log(result: subprocess.CompletedProcess[str], cwd: P
 def test_the_demos_kafka_clients_print_nothing(kafka_bootstrap):
     """The local helpers the demo uses (topics made and deleted, records produced and read) leave librdkafka's
     log lines out of the terminal."""
-    script = (f"from sluice.pipelines.local.kafka_io import *\n"
-              f"b, t = {kafka_bootstrap!r}, 'quiet-{time.time_ns()}'\n"
-              "create_topic(b, t); produce(b, t, [b'x']); consume_all(b, t); end_offsets(b, t); delete_topics(b, [t])")
+    script = (
+        f"from sluice.pipelines.local.kafka_io import *\n"
+        f"b, t = {kafka_bootstrap!r}, 'quiet-{time.time_ns()}'\n"
+        "create_topic(b, t); produce(b, t, [b'x']); consume_all(b, t); end_offsets(b, t); delete_topics(b, [t])"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert not SPARK_NOISE.search(result.stdout + result.stderr), result.stderr
@@ -135,10 +165,23 @@ def test_validate_cli_accepts_every_example():
 
 def test_validate_cli_prints_every_error_with_its_path(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp",
-                                   "metadata": {"name": "bad"}, "spec": {"pipeline": {"nodes": [
-                                       {"name": "src", "fromKafka": {"topic": "t", "watermark": "soon"}},
-                                       {"name": "out", "inputs": ["srcc"], "toConsole": {}}]}}}))
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "sluice.dev/v1alpha1",
+                "kind": "StreamingApp",
+                "metadata": {"name": "bad"},
+                "spec": {
+                    "pipeline": {
+                        "nodes": [
+                            {"name": "src", "fromKafka": {"topic": "t", "watermark": "soon"}},
+                            {"name": "out", "inputs": ["srcc"], "toConsole": {}},
+                        ]
+                    }
+                },
+            }
+        )
+    )
     result = _sluice("validate", "--no-spark", str(bad))
     assert result.returncode == 1
     assert f"{bad}: spec.pipeline.nodes[0].fromKafka.watermark: invalid duration 'soon'" in result.stdout
@@ -167,15 +210,18 @@ def test_validate_cli_checks_the_whole_app_as_the_operator_does(tmp_path):
     path.write_text(WHOLE_APP_PROBLEMS)
     result = _sluice("validate", "--no-spark", str(path))
     assert result.returncode == 1
-    assert result.stdout.splitlines() == [f"{path}: {line}" for line in (
-        "spec.executors: min (5) must not exceed max (2)",
-        "spec.kafka: set exactly one of 'bootstrapServers' or 'strimziCluster'",
-        "spec.pipeline.nodes[0].fromKafka.schema: bad schema: field 'ts' has no type",
-        "spec.pipeline.nodes[1].filter: bad SQL expression \"id != '' AND (\": syntax error at line 1, column 14 "
-        "near '('",
-        "spec.topics: duplicate topic name 'counts' (topics[1] and topics[2])",
-        "spec.topics[0].partitions: Input should be greater than or equal to 1 (got 0)",
-    )]
+    assert result.stdout.splitlines() == [
+        f"{path}: {line}"
+        for line in (
+            "spec.executors: min (5) must not exceed max (2)",
+            "spec.kafka: set exactly one of 'bootstrapServers' or 'strimziCluster'",
+            "spec.pipeline.nodes[0].fromKafka.schema: bad schema: field 'ts' has no type",
+            "spec.pipeline.nodes[1].filter: bad SQL expression \"id != '' AND (\": syntax error at line 1, column 14 "
+            "near '('",
+            "spec.topics: duplicate topic name 'counts' (topics[1] and topics[2])",
+            "spec.topics[0].partitions: Input should be greater than or equal to 1 (got 0)",
+        )
+    ]
 
 
 def test_validate_cli_still_takes_a_bare_pipeline(tmp_path):
@@ -216,20 +262,42 @@ def test_sluice_run_until_caught_up(kafka_bootstrap, new_topic, tmp_path):
     manifest, topics = _wordcount_manifest(tmp_path, new_topic)
     base = (int(time.time()) - 3600) * 1000
     produce(kafka_bootstrap, topics["lines"], [b"x y", b"y", b"z"], timestamps_ms=[base, base + 10, base + 60_000])
-    result = _sluice("run", str(manifest), "--bootstrap-servers", kafka_bootstrap, "--checkpoint-dir",
-                     str(tmp_path / "chk"), "--cores", "2", "--until-caught-up", cwd=tmp_path)
+    result = _sluice(
+        "run",
+        str(manifest),
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--checkpoint-dir",
+        str(tmp_path / "chk"),
+        "--cores",
+        "2",
+        "--until-caught-up",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "sluice run: wordcount" in result.stderr  # the live view
     assert_quiet_with_spark_log(result, tmp_path, "sluice-wordcount")
     header = next(line for line in result.stderr.splitlines() if "backlog" in line)
     assert [cell.strip() for cell in header.split("┃")[1:-1]] == [
-        "query", "status", "in rows/s", "processed/s", "backlog", "batch ms", "watermark (UTC)", "state rows",
-        "dead letters"]
+        "query",
+        "status",
+        "in rows/s",
+        "processed/s",
+        "backlog",
+        "batch ms",
+        "watermark (UTC)",
+        "state rows",
+        "dead letters",
+    ]
     assert result.stderr.splitlines()[-3:] == [
-        f"read: {topics['lines']}: 3 records", "wrote: out (spec.pipeline.nodes[4]): records not counted by the sink",
-        "wrote: lines-dead-letters (spec.pipeline.deadLetter): 0 records"]
-    counts = {(r["word"], r["count"]) for r in (json.loads(m.value) for m in
-                                                read_committed(kafka_bootstrap, topics["counts"]))}
+        f"read: {topics['lines']}: 3 records",
+        "wrote: out (spec.pipeline.nodes[4]): records not counted by the sink",
+        "wrote: lines-dead-letters (spec.pipeline.deadLetter): 0 records",
+    ]
+    counts = {
+        (r["word"], r["count"])
+        for r in (json.loads(m.value) for m in read_committed(kafka_bootstrap, topics["counts"]))
+    }
     assert counts == {("x", 1), ("y", 2)}
 
 
@@ -241,20 +309,37 @@ def test_sluice_run_names_the_node_of_a_failing_query(kafka_bootstrap, new_topic
     app["spec"]["pipeline"]["nodes"][2]["filter"] = "word != '' AND raise_error(concat('bad word ', word)) IS NULL"
     manifest.write_text(yaml.safe_dump(app))
     produce(kafka_bootstrap, topics["lines"], [b"x"], timestamps_ms=[(int(time.time()) - 3600) * 1000])
-    result = _sluice("run", str(manifest), "--bootstrap-servers", kafka_bootstrap, "--checkpoint-dir",
-                     str(tmp_path / "chk"), "--cores", "2", "--until-caught-up", cwd=tmp_path)
+    result = _sluice(
+        "run",
+        str(manifest),
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--checkpoint-dir",
+        str(tmp_path / "chk"),
+        "--cores",
+        "2",
+        "--until-caught-up",
+        cwd=tmp_path,
+    )
     assert result.returncode == 1, result.stderr[-3000:]
-    assert re.search(r"query failed: spec\.pipeline\.nodes\[4\] \(out\): .*bad word x", result.stderr), \
-        result.stderr[-3000:]
+    assert re.search(r"query failed: spec\.pipeline\.nodes\[4\] \(out\): .*bad word x", result.stderr), result.stderr[
+        -3000:
+    ]
 
 
 # ------------------------------------------------------------------------------ RunnerConfig
 
+
 def _runner_config(**changes) -> dict:
     """The word count example as the RunnerConfig document the operator writes (JSON)."""
-    config = RunnerConfig(app="wordcount", revision="rev-1", kafkaBootstrap="127.0.0.1:9", checkpointRoot="/tmp/chk",
-                          pipeline=PipelineSpec.model_validate(load_manifest("wordcount")["spec"]["pipeline"]),
-                          controlPort=0)
+    config = RunnerConfig(
+        app="wordcount",
+        revision="rev-1",
+        kafkaBootstrap="127.0.0.1:9",
+        checkpointRoot="/tmp/chk",
+        pipeline=PipelineSpec.model_validate(load_manifest("wordcount")["spec"]["pipeline"]),
+        controlPort=0,
+    )
     return {**json.loads(config.model_dump_json(by_alias=True, exclude_none=True)), **changes}
 
 
@@ -265,16 +350,19 @@ def test_a_query_is_named_by_the_path_of_its_sink():
 
 
 def test_an_error_raised_in_a_python_sink_is_told_by_its_exception():
-    wrapped = ("An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
-               '  File "sink.py", line 3, in write\n'
-               "pyspark.errors.exceptions.captured.SparkRuntimeException: [USER_RAISED_EXCEPTION] bad SQLSTATE: P0001")
+    wrapped = (
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+        '  File "sink.py", line 3, in write\n'
+        "pyspark.errors.exceptions.captured.SparkRuntimeException: [USER_RAISED_EXCEPTION] bad SQLSTATE: P0001"
+    )
     assert error_summary(wrapped) == "SparkRuntimeException: [USER_RAISED_EXCEPTION] bad SQLSTATE: P0001"
     assert error_summary("[UNRESOLVED_COLUMN] wrd\nmore") == "[UNRESOLVED_COLUMN] wrd"
 
 
 def _runner(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sluice.pipelines.runner", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "sluice.pipelines.runner", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_runner_refuses_a_bad_runner_config_naming_each_field(tmp_path):

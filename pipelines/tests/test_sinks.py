@@ -53,8 +53,9 @@ class Target:
     def sink(self, checkpoint: str | None = None) -> ExactlyOnceKafkaSink:
         """A sink as one run of the query makes it (a new one = a restarted driver)."""
         config = ToKafka(topic=self.topic, key="k", value="v")
-        return ExactlyOnceKafkaSink(config, SinkContext("out", checkpoint or self.checkpoint, self.bootstrap,
-                                                        self.app_id))
+        return ExactlyOnceKafkaSink(
+            config, SinkContext("out", checkpoint or self.checkpoint, self.bootstrap, self.app_id)
+        )
 
     def rows(self, sink: ExactlyOnceKafkaSink, tag: str, keys: list[str] = KEYS) -> DataFrame:
         frame = self.spark.createDataFrame([(k, f"{tag}:{k}") for k in keys], "k STRING, v STRING")
@@ -69,8 +70,17 @@ class Target:
     def batch_write(self, sink: ExactlyOnceKafkaSink, batch_id: int, partitions: int) -> BatchWrite:
         """What the sink ships to its tasks for a batch, to run one task here (an old driver's, another worker's)."""
         query_id = json.loads(Path(sink.context.checkpoint, "metadata").read_text())["id"]
-        return BatchWrite(self.topic, sink.writer, query_id, batch_id, partitions, ("value", "key", PARTITION_COLUMN),
-                          sink.client_config, sink.transactional_prefix, 60_000)
+        return BatchWrite(
+            self.topic,
+            sink.writer,
+            query_id,
+            batch_id,
+            partitions,
+            ("value", "key", PARTITION_COLUMN),
+            sink.client_config,
+            sink.transactional_prefix,
+            60_000,
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -84,8 +94,7 @@ def no_kept_producers() -> Iterator[None]:
 
 
 @pytest.fixture
-def target(spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str],
-           tmp_path: Path) -> Target:
+def target(spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path) -> Target:
     return Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path)
 
 
@@ -99,6 +108,7 @@ def rows(tag: str, partition: int, partitions: int) -> list[tuple[str, str, int]
 
 
 # -------------------------------------------------------------------------------------- partitions
+
 
 def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, new_topic) -> None:
     """Spark's own Kafka sink (the Java producer's default partitioner) and the exactly-once sink put every key
@@ -117,6 +127,7 @@ def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, n
 
 
 # ------------------------------------------------------------------------------------------ replays
+
 
 def test_a_replayed_batch_is_not_written_again(target: Target) -> None:
     sink = target.sink()
@@ -153,6 +164,7 @@ def test_records_of_other_writers_after_the_last_commit(target: Target) -> None:
 
 # ------------------------------------------------------------------------------ zombies and fencing
 
+
 def test_an_open_transaction_of_a_dead_driver_is_aborted(target: Target) -> None:
     """A task of the old driver sent its records but did not commit: the new driver's task fences it (its
     transaction is aborted, its commit fails) and writes the batch once."""
@@ -183,8 +195,10 @@ def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
     """Producers stay in their Python worker between batches. When another worker took the partition
     meanwhile, the kept producer is fenced: it finds out before deciding, and a new one takes over."""
     sink = target.sink()
-    write = lambda batch_id: list(target.batch_write(sink, batch_id, 3).write(  # noqa: E731
-        2, iter(rows(f"b{batch_id}", 2, 3))))
+
+    def write(batch_id: int) -> list:
+        return list(target.batch_write(sink, batch_id, 3).write(2, iter(rows(f"b{batch_id}", 2, 3))))
+
     assert write(0)[0].records > 0  # this worker keeps its producer
     transactional_id = f"{sink.transactional_prefix}/2"
     kept = _Workers.producers.pop(transactional_id)
@@ -198,6 +212,7 @@ def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
 
 
 # -------------------------------------------------------------------------------------- partitions
+
 
 def test_a_replayed_batch_keeps_the_partition_count_of_its_first_run(target: Target) -> None:
     """Partitions added between a batch and its replay do not move its keys; the batches after use them."""

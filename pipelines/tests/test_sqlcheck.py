@@ -23,38 +23,118 @@ from sluice.pipelines.sqlcheck import static_ddl_parser, static_sql_parser
 from sluice.pipelines.validation import load_documents, node_expressions
 
 DOCS = [REPO_ROOT / "README.md", REPO_ROOT / "pipelines" / "README.md", REPO_ROOT / "charts" / "sluice" / "README.md"]
-SOURCES = [p for d in ("pipelines/tests", "pipelines/bench", "operator/tests", "e2e/tests", "e2e/sluice/testbed")
-           for p in sorted((REPO_ROOT / d).rglob("*.py"))]
+SOURCES = [
+    p
+    for d in ("pipelines/tests", "pipelines/bench", "operator/tests", "e2e/tests", "e2e/sluice/testbed")
+    for p in sorted((REPO_ROOT / d).rglob("*.py"))
+]
 
 # Spark syntax the corpus may not show yet, so a future pipeline using it is not refused by the operator.
 SYNTAX_TOUR = [
-    "transform(arr, x -> x + 1)", "aggregate(arr, 0, (acc, x) -> acc + x)", "exists(arr, x -> x > 1)", "x::int",
-    "a <=> b", "x RLIKE '^a'", "\"a double-quoted string\"", "try_cast(x AS INT)", "cast(x AS DECIMAL(10, 2))",
-    "CASE WHEN a > 1 THEN 'x' ELSE 'y' END", "CASE a WHEN 1 THEN 'one' END", "IF(a, 1, 2)", "window.start",
-    "x IS DISTINCT FROM y", "x IS NOT NULL", "a.b.c", "x IN (1, 2)", "x NOT IN ('a')", "'a' || 'b'", "-x", "~x",
-    "x & y | z ^ w", "x >> 2", "x % 2", "x DIV 2", "count(DISTINCT x)", "count(*) FILTER (WHERE x > 1)",
-    "percentile(x, array(0.5, 0.9))", "first(x, true)", "max_by(x, y)", "x LIKE ANY ('a%', 'b%')",
-    "x NOT LIKE 'a%' ESCAPE '/'", "x ILIKE 'a%'", "*", "t.*", "stack(2, a, b) AS (x, y)", "INTERVAL 5 SECONDS",
-    "INTERVAL '5' SECOND", "ts + INTERVAL 1 DAY", "timestamp'2020-01-01 00:00:00'", "DATE'2020-01-01'",
-    "array(named_struct('key', 'a', 'value', cast(x AS binary)))", "struct(*)", "to_json(struct(*))", "m['k']",
-    "arr[0]", "x BETWEEN 1 AND 2", "NOT x", "current_timestamp()", "current_date", "date_format(ts, 'yyyy')",
-    "1e10", "1.5BD", "10L", "2Y", "3S", "X'1F'", "named_struct('a', 1).a", "`a b`", "a AS `b c`", "a.`b-c`",
-    "x = 'it\\'s'", "position('a' IN b)", "extract(YEAR FROM ts)", "trim(BOTH 'x' FROM y)",
-    "substring(s FROM 1 FOR 2)", "sum(x) OVER (PARTITION BY a ORDER BY b ROWS BETWEEN UNBOUNDED PRECEDING "
-    "AND CURRENT ROW)", "row_number() OVER (PARTITION BY `window_start` ORDER BY revenue DESC)", "collect_list(x)",
-    "from_json(value, 'a INT, b STRING')", "value:a.b", "upper(word) word_upper", "(a + b) * c AS total",
-    "coalesce(a, b, 'none')", "nvl2(a, 1, 0)", "typeof(x)", "x IS TRUE", "map('a', 1)", "array_contains(arr, 'x')",
+    "transform(arr, x -> x + 1)",
+    "aggregate(arr, 0, (acc, x) -> acc + x)",
+    "exists(arr, x -> x > 1)",
+    "x::int",
+    "a <=> b",
+    "x RLIKE '^a'",
+    '"a double-quoted string"',
+    "try_cast(x AS INT)",
+    "cast(x AS DECIMAL(10, 2))",
+    "CASE WHEN a > 1 THEN 'x' ELSE 'y' END",
+    "CASE a WHEN 1 THEN 'one' END",
+    "IF(a, 1, 2)",
+    "window.start",
+    "x IS DISTINCT FROM y",
+    "x IS NOT NULL",
+    "a.b.c",
+    "x IN (1, 2)",
+    "x NOT IN ('a')",
+    "'a' || 'b'",
+    "-x",
+    "~x",
+    "x & y | z ^ w",
+    "x >> 2",
+    "x % 2",
+    "x DIV 2",
+    "count(DISTINCT x)",
+    "count(*) FILTER (WHERE x > 1)",
+    "percentile(x, array(0.5, 0.9))",
+    "first(x, true)",
+    "max_by(x, y)",
+    "x LIKE ANY ('a%', 'b%')",
+    "x NOT LIKE 'a%' ESCAPE '/'",
+    "x ILIKE 'a%'",
+    "*",
+    "t.*",
+    "stack(2, a, b) AS (x, y)",
+    "INTERVAL 5 SECONDS",
+    "INTERVAL '5' SECOND",
+    "ts + INTERVAL 1 DAY",
+    "timestamp'2020-01-01 00:00:00'",
+    "DATE'2020-01-01'",
+    "array(named_struct('key', 'a', 'value', cast(x AS binary)))",
+    "struct(*)",
+    "to_json(struct(*))",
+    "m['k']",
+    "arr[0]",
+    "x BETWEEN 1 AND 2",
+    "NOT x",
+    "current_timestamp()",
+    "current_date",
+    "date_format(ts, 'yyyy')",
+    "1e10",
+    "1.5BD",
+    "10L",
+    "2Y",
+    "3S",
+    "X'1F'",
+    "named_struct('a', 1).a",
+    "`a b`",
+    "a AS `b c`",
+    "a.`b-c`",
+    "x = 'it\\'s'",
+    "position('a' IN b)",
+    "extract(YEAR FROM ts)",
+    "trim(BOTH 'x' FROM y)",
+    "substring(s FROM 1 FOR 2)",
+    "sum(x) OVER (PARTITION BY a ORDER BY b ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+    "row_number() OVER (PARTITION BY `window_start` ORDER BY revenue DESC)",
+    "collect_list(x)",
+    "from_json(value, 'a INT, b STRING')",
+    "value:a.b",
+    "upper(word) word_upper",
+    "(a + b) * c AS total",
+    "coalesce(a, b, 'none')",
+    "nvl2(a, 1, 0)",
+    "typeof(x)",
+    "x IS TRUE",
+    "map('a', 1)",
+    "array_contains(arr, 'x')",
 ]
 SYNTAX_TOUR_DDL = [
-    "a INT NOT NULL COMMENT 'x', b ARRAY<STRING>", "m MAP<STRING, INT>, s STRUCT<a: INT, b: STRING>",
+    "a INT NOT NULL COMMENT 'x', b ARRAY<STRING>",
+    "m MAP<STRING, INT>, s STRUCT<a: INT, b: STRING>",
     "d DECIMAL(10,2), t TIMESTAMP_NTZ, c CHAR(3), v VARCHAR(10), b BYTE, s SHORT, l LONG, r REAL, x BINARY",
-    "`a b` INT, `select` STRING", "id string, ts timestamp", "i INTERVAL DAY TO SECOND, y INTERVAL YEAR",
+    "`a b` INT, `select` STRING",
+    "id string, ts timestamp",
+    "i INTERVAL DAY TO SECOND, y INTERVAL YEAR",
 ]
 # Mistakes as users make them: each is refused by Spark and must be refused here too.
-SYNTAX_ERRORS = ["word != '' AND (", "price * ", "count(*", "upper(word", "a = = b", "'unterminated",
-                 "x.", "a AND (b", "1 2 3", "cast(x AS)", "CASE WHEN a THEN 1", "a IN (1, 2"]
-DDL_ERRORS = ["id STRING ts TIMESTAMP", "id", "id STRING, ts",
-              "id ARRAY<STRING", "id DECIMAL(10,"]
+SYNTAX_ERRORS = [
+    "word != '' AND (",
+    "price * ",
+    "count(*",
+    "upper(word",
+    "a = = b",
+    "'unterminated",
+    "x.",
+    "a AND (b",
+    "1 2 3",
+    "cast(x AS)",
+    "CASE WHEN a THEN 1",
+    "a IN (1, 2",
+]
+DDL_ERRORS = ["id STRING ts TIMESTAMP", "id", "id STRING, ts", "id ARRAY<STRING", "id DECIMAL(10,"]
 
 
 def _node_sql(data: Any) -> Iterator[tuple[str, str]]:
@@ -135,10 +215,13 @@ def test_no_false_rejection_against_sparks_parser(spark_session) -> None:
     valid_ddl = [d for d in sorted(found["ddl"]) if isinstance(spark_ddl(d), list)]
     false_sql = {e: static_sql_parser(e) for e in valid_sql if static_sql_parser(e) is not None}
     false_ddl = {d: static_ddl_parser(d) for d in valid_ddl if not isinstance(static_ddl_parser(d), list)}
-    wrong_fields = {d: static_ddl_parser(d) for d in valid_ddl
-                    if d not in false_ddl and static_ddl_parser(d) != spark_ddl(d)}
-    print(f"\nsqlcheck: {len(found['sql'])} expressions ({len(valid_sql)} valid for Spark), {len(found['ddl'])} "
-          f"schemas ({len(valid_ddl)} valid); false rejections: {len(false_sql)} + {len(false_ddl)}")
+    wrong_fields = {
+        d: static_ddl_parser(d) for d in valid_ddl if d not in false_ddl and static_ddl_parser(d) != spark_ddl(d)
+    }
+    print(
+        f"\nsqlcheck: {len(found['sql'])} expressions ({len(valid_sql)} valid for Spark), {len(found['ddl'])} "
+        f"schemas ({len(valid_ddl)} valid); false rejections: {len(false_sql)} + {len(false_ddl)}"
+    )
     assert false_sql == {}
     assert false_ddl == {}
     assert wrong_fields == {}

@@ -26,8 +26,16 @@ from sluice.testbed.manifests import kafka_bodies
 PREFIX = "spec.pipeline"
 VALID: dict[str, Any] = {
     "nodes": [
-        {"name": "events", "fromKafka": {"topic": "in", "format": "json", "schema": "id STRING, ts TIMESTAMP",
-                                         "eventTime": "ts", "watermark": "5s"}},
+        {
+            "name": "events",
+            "fromKafka": {
+                "topic": "in",
+                "format": "json",
+                "schema": "id STRING, ts TIMESTAMP",
+                "eventTime": "ts",
+                "watermark": "5s",
+            },
+        },
         {"name": "upper", "inputs": ["events"], "select": ["upper(id) AS id", "ts"]},
         {"name": "out", "inputs": ["upper"], "toKafka": {"topic": "out", "key": "id"}},
     ],
@@ -41,8 +49,9 @@ def edited(*changes: tuple[str, Any]) -> dict[str, Any]:
     index [-1] appends to a list."""
     data = copy.deepcopy(VALID)
     for path, value in changes:
-        parts: list[str | int] = [int(p[1:-1]) if p.startswith("[") else p
-                                  for p in re.findall(r"\[-?\d+\]|[A-Za-z_]\w*", path)]
+        parts: list[str | int] = [
+            int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\[-?\d+\]|[A-Za-z_]\w*", path)
+        ]
         parent: Any = data
         for part in parts[:-1]:
             parent = parent[part]
@@ -56,8 +65,9 @@ def edited(*changes: tuple[str, Any]) -> dict[str, Any]:
     return data
 
 
-def problems_of(data: Any, prefix: str = PREFIX, sql: SqlParser | None = None,
-                ddl: DdlParser | None = None) -> list[str]:
+def problems_of(
+    data: Any, prefix: str = PREFIX, sql: SqlParser | None = None, ddl: DdlParser | None = None
+) -> list[str]:
     """The lines of the error message: 'path: message', one per problem."""
     with pytest.raises(PipelineInvalid) as info:
         validate(data, prefix, sql=sql, ddl=ddl)
@@ -86,61 +96,84 @@ AUDIT = {"name": "audit", "inputs": ["events"], "filter": "id IS NOT NULL"}
 CASES: dict[str, tuple[list[tuple[str, Any]], list[tuple[str, str]]]] = {
     "unknown-keys": (
         [("nodes[1].colour", "red"), ("nodes[2].toKafka.partition", 3)],
-        [(f"{PREFIX}.nodes[1].colour", "unknown key 'colour'"),
-         (f"{PREFIX}.nodes[2].toKafka.partition", "unknown key 'partition'")]),
+        [
+            (f"{PREFIX}.nodes[1].colour", "unknown key 'colour'"),
+            (f"{PREFIX}.nodes[2].toKafka.partition", "unknown key 'partition'"),
+        ],
+    ),
     "no-operation": (
         [("nodes[1].select", DELETE)],
-        [(f"{PREFIX}.nodes[1]", "a node needs exactly one operation key (fromKafka, select, ")]),
+        [(f"{PREFIX}.nodes[1]", "a node needs exactly one operation key (fromKafka, select, ")],
+    ),
     "two-operations": (
         [("nodes[1].filter", "id IS NOT NULL")],
-        [(f"{PREFIX}.nodes[1]", "a node needs exactly one operation key")]),
+        [(f"{PREFIX}.nodes[1]", "a node needs exactly one operation key")],
+    ),
     "duplicate-names": (
         [("nodes[-1]", {"name": "out", "inputs": ["upper"], "toConsole": {}})],
-        [(f"{PREFIX}.nodes[3].name", "duplicate node name 'out' (also nodes[2])")]),
+        [(f"{PREFIX}.nodes[3].name", "duplicate node name 'out' (also nodes[2])")],
+    ),
     "unknown-input": (
         [("nodes[2].inputs[0]", "uper")],
-        [(f"{PREFIX}.nodes[2].inputs[0]", "unknown node 'uper'"), unused(1, "upper")]),
+        [(f"{PREFIX}.nodes[2].inputs[0]", "unknown node 'uper'"), unused(1, "upper")],
+    ),
     "cycle": (
-        [("nodes[1]", {"name": "upper", "inputs": ["events", "audit"], "union": {}}),
-         ("nodes[-1]", {"name": "audit", "inputs": ["upper"], "filter": "true"})],
-        [(f"{PREFIX}.nodes[3].inputs", "cycle: audit -> upper -> audit")]),
+        [
+            ("nodes[1]", {"name": "upper", "inputs": ["events", "audit"], "union": {}}),
+            ("nodes[-1]", {"name": "audit", "inputs": ["upper"], "filter": "true"}),
+        ],
+        [(f"{PREFIX}.nodes[3].inputs", "cycle: audit -> upper -> audit")],
+    ),
     "sink-without-input": (
         [("nodes[2].inputs", DELETE)],
-        [(f"{PREFIX}.nodes[2].inputs", "toKafka needs 1 input(s), got 0"), unused(1, "upper")]),
+        [(f"{PREFIX}.nodes[2].inputs", "toKafka needs 1 input(s), got 0"), unused(1, "upper")],
+    ),
     "sink-as-input": (
         [("nodes[-1]", {"name": "more", "inputs": ["out"], "toConsole": {}})],
-        [(f"{PREFIX}.nodes[3].inputs[0]", "'out' is a sink and has no output")]),
-    "unused-node": (
-        [("nodes[-1]", AUDIT)],
-        [unused(3, "audit")]),
+        [(f"{PREFIX}.nodes[3].inputs[0]", "'out' is a sink and has no output")],
+    ),
+    "unused-node": ([("nodes[-1]", AUDIT)], [unused(3, "audit")]),
     "no-sink": (
         [("nodes[2]", {"name": "out", "inputs": ["upper"], "filter": "true"})],
-        [(f"{PREFIX}.nodes", "the pipeline has no sink"), unused(2, "out")]),
+        [(f"{PREFIX}.nodes", "the pipeline has no sink"), unused(2, "out")],
+    ),
     "bad-durations": (
         [("nodes[0].fromKafka.watermark", "5 seconds"), ("trigger", {"processingTime": "1min"})],
-        [(f"{PREFIX}.nodes[0].fromKafka.watermark", "invalid duration '5 seconds': use a number and a unit"),
-         (f"{PREFIX}.trigger.processingTime", "invalid duration '1min'")]),
+        [
+            (f"{PREFIX}.nodes[0].fromKafka.watermark", "invalid duration '5 seconds': use a number and a unit"),
+            (f"{PREFIX}.trigger.processingTime", "invalid duration '1min'"),
+        ],
+    ),
     "wrong-types": (
         [("nodes[1].select", "upper(id)"), ("nodes[2].toKafka.topic", 42)],
-        [(f"{PREFIX}.nodes[1].select", "Input should be a valid list (got 'upper(id)')"),
-         (f"{PREFIX}.nodes[2].toKafka.topic", "Input should be a valid string (got 42)")]),
+        [
+            (f"{PREFIX}.nodes[1].select", "Input should be a valid list (got 'upper(id)')"),
+            (f"{PREFIX}.nodes[2].toKafka.topic", "Input should be a valid string (got 42)"),
+        ],
+    ),
     "source-with-inputs": (
-        [("nodes[-1]", {"name": "more", "inputs": ["events"], "fromKafka": {"topic": "t2"}}),
-         ("nodes[1]", {"name": "upper", "inputs": ["events", "more"], "union": {}})],
-        [(f"{PREFIX}.nodes[3].inputs", "a source (fromKafka) takes no inputs")]),
+        [
+            ("nodes[-1]", {"name": "more", "inputs": ["events"], "fromKafka": {"topic": "t2"}}),
+            ("nodes[1]", {"name": "upper", "inputs": ["events", "more"], "union": {}}),
+        ],
+        [(f"{PREFIX}.nodes[3].inputs", "a source (fromKafka) takes no inputs")],
+    ),
     "join-with-one-input": (
         [("nodes[1]", {"name": "upper", "inputs": ["events"], "join": {"condition": "a.id = b.id", "within": "1s"}})],
-        [(f"{PREFIX}.nodes[1].inputs", "join needs 2 input(s), got 1")]),
+        [(f"{PREFIX}.nodes[1].inputs", "join needs 2 input(s), got 1")],
+    ),
     "watermark-without-event-time": (
         [("nodes[0].fromKafka.eventTime", DELETE)],
-        [(f"{PREFIX}.nodes[0].fromKafka", "'watermark' needs 'eventTime'")]),
+        [(f"{PREFIX}.nodes[0].fromKafka", "'watermark' needs 'eventTime'")],
+    ),
     "json-without-schema": (
         [("nodes[0].fromKafka.schema", DELETE)],
-        [(f"{PREFIX}.nodes[0].fromKafka", "format json needs 'schema'")]),
+        [(f"{PREFIX}.nodes[0].fromKafka", "format json needs 'schema'")],
+    ),
     "text-with-field-event-time": (
         [("nodes[0].fromKafka.format", "text"), ("nodes[0].fromKafka.schema", DELETE)],
-        [(f"{PREFIX}.nodes[0].fromKafka.eventTime",
-          "text records have no fields; use eventTime: kafka_timestamp")]),
+        [(f"{PREFIX}.nodes[0].fromKafka.eventTime", "text records have no fields; use eventTime: kafka_timestamp")],
+    ),
 }
 
 
@@ -174,8 +207,9 @@ def test_every_problem_is_reported_at_once() -> None:
 
 
 def test_paths_of_a_bare_pipeline_have_no_prefix() -> None:
-    assert_problems(problems_of(edited(("nodes[1].colour", "red")), prefix=""),
-                    [("nodes[1].colour", "unknown key 'colour'")])
+    assert_problems(
+        problems_of(edited(("nodes[1].colour", "red")), prefix=""), [("nodes[1].colour", "unknown key 'colour'")]
+    )
 
 
 def test_invalid_yaml_is_reported_with_its_line(tmp_path: Path) -> None:
@@ -187,6 +221,7 @@ def test_invalid_yaml_is_reported_with_its_line(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ examples
+
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_example_is_valid_and_declares_its_topics(name: str) -> None:
@@ -203,6 +238,7 @@ def test_example_is_valid_and_declares_its_topics(name: str) -> None:
 
 # ------------------------------------------------------------------------- SQL and DDL (Spark)
 
+
 @pytest.fixture
 def parsers(spark_session) -> tuple[SqlParser, DdlParser]:
     from sluice.pipelines.runtime import spark_ddl_parser, spark_sql_parser
@@ -213,18 +249,34 @@ def parsers(spark_session) -> tuple[SqlParser, DdlParser]:
 @pytest.mark.spark
 def test_bad_sql_is_reported_at_its_path(parsers: tuple[SqlParser, DdlParser]) -> None:
     sql, ddl = parsers
-    data = edited(("nodes[1].select[0]", "upper(id AS id"),
-                  ("nodes[-1]", {"name": "counts", "inputs": ["events"],
-                                 "aggregate": {"groupBy": ["id"], "window": {"tumbling": "10s"},
-                                               "aggregations": {"total": "count(*", "last": "max(ts)"}}}),
-                  ("nodes[-1]", {"name": "top", "inputs": ["counts"],
-                                 "topN": {"limit": 3, "orderBy": ["total DESC NULLS LAST", "id ASC"]}}),
-                  ("nodes[-1]", {"name": "top-out", "inputs": ["top"], "toKafka": {"topic": "t", "key": "id ||"}}))
-    assert_problems(problems_of(data, sql=sql, ddl=ddl), [
-        (f"{PREFIX}.nodes[1].select[0]", "bad SQL expression 'upper(id AS id': "),
-        (f"{PREFIX}.nodes[3].aggregate.aggregations.total", "bad SQL expression 'count(*': "),
-        (f"{PREFIX}.nodes[5].toKafka.key", "bad SQL expression 'id ||': "),
-    ])  # the sort orders of topN (DESC, NULLS LAST) are no error
+    data = edited(
+        ("nodes[1].select[0]", "upper(id AS id"),
+        (
+            "nodes[-1]",
+            {
+                "name": "counts",
+                "inputs": ["events"],
+                "aggregate": {
+                    "groupBy": ["id"],
+                    "window": {"tumbling": "10s"},
+                    "aggregations": {"total": "count(*", "last": "max(ts)"},
+                },
+            },
+        ),
+        (
+            "nodes[-1]",
+            {"name": "top", "inputs": ["counts"], "topN": {"limit": 3, "orderBy": ["total DESC NULLS LAST", "id ASC"]}},
+        ),
+        ("nodes[-1]", {"name": "top-out", "inputs": ["top"], "toKafka": {"topic": "t", "key": "id ||"}}),
+    )
+    assert_problems(
+        problems_of(data, sql=sql, ddl=ddl),
+        [
+            (f"{PREFIX}.nodes[1].select[0]", "bad SQL expression 'upper(id AS id': "),
+            (f"{PREFIX}.nodes[3].aggregate.aggregations.total", "bad SQL expression 'count(*': "),
+            (f"{PREFIX}.nodes[5].toKafka.key", "bad SQL expression 'id ||': "),
+        ],
+    )  # the sort orders of topN (DESC, NULLS LAST) are no error
 
 
 @pytest.mark.spark
@@ -238,8 +290,10 @@ def test_bad_schema_is_reported_at_its_path(parsers: tuple[SqlParser, DdlParser]
 def test_event_time_must_be_a_schema_field(parsers: tuple[SqlParser, DdlParser]) -> None:
     sql, ddl = parsers
     data = edited(("nodes[0].fromKafka.eventTime", "time"))
-    assert_problems(problems_of(data, sql=sql, ddl=ddl), [
-        (f"{PREFIX}.nodes[0].fromKafka.eventTime", "'time' is not a schema field (id, ts) nor kafka_timestamp")])
+    assert_problems(
+        problems_of(data, sql=sql, ddl=ddl),
+        [(f"{PREFIX}.nodes[0].fromKafka.eventTime", "'time' is not a schema field (id, ts) nor kafka_timestamp")],
+    )
 
 
 @pytest.mark.spark

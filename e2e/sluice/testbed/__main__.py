@@ -45,8 +45,15 @@ def install_crds(state_dir: Path) -> None:
     plane = ControlPlane.attach(state_dir)
     assert plane is not None
     install_external_crds(plane.kubectl)
-    plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE),
-                  "-f", str(CRD_FILE.parent / "kopf-peering.yaml"))
+    plane.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        str(CRD_FILE),
+        "-f",
+        str(CRD_FILE.parent / "kopf-peering.yaml"),
+    )
     print("installed CRDs: streamingapps.sluice.dev, sparkoperator.k8s.io, kafka.strimzi.io")
 
 
@@ -65,8 +72,7 @@ def prefetch_command(args: argparse.Namespace) -> int:
     steps = [("Kafka jars", kafka_jars), ("Spark Kafka connector", spark_kafka_jars)]
     if not args.skip_kubernetes:
         steps.append(("Kubernetes, etcd and helm binaries", prefetch_kubernetes))
-        steps.append(("node: kubelet, kube-scheduler, kube-proxy, CoreDNS, images, Debian packages",
-                      prefetch_node))
+        steps.append(("node: kubelet, kube-scheduler, kube-proxy, CoreDNS, images, Debian packages", prefetch_node))
         steps.append(("spark-operator and Strimzi CRDs", prefetch_external_crds))
         steps.append(("spark-operator binary", spark_operator_binary))
         steps.append(("kube-score (chart linter)", kube_score_binary))

@@ -95,8 +95,9 @@ def _down(state_dir: Path) -> bool:
         plane.stop()
     leftover = mounts_under(state_dir)
     if leftover:  # never rmtree through a mount
-        raise ProvisionError(f"{leftover[0]} (and {len(leftover) - 1} more) is still mounted: "
-                             f"left {state_dir} in place")
+        raise ProvisionError(
+            f"{leftover[0]} (and {len(leftover) - 1} more) is still mounted: left {state_dir} in place"
+        )
     shutil.rmtree(state_dir, ignore_errors=True)
     return True
 
@@ -108,13 +109,15 @@ def cluster_status(state_dir: Path = LOCAL_STATE_DIR) -> LocalCluster | None:
 
 def _describe(cluster: LocalCluster) -> str:
     plane, node = cluster.plane, cluster.node
-    return (f"Kubernetes v{KUBERNETES} single-node cluster: control plane at {plane.server}, node {NODE_NAME} "
-            f"({node.address}) Ready\n"
-            f"logs: {plane.state_dir / 'logs'} and {node.state_dir / 'logs'}\n"
-            f"load an image (OCI or docker archive): ctr --address {node.containerd_socket} -n k8s.io images "
-            f"import IMAGE.tar\n"
-            f"kubeconfig: {plane.kubeconfig}\n"
-            f"  export KUBECONFIG={plane.kubeconfig}")
+    return (
+        f"Kubernetes v{KUBERNETES} single-node cluster: control plane at {plane.server}, node {NODE_NAME} "
+        f"({node.address}) Ready\n"
+        f"logs: {plane.state_dir / 'logs'} and {node.state_dir / 'logs'}\n"
+        f"load an image (OCI or docker archive): ctr --address {node.containerd_socket} -n k8s.io images "
+        f"import IMAGE.tar\n"
+        f"kubeconfig: {plane.kubeconfig}\n"
+        f"  export KUBECONFIG={plane.kubeconfig}"
+    )
 
 
 def _describe_unhealthy(state_dir: Path) -> str:
@@ -129,8 +132,10 @@ def _describe_unhealthy(state_dir: Path) -> str:
         node_state = _missing(NODE_COMPONENTS, node.pids())
     else:
         node_state = "Ready" if node.ready() else "not Ready"
-    return (f"local cluster in {state_dir} is not healthy (make local-cluster restarts it):\n"
-            f"  control plane: {plane_state}\n  node {NODE_NAME}: {node_state}")
+    return (
+        f"local cluster in {state_dir} is not healthy (make local-cluster restarts it):\n"
+        f"  control plane: {plane_state}\n  node {NODE_NAME}: {node_state}"
+    )
 
 
 def _missing(components: tuple[str, ...], pids: dict[str, int]) -> str:
@@ -138,11 +143,16 @@ def _missing(components: tuple[str, ...], pids: dict[str, int]) -> str:
 
 
 def cluster_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sluice.testbed cluster",
-                                     description="Local single-node Kubernetes cluster for development.")
+    parser = argparse.ArgumentParser(
+        prog="python -m sluice.testbed cluster", description="Local single-node Kubernetes cluster for development."
+    )
     parser.add_argument("action", choices=["up", "down", "status"])
-    parser.add_argument("--state-dir", type=Path, default=LOCAL_STATE_DIR,
-                        help=f"where PKI, data, logs and the kubeconfig live (default: {LOCAL_STATE_DIR})")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=LOCAL_STATE_DIR,
+        help=f"where PKI, data, logs and the kubeconfig live (default: {LOCAL_STATE_DIR})",
+    )
     args = parser.parse_args(argv)
     try:
         if args.action == "up":

@@ -45,6 +45,7 @@ wait_for = functools.partial(wait_for, interval=2.0)
 
 # --- tools -------------------------------------------------------------------------------------------
 
+
 class HelmError(RuntimeError):
     """helm exited non-zero; the message carries its stderr."""
 
@@ -58,10 +59,12 @@ class Helm:
     home: Path
 
     def __call__(self, *args: str, timeout: float = 900) -> str:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
-               **{f"HELM_{kind}_HOME": str(self.home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")}}
-        result = subprocess.run([str(self.binary), *args], capture_output=True, text=True, env=env,
-                                timeout=timeout)
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            **{f"HELM_{kind}_HOME": str(self.home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")},
+        }
+        result = subprocess.run([str(self.binary), *args], capture_output=True, text=True, env=env, timeout=timeout)
         if result.returncode != 0:
             raise HelmError(f"helm {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout
@@ -72,18 +75,47 @@ class Helm:
         path.write_text(json.dumps(values))
         return path
 
-    def install(self, release: str, chart: str | Path, namespace: str, values: dict[str, Any] | None = None,
-                *args: str, upgrade: bool = False) -> str:
+    def install(
+        self,
+        release: str,
+        chart: str | Path,
+        namespace: str,
+        values: dict[str, Any] | None = None,
+        *args: str,
+        upgrade: bool = False,
+    ) -> str:
         """`helm install` (or `helm upgrade`) with values; extra args (--wait, --version, ...) pass through."""
         command = ["upgrade"] if upgrade else ["install", "--create-namespace"]
-        return self(*command, release, str(chart), "--namespace", namespace,
-                    "-f", str(self._values_file(f"{namespace}-{release}", values or {})), *args)
+        return self(
+            *command,
+            release,
+            str(chart),
+            "--namespace",
+            namespace,
+            "-f",
+            str(self._values_file(f"{namespace}-{release}", values or {})),
+            *args,
+        )
 
-    def template(self, release: str, namespace: str, values: dict[str, Any] | None = None, *args: str,
-                 chart: str | Path = CHART_DIR) -> list[dict[str, Any]]:
+    def template(
+        self,
+        release: str,
+        namespace: str,
+        values: dict[str, Any] | None = None,
+        *args: str,
+        chart: str | Path = CHART_DIR,
+    ) -> list[dict[str, Any]]:
         """The manifests `helm template` renders (empty documents dropped)."""
-        out = self("template", release, str(chart), "--namespace", namespace,
-                   "-f", str(self._values_file(f"template-{namespace}-{release}", values or {})), *args)
+        out = self(
+            "template",
+            release,
+            str(chart),
+            "--namespace",
+            namespace,
+            "-f",
+            str(self._values_file(f"template-{namespace}-{release}", values or {})),
+            *args,
+        )
         return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -100,16 +132,24 @@ class Target:
         return json.loads(result.stdout) if result.stdout.strip() else None
 
     def apply(self, *manifests: dict[str, Any]) -> None:
-        self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                           "items": list(manifests)}))
+        self.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(manifests)})
+        )
 
 
 def kubectl_runner(binary: Path, kubeconfig: Path) -> Kubectl:
     """A Kubectl for any kubeconfig (the pinned kubectl: sluice.testbed.kube.kubernetes_binaries)."""
-    def kubectl(*args: str, input: str | None = None, check: bool = True,
-                timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([str(binary), f"--kubeconfig={kubeconfig}", *args], input=input,
-                                capture_output=True, text=True, timeout=timeout)
+
+    def kubectl(
+        *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(binary), f"--kubeconfig={kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and result.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)} failed (exit {result.returncode}): {result.stderr.strip()}")
         return result
@@ -156,15 +196,21 @@ def service_account_kubeconfig(target: Target, namespace: str, account: str, dur
     context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
     cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
     user = f"system:serviceaccount:{namespace}:{account}"
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa", "preferences": {},
-        "clusters": [{"name": "sa", "cluster": cluster["cluster"]}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "sa", "user": user, "namespace": namespace}}],
-    })
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "sa",
+            "preferences": {},
+            "clusters": [{"name": "sa", "cluster": cluster["cluster"]}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "sa", "user": user, "namespace": namespace}}],
+        }
+    )
 
 
 # --- Kafka --------------------------------------------------------------------------------------------
+
 
 class KafkaAccess(Protocol):
     """How the suite reaches Kafka, and how apps are pointed at it."""
@@ -196,15 +242,42 @@ class StrimziKafka:
 
     def wait_ready(self, timeout: float) -> None:
         wait_for(lambda: self.target.get("kafka", self.name, self.namespace), timeout=60, what="the Kafka resource")
-        self.target.kubectl("wait", f"kafka/{self.name}", "-n", self.namespace, "--for=condition=Ready",
-                            f"--timeout={timeout:.0f}s", timeout=timeout + 30)
+        self.target.kubectl(
+            "wait",
+            f"kafka/{self.name}",
+            "-n",
+            self.namespace,
+            "--for=condition=Ready",
+            f"--timeout={timeout:.0f}s",
+            timeout=timeout + 30,
+        )
 
     def _exec(self, script: str, *args: str, input: str | None = None) -> str:
-        pods = self.target.kubectl("get", "pods", "-n", self.namespace, "-o", "name", "-l",
-                                   f"strimzi.io/cluster={self.name},strimzi.io/broker-role=true").stdout.split()
+        pods = self.target.kubectl(
+            "get",
+            "pods",
+            "-n",
+            self.namespace,
+            "-o",
+            "name",
+            "-l",
+            f"strimzi.io/cluster={self.name},strimzi.io/broker-role=true",
+        ).stdout.split()
         assert pods, f"no broker pod of Kafka {self.namespace}/{self.name}"
-        return self.target.kubectl("exec", "-i", "-n", self.namespace, pods[0], "--", f"/opt/kafka/bin/{script}",
-                                   "--bootstrap-server", "localhost:9092", *args, input=input, timeout=300).stdout
+        return self.target.kubectl(
+            "exec",
+            "-i",
+            "-n",
+            self.namespace,
+            pods[0],
+            "--",
+            f"/opt/kafka/bin/{script}",
+            "--bootstrap-server",
+            "localhost:9092",
+            *args,
+            input=input,
+            timeout=300,
+        ).stdout
 
     def produce(self, topic: str, values: Sequence[str]) -> None:
         self._exec("kafka-console-producer.sh", "--topic", topic, input="".join(f"{v}\n" for v in values))
@@ -254,23 +327,47 @@ class HostKafka:
 
 # --- installing ----------------------------------------------------------------------------------------
 
+
 def install_strimzi(target: Target, namespace: str = "strimzi", version: str = STRIMZI) -> None:
-    target.helm.install("strimzi", STRIMZI_CHART, namespace, {"watchAnyNamespace": True},
-                        "--version", version, "--wait", "--timeout", "10m")
+    target.helm.install(
+        "strimzi",
+        STRIMZI_CHART,
+        namespace,
+        {"watchAnyNamespace": True},
+        "--version",
+        version,
+        "--wait",
+        "--timeout",
+        "10m",
+    )
 
 
 def install_spark_operator(target: Target, values: dict[str, Any], namespace: str = "spark-operator") -> None:
     """The pinned spark-operator chart (from its Go module), running Spark apps in every namespace."""
     from .external_crds import spark_operator_chart
 
-    target.helm.install("spark-operator", spark_operator_chart(), namespace,
-                        {"spark": {"jobNamespaces": [""]}, **values}, "--wait", "--timeout", "10m")
+    target.helm.install(
+        "spark-operator",
+        spark_operator_chart(),
+        namespace,
+        {"spark": {"jobNamespaces": [""]}, **values},
+        "--wait",
+        "--timeout",
+        "10m",
+    )
 
 
 # --- the app --------------------------------------------------------------------------------------------
 
-def wordcount_app(namespace: str, images: Images, kafka: dict[str, Any], *, management: str | None = None,
-                  checkpoint_claim: str | None = None) -> dict[str, Any]:
+
+def wordcount_app(
+    namespace: str,
+    images: Images,
+    kafka: dict[str, Any],
+    *,
+    management: str | None = None,
+    checkpoint_claim: str | None = None,
+) -> dict[str, Any]:
     """pipelines/examples/wordcount.yaml, sized for a small cluster and pointed at the given Kafka."""
     app = yaml.safe_load((EXAMPLES_DIR / "wordcount.yaml").read_text())
     app["metadata"]["namespace"] = namespace
@@ -281,10 +378,16 @@ def wordcount_app(namespace: str, images: Images, kafka: dict[str, Any], *, mana
             topic["management"] = management
     spec["executors"] = {"instances": 1, "min": 1, "max": 3}
     small = {"cores": 1, "memory": "512m"}
-    spec["spark"] = {"image": images.spark, "driver": small, "executor": small,
-                     # Request a quarter core per pod so a driver and 2-3 executors fit on a laptop.
-                     "sparkConf": {"spark.kubernetes.driver.request.cores": "250m",
-                                   "spark.kubernetes.executor.request.cores": "250m"}}
+    spec["spark"] = {
+        "image": images.spark,
+        "driver": small,
+        "executor": small,
+        # Request a quarter core per pod so a driver and 2-3 executors fit on a laptop.
+        "sparkConf": {
+            "spark.kubernetes.driver.request.cores": "250m",
+            "spark.kubernetes.executor.request.cores": "250m",
+        },
+    }
     if checkpoint_claim:
         spec["checkpoint"] = {"location": "/checkpoints", "volumeClaim": checkpoint_claim}
     return app
@@ -296,32 +399,60 @@ AUTOSCALE_WORDS, AUTOSCALE_COUNTS = "autoscale-words", "autoscale-weighed"
 # ~15 ms of one core per record (measured with local Spark), ~60 ms under the executors' 250m limit: the
 # records' cost, not each batch's fixed cost, decides what one executor can do.
 RECORD_COST = "aggregate(sequence(1, 100000 + length(value)), 0L, (acc, x) -> acc + x)"
-AUTOSCALING = {"enabled": True, "interval": "5s", "metricsWindow": "30s", "stabilization": "20s",
-               "targetLagSeconds": 20, "targetUtilization": 0.7, "scaleUpCooldown": "20s",
-               "scaleDownCooldown": "30s", "scaleDownWindow": "60s", "maxStep": 2}
+AUTOSCALING = {
+    "enabled": True,
+    "interval": "5s",
+    "metricsWindow": "30s",
+    "stabilization": "20s",
+    "targetLagSeconds": 20,
+    "targetUtilization": 0.7,
+    "scaleUpCooldown": "20s",
+    "scaleDownCooldown": "30s",
+    "scaleDownWindow": "60s",
+    "maxStep": 2,
+}
 
 
 def autoscale_app(namespace: str, images: Images, kafka: dict[str, Any], checkpoint_claim: str) -> dict[str, Any]:
     """Words weighed by a per-record cost and passed on (stateless: a quarter core's fixed cost per batch stays
     small beside the records' cost), one executor capped at 250m to start with, up to 3, autoscaled."""
     quarter = {"cores": 1, "memory": "512m", "coreLimit": "250m"}
-    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp",
-            "metadata": {"name": "autoscale", "namespace": namespace},
-            "spec": {"kafka": kafka,
-                     "topics": [{"name": topic, "partitions": 4} for topic in (AUTOSCALE_WORDS, AUTOSCALE_COUNTS)],
-                     "executors": {"instances": 1, "min": 1, "max": 3}, "autoscaling": AUTOSCALING,
-                     "spark": {"image": images.spark, "driver": {"cores": 1, "memory": "512m"}, "executor": quarter,
-                               "sparkConf": {"spark.kubernetes.driver.request.cores": "250m",
-                                             "spark.kubernetes.executor.request.cores": "250m"}},
-                     "checkpoint": {"location": "/checkpoints", "volumeClaim": checkpoint_claim},
-                     # A quarter core spends ~2.4 s of fixed work per micro-batch (measured here): a 10 s trigger
-                     # keeps that a smaller share of the busy time, which is what the autoscaler measures.
-                     "pipeline": {"trigger": {"processingTime": "10s"}, "nodes": [
-                         {"name": "words", "fromKafka": {"topic": AUTOSCALE_WORDS, "format": "text"}},
-                         {"name": "weighed", "inputs": ["words"], "withColumns": {"work": RECORD_COST}},
-                         {"name": "kept", "inputs": ["weighed"], "filter": "work > 0"},
-                         {"name": "out", "inputs": ["kept"],
-                          "toKafka": {"topic": AUTOSCALE_COUNTS, "key": "value", "value": "value"}}]}}}
+    return {
+        "apiVersion": "sluice.dev/v1alpha1",
+        "kind": "StreamingApp",
+        "metadata": {"name": "autoscale", "namespace": namespace},
+        "spec": {
+            "kafka": kafka,
+            "topics": [{"name": topic, "partitions": 4} for topic in (AUTOSCALE_WORDS, AUTOSCALE_COUNTS)],
+            "executors": {"instances": 1, "min": 1, "max": 3},
+            "autoscaling": AUTOSCALING,
+            "spark": {
+                "image": images.spark,
+                "driver": {"cores": 1, "memory": "512m"},
+                "executor": quarter,
+                "sparkConf": {
+                    "spark.kubernetes.driver.request.cores": "250m",
+                    "spark.kubernetes.executor.request.cores": "250m",
+                },
+            },
+            "checkpoint": {"location": "/checkpoints", "volumeClaim": checkpoint_claim},
+            # A quarter core spends ~2.4 s of fixed work per micro-batch (measured here): a 10 s trigger
+            # keeps that a smaller share of the busy time, which is what the autoscaler measures.
+            "pipeline": {
+                "trigger": {"processingTime": "10s"},
+                "nodes": [
+                    {"name": "words", "fromKafka": {"topic": AUTOSCALE_WORDS, "format": "text"}},
+                    {"name": "weighed", "inputs": ["words"], "withColumns": {"work": RECORD_COST}},
+                    {"name": "kept", "inputs": ["weighed"], "filter": "work > 0"},
+                    {
+                        "name": "out",
+                        "inputs": ["kept"],
+                        "toKafka": {"topic": AUTOSCALE_COUNTS, "key": "value", "value": "value"},
+                    },
+                ],
+            },
+        },
+    }
 
 
 class PacedLoad:
@@ -377,8 +508,12 @@ def word_tally(records: Iterable[str]) -> Counter[str]:
 
 
 def pvc(name: str, namespace: str, size: str = "1Gi") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
+    }
 
 
 def window_results(records: Iterable[str]) -> list[tuple[str, str, str]]:
@@ -403,6 +538,7 @@ def word_counts(records: Iterable[str]) -> Counter[str]:
 
 
 # --- the suite ------------------------------------------------------------------------------------------
+
 
 @dataclass
 class E2ESuite:
@@ -430,6 +566,7 @@ class E2ESuite:
         if os.environ.get("SLUICE_E2E_AUTOSCALE") == "1":
             return cls.STEPS
         return tuple(step for step in cls.STEPS if step != "autoscale")
+
     CHECKPOINT_CLAIM = "wordcount-checkpoints"
     autoscale_report: dict[str, Any] = field(default_factory=dict)
 
@@ -445,12 +582,19 @@ class E2ESuite:
         """What to look at when a step failed: the resources, the operator's log and the logs of every pod
         that failed, restarted or is not running."""
         kinds = ("streamingapps", "sparkapplications", "kafkatopics", "kafkas", "pods", "pvc")
-        commands = [*(("get", kind, "-A", "-o", "wide") for kind in kinds),  # one by one: some may not exist
-                    ("get", "events", "-A", "--sort-by=.lastTimestamp"),
-                    # spark-operator keeps spark-submit's whole output here (events cut it to a line).
-                    ("get", "sparkapplications", "-A", "-o",
-                     "jsonpath={range .items[*]}{.metadata.name}: {.status.applicationState.errorMessage}{'\\n'}{end}"),
-                    ("logs", "-n", self.release_namespace, f"deployment/{self.release}", "--tail=60")]
+        commands = [
+            *(("get", kind, "-A", "-o", "wide") for kind in kinds),  # one by one: some may not exist
+            ("get", "events", "-A", "--sort-by=.lastTimestamp"),
+            # spark-operator keeps spark-submit's whole output here (events cut it to a line).
+            (
+                "get",
+                "sparkapplications",
+                "-A",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}: {.status.applicationState.errorMessage}{'\\n'}{end}",
+            ),
+            ("logs", "-n", self.release_namespace, f"deployment/{self.release}", "--tail=60"),
+        ]
         for namespace, pod in self.troubled_pods():
             commands.append(("logs", "-n", namespace, pod, "--all-containers", "--tail=80"))
             commands.append(("logs", "-n", namespace, pod, "--all-containers", "--previous", "--tail=40"))
@@ -467,8 +611,9 @@ class E2ESuite:
         troubled = []
         for pod in json.loads(result.stdout).get("items", []):
             statuses = pod.get("status", {}).get("containerStatuses") or []
-            if (pod.get("status", {}).get("phase") not in ("Running", "Succeeded")
-                    or any(c.get("restartCount") or not c.get("ready") for c in statuses)):
+            if pod.get("status", {}).get("phase") not in ("Running", "Succeeded") or any(
+                c.get("restartCount") or not c.get("ready") for c in statuses
+            ):
                 troubled.append((pod["metadata"]["namespace"], pod["metadata"]["name"]))
         return troubled
 
@@ -486,14 +631,23 @@ class E2ESuite:
 
     def running_executor_pods(self) -> list[str]:
         """The app's executor pods that are Running (Spark labels them spark-role=executor)."""
-        pods = json.loads(self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l",
-                                              "spark-role=executor").stdout)["items"]
-        return [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"
-                and p["metadata"].get("deletionTimestamp") is None]
+        pods = json.loads(
+            self.target.kubectl(
+                "get", "pods", "-n", self.apps_namespace, "-o", "json", "-l", "spark-role=executor"
+            ).stdout
+        )["items"]
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            if p["status"].get("phase") == "Running" and p["metadata"].get("deletionTimestamp") is None
+        ]
 
     def wait_phase(self, phase: str) -> dict[str, Any]:
-        return wait_for(lambda: (s := self.status()).get("phase") == phase and s, timeout=self.timeout,
-                        what=f"{self.app_name} to be {phase}")
+        return wait_for(
+            lambda: (s := self.status()).get("phase") == phase and s,
+            timeout=self.timeout,
+            what=f"{self.app_name} to be {phase}",
+        )
 
     def send(self, words: Sequence[str], lines: int = 20) -> None:
         """Lines of words; their counts become due once later data closes their windows."""
@@ -503,6 +657,7 @@ class E2ESuite:
     def assert_counts(self) -> None:
         """Keep the event time moving (a flush line now and then) until every window with a word of
         ours is emitted; each word's total must be exactly what was sent."""
+
         def counted() -> Counter[str] | None:
             self.kafka.produce(LINES, ["flush"])
             got = word_counts(self.kafka.consume(COUNTS))
@@ -531,23 +686,52 @@ class E2ESuite:
         self.app = wordcount_app(self.apps_namespace, self.images, self.kafka.app_kafka(), checkpoint_claim=claim)
         self.target.apply(pvc(claim, self.apps_namespace), self.app)
         if isinstance(self.kafka, StrimziKafka):  # topics before data: no auto-created topic gets there first
-            wait_for(lambda: self.target.kubectl("get", "kafkatopics", "-n", self.kafka.namespace, "-o", "name")
-                     .stdout.count("\n") >= len(self.app["spec"]["topics"]), timeout=120, what="the KafkaTopics")
-            self.target.kubectl("wait", "kafkatopics", "--all", "-n", self.kafka.namespace, "--for=condition=Ready",
-                                f"--timeout={self.timeout:.0f}s", timeout=self.timeout + 30)
+            wait_for(
+                lambda: (
+                    self.target.kubectl("get", "kafkatopics", "-n", self.kafka.namespace, "-o", "name").stdout.count(
+                        "\n"
+                    )
+                    >= len(self.app["spec"]["topics"])
+                ),
+                timeout=120,
+                what="the KafkaTopics",
+            )
+            self.target.kubectl(
+                "wait",
+                "kafkatopics",
+                "--all",
+                "-n",
+                self.kafka.namespace,
+                "--for=condition=Ready",
+                f"--timeout={self.timeout:.0f}s",
+                timeout=self.timeout + 30,
+            )
         status = self.wait_phase("Running")
         assert {c["type"]: c["status"] for c in status["conditions"]}["TopicsReady"] == "True", status
         instances = self.app["spec"]["executors"]["instances"]
-        wait_for(lambda: len(self.running_executor_pods()) == instances, timeout=self.timeout,
-                 what=f"{instances} executor pod(s) of {self.app_name}")
+        wait_for(
+            lambda: len(self.running_executor_pods()) == instances,
+            timeout=self.timeout,
+            what=f"{instances} executor pod(s) of {self.app_name}",
+        )
 
     def stream(self) -> None:
         self.send(["alpha", "beta", "alpha"])
         self.assert_counts()
 
     def driver_pod(self, app: str | None = None) -> dict[str, Any]:
-        pods = json.loads(self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l",
-                                              f"spark-role=driver,sluice.dev/app={app or self.app_name}").stdout)
+        pods = json.loads(
+            self.target.kubectl(
+                "get",
+                "pods",
+                "-n",
+                self.apps_namespace,
+                "-o",
+                "json",
+                "-l",
+                f"spark-role=driver,sluice.dev/app={app or self.app_name}",
+            ).stdout
+        )
         running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
         assert len(running) == 1, f"expected one running driver pod, found {[p['metadata']['name'] for p in running]}"
         return running[0]
@@ -555,32 +739,46 @@ class E2ESuite:
     def driver_api(self, path: str, app: str | None = None) -> dict[str, Any]:
         """A GET of the driver's control API through the API server's pod proxy (reads need no token)."""
         pod = self.driver_pod(app)["metadata"]["name"]
-        raw = self.target.kubectl("get", "--raw",
-                                  f"/api/v1/namespaces/{self.apps_namespace}/pods/{pod}:9090/proxy{path}").stdout
+        raw = self.target.kubectl(
+            "get", "--raw", f"/api/v1/namespaces/{self.apps_namespace}/pods/{pod}:9090/proxy{path}"
+        ).stdout
         return json.loads(raw)
 
     def driver_identity(self, app: str | None = None) -> dict[str, Any]:
         """What a restart would change: the driver pod, spark-operator's submissions, the queries' runs."""
         spark = self.target.get("sparkapplication", app or self.app_name, self.apps_namespace) or {}
         queries = {q["name"]: (q["id"], q["runId"]) for q in self.driver_api("/v1/status", app)["queries"]}
-        return {"driver_uid": self.driver_pod(app)["metadata"]["uid"],
-                "submissions": (spark.get("status") or {}).get("submissionAttempts"),
-                "submission_id": (spark.get("status") or {}).get("submissionID"),
-                "spec_generation": spark["metadata"]["generation"], "queries": queries}
+        return {
+            "driver_uid": self.driver_pod(app)["metadata"]["uid"],
+            "submissions": (spark.get("status") or {}).get("submissionAttempts"),
+            "submission_id": (spark.get("status") or {}).get("submissionID"),
+            "spec_generation": spark["metadata"]["generation"],
+            "queries": queries,
+        }
 
     def scale(self) -> None:
         """kubectl scale 1 -> 3 -> 1 changes the executors of the running driver: no restart, no resubmission,
         the same query runs, exact counts and no result written twice."""
         before = self.driver_identity()
         for replicas in (3, 1):
-            self.target.kubectl("scale", "streamingapp", self.app_name, "-n", self.apps_namespace,
-                                f"--replicas={replicas}")
-            wait_for(lambda n=replicas: self.status().get("desiredExecutors") == n, timeout=60,
-                     what=f"{replicas} executors desired")
-            wait_for(lambda n=replicas: len(self.running_executor_pods()) == n, timeout=self.timeout,
-                     what=f"{replicas} executor pods")
-            wait_for(lambda n=replicas: self.status().get("executors") == n, timeout=self.timeout,
-                     what=f"{replicas} live executors in the status")
+            self.target.kubectl(
+                "scale", "streamingapp", self.app_name, "-n", self.apps_namespace, f"--replicas={replicas}"
+            )
+            wait_for(
+                lambda n=replicas: self.status().get("desiredExecutors") == n,
+                timeout=60,
+                what=f"{replicas} executors desired",
+            )
+            wait_for(
+                lambda n=replicas: len(self.running_executor_pods()) == n,
+                timeout=self.timeout,
+                what=f"{replicas} executor pods",
+            )
+            wait_for(
+                lambda n=replicas: self.status().get("executors") == n,
+                timeout=self.timeout,
+                what=f"{replicas} live executors in the status",
+            )
             self.send(["gamma", "alpha"] if replicas == 3 else ["epsilon"])
             self.assert_counts()
         assert self.driver_identity() == before, "scaling must not restart the driver or its queries"
@@ -590,17 +788,32 @@ class E2ESuite:
         return (self.target.get("streamingapp", app, self.apps_namespace) or {}).get("status") or {}
 
     def executor_pods(self, app: str) -> int:
-        pods = json.loads(self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l",
-                                              f"spark-role=executor,sluice.dev/app={app}").stdout)["items"]
-        return sum(1 for p in pods
-                   if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
+        pods = json.loads(
+            self.target.kubectl(
+                "get",
+                "pods",
+                "-n",
+                self.apps_namespace,
+                "-o",
+                "json",
+                "-l",
+                f"spark-role=executor,sluice.dev/app={app}",
+            ).stdout
+        )["items"]
+        return sum(
+            1 for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        )
 
     def rate_per_executor(self, app: str, settle: float) -> float:
         """What the autoscaler measures one executor processes per busy second, after `settle` seconds at the
         current load."""
         time.sleep(settle)
-        return wait_for(lambda: (self.app_status(app).get("autoscaler") or {}).get("ratePerExecutor"),
-                        timeout=120, what="the autoscaler's rate per executor", interval=3)
+        return wait_for(
+            lambda: (self.app_status(app).get("autoscaler") or {}).get("ratePerExecutor"),
+            timeout=120,
+            what="the autoscaler's rate per executor",
+            interval=3,
+        )
 
     def autoscale(self) -> None:
         """Autoscaling on a paced load that steps up past one executor's capacity: executors are added to
@@ -609,9 +822,15 @@ class E2ESuite:
         app = autoscale_app(self.apps_namespace, self.images, self.kafka.app_kafka(), self.CHECKPOINT_CLAIM)
         name, report = app["metadata"]["name"], self.autoscale_report
         self.target.apply(app)
-        wait_for(lambda: self.app_status(name).get("phase") == "Running" and self.executor_pods(name) == 1
-                 and self.app_status(name).get("observedAt"), timeout=self.timeout,
-                 what=f"{name} running with one executor, its driver answering the operator")
+        wait_for(
+            lambda: (
+                self.app_status(name).get("phase") == "Running"
+                and self.executor_pods(name) == 1
+                and self.app_status(name).get("observedAt")
+            ),
+            timeout=self.timeout,
+            what=f"{name} running with one executor, its driver answering the operator",
+        )
         before = self.driver_identity(name)
         # Busy time includes each batch's fixed cost, so the measured rate per executor grows with the load:
         # the rate measured at a low load understates what one executor does when saturated (found here with
@@ -627,11 +846,18 @@ class E2ESuite:
 
         def watch() -> dict[str, Any]:
             status = self.app_status(name)
-            timeline.append({"t": round(time.monotonic() - started, 1), "rate": load.rate,
-                             "desired": status.get("desiredExecutors"), "executors": status.get("executors"),
-                             "lag": status.get("lag"), "pods": self.executor_pods(name),
-                             "decision": (status.get("autoscaler") or {}).get("lastDecision"),
-                             "ratePerExecutor": (status.get("autoscaler") or {}).get("ratePerExecutor")})
+            timeline.append(
+                {
+                    "t": round(time.monotonic() - started, 1),
+                    "rate": load.rate,
+                    "desired": status.get("desiredExecutors"),
+                    "executors": status.get("executors"),
+                    "lag": status.get("lag"),
+                    "pods": self.executor_pods(name),
+                    "decision": (status.get("autoscaler") or {}).get("lastDecision"),
+                    "ratePerExecutor": (status.get("autoscaler") or {}).get("ratePerExecutor"),
+                }
+            )
             return timeline[-1]
 
         try:
@@ -640,40 +866,80 @@ class E2ESuite:
                 assert (watch()["desired"] or 1) == 1, f"scaled up at the base load: {timeline[-1]}"
                 time.sleep(5)
             at_base = self.rate_per_executor(name, settle=0)
-            report.update(warm_rate_per_executor=round(warm, 1), base_rate=base,
-                          rate_per_executor_at_base=round(at_base, 1), step_rate=round(3 * at_base, 1))
+            report.update(
+                warm_rate_per_executor=round(warm, 1),
+                base_rate=base,
+                rate_per_executor_at_base=round(at_base, 1),
+                step_rate=round(3 * at_base, 1),
+            )
             load.rate = report["step_rate"]
             stepped = time.monotonic()
-            wait_for(lambda: (w := watch())["pods"] >= 2 and w["executors"] >= 2, timeout=240,
-                     what="executors added under the stepped-up load", interval=5)
+            wait_for(
+                lambda: (w := watch())["pods"] >= 2 and w["executors"] >= 2,
+                timeout=240,
+                what="executors added under the stepped-up load",
+                interval=5,
+            )
             report["seconds_to_scale_up"] = round(time.monotonic() - stepped, 1)
             lag_target = AUTOSCALING["targetLagSeconds"] * load.rate
-            wait_for(lambda: (w := watch())["lag"] is not None and w["lag"] <= lag_target, timeout=300,
-                     what=f"the backlog under {lag_target:.0f} records ({AUTOSCALING['targetLagSeconds']} s)",
-                     interval=5)
+            wait_for(
+                lambda: (w := watch())["lag"] is not None and w["lag"] <= lag_target,
+                timeout=300,
+                what=f"the backlog under {lag_target:.0f} records ({AUTOSCALING['targetLagSeconds']} s)",
+                interval=5,
+            )
             report["seconds_to_catch_up"] = round(time.monotonic() - stepped, 1)
             report["peak_executors"] = max(w["pods"] for w in timeline)
         finally:
             sent = load.stop()
         stopped = time.monotonic()
-        wait_for(lambda: (w := watch())["desired"] == 1 and w["pods"] == 1, timeout=420,
-                 what="back to one executor after the load stopped", interval=5)
+        wait_for(
+            lambda: (w := watch())["desired"] == 1 and w["pods"] == 1,
+            timeout=420,
+            what="back to one executor after the load stopped",
+            interval=5,
+        )
         report["seconds_to_scale_down"] = round(time.monotonic() - stopped, 1)
         report["timeline"] = timeline
-        report["events"] = [e["message"] for e in json.loads(self.target.kubectl(
-            "get", "events", "-n", self.apps_namespace, "--field-selector",
-            f"involvedObject.name={name},reason=Scaled", "-o", "json").stdout)["items"]]
+        report["events"] = [
+            e["message"]
+            for e in json.loads(
+                self.target.kubectl(
+                    "get",
+                    "events",
+                    "-n",
+                    self.apps_namespace,
+                    "--field-selector",
+                    f"involvedObject.name={name},reason=Scaled",
+                    "-o",
+                    "json",
+                ).stdout
+            )["items"]
+        ]
         assert self.driver_identity(name) == before, "autoscaling must not restart the driver or its queries"
-        got = wait_for(lambda: (c := word_tally(self.kafka.consume(AUTOSCALE_COUNTS))).total() >= sent.total() and c,
-                       timeout=self.timeout, what=f"{sent.total()} records out", interval=3)
+        got = wait_for(
+            lambda: (c := word_tally(self.kafka.consume(AUTOSCALE_COUNTS))).total() >= sent.total() and c,
+            timeout=self.timeout,
+            what=f"{sent.total()} records out",
+            interval=3,
+        )
         assert got == sent, "every record out exactly once"
-        self.target.kubectl("delete", "streamingapp", name, "-n", self.apps_namespace, "--wait=true",
-                            timeout=self.timeout)
+        self.target.kubectl(
+            "delete", "streamingapp", name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
+        )
 
     def suspend_resume(self) -> None:
         def patch(suspend: bool) -> None:
-            self.target.kubectl("patch", "streamingapp", self.app_name, "-n", self.apps_namespace, "--type=merge",
-                                "-p", json.dumps({"spec": {"suspend": suspend}}))
+            self.target.kubectl(
+                "patch",
+                "streamingapp",
+                self.app_name,
+                "-n",
+                self.apps_namespace,
+                "--type=merge",
+                "-p",
+                json.dumps({"spec": {"suspend": suspend}}),
+            )
 
         patch(True)
         self.wait_phase("Suspended")
@@ -684,8 +950,9 @@ class E2ESuite:
         self.assert_counts()
 
     def uninstall(self) -> None:
-        self.target.kubectl("delete", "streamingapp", self.app_name, "-n", self.apps_namespace, "--wait=true",
-                            timeout=self.timeout)
+        self.target.kubectl(
+            "delete", "streamingapp", self.app_name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
+        )
         wait_for(lambda: self.spark_application() is None, timeout=120, what="the driver to be collected")
         self.target.helm("uninstall", self.release, "--namespace", self.release_namespace, "--wait")
         assert self.target.get("deployment", self.release, self.release_namespace) is None

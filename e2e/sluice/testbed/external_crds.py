@@ -35,19 +35,22 @@ FIELD_MANAGER = "sluice-testbed"
 
 # --- spark-operator --------------------------------------------------------------------------------
 
+
 @functools.cache
 def spark_operator_module() -> Path:
     """The spark-operator module's (read-only) directory in the Go module cache, downloaded once."""
     version = f"v{SPARK_OPERATOR}"
     fetch_go_module(SPARK_OPERATOR_MODULE, version, cache_dir("spark-operator", version) / "fetch.log")
-    modcache = subprocess.run([go_binary(), "env", "GOMODCACHE"], capture_output=True, text=True,
-                              env=go_env()).stdout.strip()
+    modcache = subprocess.run(
+        [go_binary(), "env", "GOMODCACHE"], capture_output=True, text=True, env=go_env()
+    ).stdout.strip()
     # The module cache escapes upper-case letters in paths as "!" + lower case.
     escaped = re.sub(r"[A-Z]", lambda m: "!" + m.group().lower(), SPARK_OPERATOR_MODULE)
     directory = Path(modcache) / f"{escaped}@{version}"
     if not directory.is_dir():
-        raise ProvisionError(f"{SPARK_OPERATOR_MODULE}@{version} was downloaded but {directory} is missing; "
-                             "check `go env GOMODCACHE`")
+        raise ProvisionError(
+            f"{SPARK_OPERATOR_MODULE}@{version} was downloaded but {directory} is missing; check `go env GOMODCACHE`"
+        )
     return directory
 
 
@@ -55,8 +58,10 @@ def spark_operator_crds() -> list[Path]:
     """SparkApplication, ScheduledSparkApplication and SparkConnect (sparkoperator.k8s.io/v1beta2)."""
     crds = sorted((spark_operator_module() / "config" / "crd" / "bases").glob("*.yaml"))
     if not crds:
-        raise ProvisionError(f"no CRDs under config/crd/bases in {SPARK_OPERATOR_MODULE}@v{SPARK_OPERATOR}; "
-                             "pin a spark-operator version that ships them")
+        raise ProvisionError(
+            f"no CRDs under config/crd/bases in {SPARK_OPERATOR_MODULE}@v{SPARK_OPERATOR}; "
+            "pin a spark-operator version that ships them"
+        )
     return crds
 
 
@@ -64,12 +69,15 @@ def spark_operator_chart() -> Path:
     """The spark-operator Helm chart directory (read-only: copy it before `helm dependency` writes)."""
     chart = spark_operator_module() / "charts" / "spark-operator-chart"
     if not (chart / "Chart.yaml").is_file():
-        raise ProvisionError(f"{SPARK_OPERATOR_MODULE}@v{SPARK_OPERATOR} has no charts/spark-operator-chart; "
-                             "pin a spark-operator version that ships its Helm chart")
+        raise ProvisionError(
+            f"{SPARK_OPERATOR_MODULE}@v{SPARK_OPERATOR} has no charts/spark-operator-chart; "
+            "pin a spark-operator version that ships its Helm chart"
+        )
     return chart
 
 
 # --- Strimzi ---------------------------------------------------------------------------------------
+
 
 def strimzi_crds() -> list[Path]:
     """KafkaTopic, Kafka and KafkaNodePool CRDs (kafka.strimzi.io/v1), generated once per Strimzi version."""
@@ -84,22 +92,42 @@ def strimzi_crds() -> list[Path]:
 
 def _generate_strimzi_crds(root: Path) -> None:
     java = java_at_least(STRIMZI_MIN_JAVA, f"Strimzi {STRIMZI}'s crd-generator")
-    jars = fetch_jars(f"strimzi-{STRIMZI}", [f"io.strimzi:api:{STRIMZI}", f"io.strimzi:crd-generator:{STRIMZI}"],
-                      root / "jars")
+    jars = fetch_jars(
+        f"strimzi-{STRIMZI}", [f"io.strimzi:api:{STRIMZI}", f"io.strimzi:crd-generator:{STRIMZI}"], root / "jars"
+    )
     scratch = root / "crds.partial"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
-    run([java, "-cp", os.pathsep.join(map(str, jars)), "io.strimzi.crdgenerator.CrdGenerator",
-         "--label", "app:strimzi", "--label", "strimzi.io/crd-install:true", "--target-kube", "1.16+",
-         "--crd-api-version", "v1", "--api-versions", STRIMZI_API_VERSION,
-         "--storage-version", STRIMZI_API_VERSION, "--yaml",
-         *(f"{cls}={scratch / f'{kind.lower()}.yaml'}" for kind, cls in STRIMZI_KINDS.items())],
+    run(
+        [
+            java,
+            "-cp",
+            os.pathsep.join(map(str, jars)),
+            "io.strimzi.crdgenerator.CrdGenerator",
+            "--label",
+            "app:strimzi",
+            "--label",
+            "strimzi.io/crd-install:true",
+            "--target-kube",
+            "1.16+",
+            "--crd-api-version",
+            "v1",
+            "--api-versions",
+            STRIMZI_API_VERSION,
+            "--storage-version",
+            STRIMZI_API_VERSION,
+            "--yaml",
+            *(f"{cls}={scratch / f'{kind.lower()}.yaml'}" for kind, cls in STRIMZI_KINDS.items()),
+        ],
         what=f"generating the Strimzi {STRIMZI} CRDs with io.strimzi:crd-generator",
-        hint=f"needs io.strimzi:api and crd-generator {STRIMZI} from Maven Central", log=root / "generate.log")
+        hint=f"needs io.strimzi:api and crd-generator {STRIMZI} from Maven Central",
+        log=root / "generate.log",
+    )
     missing = [kind for kind in STRIMZI_KINDS if not (scratch / f"{kind.lower()}.yaml").is_file()]
     if missing:
-        raise ProvisionError(f"Strimzi {STRIMZI}'s crd-generator wrote no CRD for {', '.join(missing)}; "
-                             f"see {root / 'generate.log'}")
+        raise ProvisionError(
+            f"Strimzi {STRIMZI}'s crd-generator wrote no CRD for {', '.join(missing)}; see {root / 'generate.log'}"
+        )
     shutil.rmtree(root / "crds", ignore_errors=True)
     scratch.rename(root / "crds")
 
@@ -128,11 +156,14 @@ def java_at_least(major: int, needed_by: str) -> Path:
     for java in _java_candidates():
         if java.is_file() and java_major(java) >= major:
             return java
-    raise ProvisionError(f"{needed_by} needs Java >= {major} but JAVA_HOME, PATH and /usr/lib/jvm have none: "
-                         f"install a JDK >= {major} (e.g. Eclipse Temurin) and set JAVA_HOME to it")
+    raise ProvisionError(
+        f"{needed_by} needs Java >= {major} but JAVA_HOME, PATH and /usr/lib/jvm have none: "
+        f"install a JDK >= {major} (e.g. Eclipse Temurin) and set JAVA_HOME to it"
+    )
 
 
 # --- installing ------------------------------------------------------------------------------------
+
 
 def external_crds() -> list[Path]:
     return [*spark_operator_crds(), *strimzi_crds()]
@@ -151,8 +182,9 @@ def install_external_crds(kubectl: Callable[..., Any], timeout: float = 60.0) ->
         kubectl("wait", "--for=condition=Established", f"--timeout={timeout:.0f}s", *files)
     except KubectlError as error:
         first = str(error).strip().splitlines()[0][:400]
-        raise ProvisionError(f"installing the spark-operator {SPARK_OPERATOR} and Strimzi {STRIMZI} CRDs "
-                             f"failed: {first}") from error
+        raise ProvisionError(
+            f"installing the spark-operator {SPARK_OPERATOR} and Strimzi {STRIMZI} CRDs failed: {first}"
+        ) from error
 
 
 def prefetch_external_crds() -> None:

@@ -18,8 +18,7 @@ def helm_binary() -> Path:
 def _build_helm(out: Path, names: list[str]) -> None:
     log = out.parent / "build.log"
     module = fetch_go_module(HELM_MODULE, f"v{HELM}", log)
-    ldflags = ["-s", "-w", *xflags(f"{HELM_MODULE}/internal/version",
-                                   {"version": f"v{HELM}", "gitTreeState": "clean"})]
+    ldflags = ["-s", "-w", *xflags(f"{HELM_MODULE}/internal/version", {"version": f"v{HELM}", "gitTreeState": "clean"})]
     # Helm's Makefile also stamps the Kubernetes version it was built against (client-go v0.X → 1.X).
     client_go = required_version(module.gomod, "k8s.io/client-go")
     if client_go:

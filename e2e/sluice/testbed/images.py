@@ -51,6 +51,7 @@ class ImageSpec:
 
 # --- OCI image layout ------------------------------------------------------------------------------
 
+
 def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -118,20 +119,34 @@ def oci_archive(spec: ImageSpec, out: Path) -> Path:
     partial, layer = out.with_name(out.name + ".partial"), out.with_name(out.name + ".layer")
     try:
         layer_digest = _write_layer(spec, layer)
-        config = {"architecture": "amd64", "os": "linux",
-                  "config": {"Entrypoint": list(spec.entrypoint), "Cmd": list(spec.cmd), "Env": list(spec.env),
-                             "User": spec.user},
-                  "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
-                  "history": [{"created_by": "sluice.testbed.images"}]}
+        config = {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Entrypoint": list(spec.entrypoint),
+                "Cmd": list(spec.cmd),
+                "Env": list(spec.env),
+                "User": spec.user,
+            },
+            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+            "history": [{"created_by": "sluice.testbed.images"}],
+        }
         with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
-            manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                        "config": _blob(tar, _json(config), OCI_CONFIG),
-                        "layers": [_blob(tar, layer, OCI_LAYER, layer_digest)]}
-            descriptor = {**_blob(tar, _json(manifest), OCI_MANIFEST),
-                          "platform": {"architecture": "amd64", "os": "linux"},
-                          "annotations": {CONTAINERD_NAME: spec.name, OCI_REF_NAME: spec.name}}
-            for name, data in (("oci-layout", _json({"imageLayoutVersion": "1.0.0"})),
-                               ("index.json", _json({"schemaVersion": 2, "manifests": [descriptor]}))):
+            manifest = {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": _blob(tar, _json(config), OCI_CONFIG),
+                "layers": [_blob(tar, layer, OCI_LAYER, layer_digest)],
+            }
+            descriptor = {
+                **_blob(tar, _json(manifest), OCI_MANIFEST),
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {CONTAINERD_NAME: spec.name, OCI_REF_NAME: spec.name},
+            }
+            for name, data in (
+                ("oci-layout", _json({"imageLayoutVersion": "1.0.0"})),
+                ("index.json", _json({"schemaVersion": 2, "manifests": [descriptor]})),
+            ):
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
@@ -151,6 +166,7 @@ def archive_names(archive: Path) -> list[str]:
 
 
 # --- the binaries inside ---------------------------------------------------------------------------
+
 
 def _source_key(*paths: Path) -> str:
     digest = hashlib.sha256()
@@ -175,19 +191,31 @@ def _cached_build(name: str, sources: Path, build: Callable[[Path, Path], None])
 
 def pause_binary() -> Path:
     """A static pause built from e2e/toolchain/pause with the host's C compiler."""
+
     def build(out: Path, log: Path) -> None:
         cc = shutil.which("cc") or require_tool("gcc", "install a C compiler (apt-get install gcc libc6-dev)")
-        run([cc, "-Os", "-static", "-s", "-o", out, PAUSE_SOURCE], what="compiling the pause binary",
-            hint="needs a C compiler with static libc (apt-get install gcc libc6-dev)", log=log)
+        run(
+            [cc, "-Os", "-static", "-s", "-o", out, PAUSE_SOURCE],
+            what="compiling the pause binary",
+            hint="needs a C compiler with static libc (apt-get install gcc libc6-dev)",
+            log=log,
+        )
 
     return _cached_build("pause", PAUSE_SOURCE, build)
 
 
 def probe_binary() -> Path:
     """The static Go test program from e2e/toolchain/probe (no dependencies beyond the standard library)."""
+
     def build(out: Path, log: Path) -> None:
-        run([go_binary(), "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, "."],
-            what="building the probe test binary", hint="needs Go", log=log, cwd=PROBE_MODULE, env=go_env())
+        run(
+            [go_binary(), "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, "."],
+            what="building the probe test binary",
+            hint="needs Go",
+            log=log,
+            cwd=PROBE_MODULE,
+            env=go_env(),
+        )
 
     return _cached_build("probe", PROBE_MODULE, build)
 
@@ -235,8 +263,12 @@ def debian_mirror(sources: Path = Path("/etc/apt")) -> str | None:
     """The Debian mirror this machine's apt uses (deb822 or one-line sources), or None for debootstrap's."""
     for path in sorted(sources.glob("sources.list.d/*.sources")):
         for stanza in path.read_text().split("\n\n"):
-            fields = {key.strip(): value.split() for line in stanza.splitlines() if ":" in line
-                      and not line.startswith("#") for key, value in [line.split(":", 1)]}
+            fields = {
+                key.strip(): value.split()
+                for line in stanza.splitlines()
+                if ":" in line and not line.startswith("#")
+                for key, value in [line.split(":", 1)]
+            }
             if BASE_SUITE in fields.get("Suites", []) and fields.get("URIs"):
                 return fields["URIs"][0]
     for path in [sources / "sources.list", *sorted(sources.glob("sources.list.d/*.list"))]:
@@ -266,9 +298,19 @@ def _debootstrap(rootfs: Path, packages: Sequence[str], log: Path) -> None:
     shutil.rmtree(rootfs, ignore_errors=True)
     mirror = debian_mirror()
     try:
-        run([debootstrap, "--variant=minbase", f"--include={','.join(packages)}", BASE_SUITE, rootfs,
-             *([mirror] if mirror else [])], what=f"debootstrap of Debian {BASE_SUITE}",
-            hint="needs root and Debian's package mirror", log=log)
+        run(
+            [
+                debootstrap,
+                "--variant=minbase",
+                f"--include={','.join(packages)}",
+                BASE_SUITE,
+                rootfs,
+                *([mirror] if mirror else []),
+            ],
+            what=f"debootstrap of Debian {BASE_SUITE}",
+            hint="needs root and Debian's package mirror",
+            log=log,
+        )
     finally:
         _unmount_under(rootfs)  # debootstrap mounts /proc and /sys inside; a failure can leave them
     for relative in TRIM:

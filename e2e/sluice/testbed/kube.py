@@ -42,8 +42,10 @@ from .versions import ETCD, KUBERNETES
 
 # --- Go builds -------------------------------------------------------------------------------------
 
-GO_HINT = ("install Go >= {min} (https://go.dev/dl or your package manager) and put it on PATH, "
-           "or set GOTOOLCHAIN=auto to let an older Go fetch it")
+GO_HINT = (
+    "install Go >= {min} (https://go.dev/dl or your package manager) and put it on PATH, "
+    "or set GOTOOLCHAIN=auto to let an older Go fetch it"
+)
 
 
 MIN_GO = "1.26"  # the newest `go` directive among the pinned modules (helm, etcd)
@@ -55,8 +57,9 @@ def go_binary() -> str:
 
 @functools.cache
 def _go_env_values() -> tuple[str, str, str]:
-    out = subprocess.run([go_binary(), "env", "GOVERSION", "GOTOOLCHAIN", "GOPROXY"],
-                         capture_output=True, text=True).stdout.splitlines()
+    out = subprocess.run(
+        [go_binary(), "env", "GOVERSION", "GOTOOLCHAIN", "GOPROXY"], capture_output=True, text=True
+    ).stdout.splitlines()
     version, toolchain, proxy = [*out, "", "", ""][:3]
     return version, toolchain, proxy
 
@@ -70,8 +73,9 @@ def require_go(minimum: str, needed_by: str) -> None:
     version, toolchain, _ = _go_env_values()
     # Any GOTOOLCHAIN other than "local" lets go switch to a newer toolchain by itself.
     if toolchain.startswith("local") and _version_tuple(version) < _version_tuple(minimum):
-        raise ProvisionError(f"{needed_by} needs Go >= {minimum} but found {version or 'unknown'}: "
-                             + GO_HINT.format(min=minimum))
+        raise ProvisionError(
+            f"{needed_by} needs Go >= {minimum} but found {version or 'unknown'}: " + GO_HINT.format(min=minimum)
+        )
 
 
 def go_env(**extra: str) -> dict[str, str]:
@@ -101,8 +105,13 @@ class GoModule:
 def fetch_go_module(path: str, version: str, log: Path) -> GoModule:
     """Download a module through GOPROXY and check the local Go can build it."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([go_binary(), "mod", "download", "-json", f"{path}@{version}"],
-                            capture_output=True, text=True, env=go_env(), cwd=log.parent)
+    result = subprocess.run(
+        [go_binary(), "mod", "download", "-json", f"{path}@{version}"],
+        capture_output=True,
+        text=True,
+        env=go_env(),
+        cwd=log.parent,
+    )
     with open(log, "a") as out:
         out.write(f"\n$ go mod download -json {path}@{version}\n{result.stdout}{result.stderr}")
     try:
@@ -111,13 +120,14 @@ def fetch_go_module(path: str, version: str, log: Path) -> GoModule:
         info = {"Error": result.stderr.strip() or "no output"}
     if result.returncode != 0 or "Error" in info:
         first_line = str(info.get("Error", "")).strip().splitlines()[:1] or ["unknown error"]
-        raise ProvisionError(f"could not fetch Go module {path}@{version} through GOPROXY="
-                             f"{_go_env_values()[2]}: {first_line[0]}; check access to the Go module proxy")
+        raise ProvisionError(
+            f"could not fetch Go module {path}@{version} through GOPROXY="
+            f"{_go_env_values()[2]}: {first_line[0]}; check access to the Go module proxy"
+        )
     gomod = Path(info["GoMod"]).read_text()
     require_go(go_directive(gomod), f"{path}@{version}")
     published = json.loads(Path(info["Info"]).read_text())
-    return GoModule(path, version, gomod, published.get("Time", ""),
-                    (published.get("Origin") or {}).get("Hash", ""))
+    return GoModule(path, version, gomod, published.get("Time", ""), (published.get("Origin") or {}).get("Hash", ""))
 
 
 _REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+(?:\s+v\S+)?\s*=>\s*\S+(?:\s+v\S+)?)\s*$")
@@ -152,14 +162,24 @@ def announce(message: str) -> None:
 def go_install(name: str, version: str, package: str, ldflags: Sequence[str], out: Path, log: Path) -> None:
     """`go install package@version` (reproducible: trimmed paths, no VCS stamp) into `out`, logged to `log`."""
     announce(f"building {name} {version} from source (once); log: {log}")
-    run([go_binary(), "install", "-trimpath", "-buildvcs=false", f"-ldflags={' '.join(ldflags)}",
-         f"{package}@{version}"],
-        what=f"building {name} {version} with Go", hint="needs the Go module proxy (GOPROXY)", log=log,
-        cwd=out, env=go_env(GOBIN=str(out)))
+    run(
+        [
+            go_binary(),
+            "install",
+            "-trimpath",
+            "-buildvcs=false",
+            f"-ldflags={' '.join(ldflags)}",
+            f"{package}@{version}",
+        ],
+        what=f"building {name} {version} with Go",
+        hint="needs the Go module proxy (GOPROXY)",
+        log=log,
+        cwd=out,
+        env=go_env(GOBIN=str(out)),
+    )
 
 
-def cached_binaries(root: Path, names: Sequence[str],
-                    build: Callable[[Path, list[str]], None]) -> dict[str, Path]:
+def cached_binaries(root: Path, names: Sequence[str], build: Callable[[Path, list[str]], None]) -> dict[str, Path]:
     """`root`/bin/<name> for each name, building the missing ones once (under a lock) via build(out, names).
 
     build() writes into a scratch dir; finished binaries are moved into bin/ so a failed or interrupted
@@ -187,8 +207,7 @@ def cached_binaries(root: Path, names: Sequence[str],
 
 # --- Kubernetes and etcd binaries ------------------------------------------------------------------
 
-K8S_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kubectl", "kube-scheduler", "kubelet",
-                  "kube-proxy")
+K8S_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kubectl", "kube-scheduler", "kubelet", "kube-proxy")
 DEFAULT_COMPONENTS = K8S_COMPONENTS[:3]  # what the control plane and tests need
 K8S_BUILD_TAGS = "selinux,notest,grpcnotrace"  # what hack/lib/golang.sh uses for release builds
 STAGING_VERSION = f"v0.{KUBERNETES.split('.', 1)[1]}"  # staging modules are published as v0.<minor>.<patch>
@@ -196,8 +215,11 @@ STAGING_VERSION = f"v0.{KUBERNETES.split('.', 1)[1]}"  # staging modules are pub
 
 def staging_modules(gomod: str) -> list[str]:
     """Modules that kubernetes' go.mod replaces with its own ./staging tree (block or single-line form)."""
-    return [old.split()[0] for old, new in (r.split("=>") for r in replace_directives(gomod))
-            if new.strip().startswith("./staging/")]
+    return [
+        old.split()[0]
+        for old, new in (r.split("=>") for r in replace_directives(gomod))
+        if new.strip().startswith("./staging/")
+    ]
 
 
 def staging_replacements(gomod: str, version: str = STAGING_VERSION) -> list[str]:
@@ -208,8 +230,10 @@ def wrapper_gomod(kubernetes_gomod: str) -> str:
     """go.mod of a module that can build k8s.io/kubernetes commands from the module proxy."""
     keep = [line for line in kubernetes_gomod.splitlines() if re.match(r"(go|godebug)\s", line)]
     replaces = "".join(f"\t{line}\n" for line in staging_replacements(kubernetes_gomod))
-    return ("module sluice.local/kubernetes-build\n\n" + "\n".join(keep) + "\n\n"
-            f"require k8s.io/kubernetes v{KUBERNETES}\n\nreplace (\n{replaces})\n")
+    return (
+        "module sluice.local/kubernetes-build\n\n" + "\n".join(keep) + "\n\n"
+        f"require k8s.io/kubernetes v{KUBERNETES}\n\nreplace (\n{replaces})\n"
+    )
 
 
 def kubernetes_binaries(*names: str) -> dict[str, Path]:
@@ -229,16 +253,40 @@ def _build_kubernetes(out: Path, names: list[str]) -> None:
     workdir.mkdir(exist_ok=True)
     (workdir / "go.mod").write_text(wrapper_gomod(module.gomod))
     major, minor = KUBERNETES.split(".")[:2]
-    version = {"gitVersion": f"v{KUBERNETES}", "gitMajor": major, "gitMinor": minor,
-               "gitTreeState": "clean", "buildDate": module.time}
-    ldflags = ["-s", "-w", *xflags("k8s.io/component-base/version", version),
-               *xflags("k8s.io/client-go/pkg/version", version)]
+    version = {
+        "gitVersion": f"v{KUBERNETES}",
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": module.time,
+    }
+    ldflags = [
+        "-s",
+        "-w",
+        *xflags("k8s.io/component-base/version", version),
+        *xflags("k8s.io/client-go/pkg/version", version),
+    ]
     announce(f"building {', '.join(names)} v{KUBERNETES} from source (once; 6-20 min cold on 2 cores); log: {log}")
     # -mod=mod lets go complete go.mod/go.sum for the generated module from the proxy.
-    run([go_binary(), "build", "-mod=mod", "-trimpath", "-buildvcs=false", f"-tags={K8S_BUILD_TAGS}",
-         f"-ldflags={' '.join(ldflags)}", "-o", f"{out}/", *(f"k8s.io/kubernetes/cmd/{n}" for n in names)],
+    run(
+        [
+            go_binary(),
+            "build",
+            "-mod=mod",
+            "-trimpath",
+            "-buildvcs=false",
+            f"-tags={K8S_BUILD_TAGS}",
+            f"-ldflags={' '.join(ldflags)}",
+            "-o",
+            f"{out}/",
+            *(f"k8s.io/kubernetes/cmd/{n}" for n in names),
+        ],
         what=f"building Kubernetes {', '.join(names)} v{KUBERNETES} with Go",
-        hint="needs the Go module proxy (GOPROXY) and a few GB of disk", log=log, cwd=workdir, env=go_env())
+        hint="needs the Go module proxy (GOPROXY) and a few GB of disk",
+        log=log,
+        cwd=workdir,
+        env=go_env(),
+    )
 
 
 ETCD_MAIN = REPO_ROOT / "e2e" / "toolchain" / "etcd" / "main.go"
@@ -257,14 +305,27 @@ def _build_etcd(out: Path, names: list[str]) -> None:
     workdir = root / "module"
     workdir.mkdir(exist_ok=True)
     shutil.copyfile(ETCD_MAIN, workdir / "main.go")
-    (workdir / "go.mod").write_text(f"module sluice.local/etcd\n\ngo {go_directive(module.gomod)}\n\n"
-                                    f"require go.etcd.io/etcd/server/v3 v{ETCD}\n")
+    (workdir / "go.mod").write_text(
+        f"module sluice.local/etcd\n\ngo {go_directive(module.gomod)}\n\nrequire go.etcd.io/etcd/server/v3 v{ETCD}\n"
+    )
     announce(f"building etcd v{ETCD} from source (once); log: {log}")
     hint = "needs the Go module proxy (GOPROXY)"
-    run([go_binary(), "mod", "tidy"], what=f"resolving etcd v{ETCD} dependencies", hint=hint, log=log,
-        cwd=workdir, env=go_env())
-    run([go_binary(), "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out / "etcd", "."],
-        what=f"building etcd v{ETCD} with Go", hint=hint, log=log, cwd=workdir, env=go_env())
+    run(
+        [go_binary(), "mod", "tidy"],
+        what=f"resolving etcd v{ETCD} dependencies",
+        hint=hint,
+        log=log,
+        cwd=workdir,
+        env=go_env(),
+    )
+    run(
+        [go_binary(), "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out / "etcd", "."],
+        what=f"building etcd v{ETCD} with Go",
+        hint=hint,
+        log=log,
+        cwd=workdir,
+        env=go_env(),
+    )
 
 
 def prefetch_kubernetes() -> None:
@@ -288,14 +349,26 @@ def _apiserver_sans(advertise_address: str | None = None) -> list[Any]:
 
     from cryptography import x509
 
-    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-             "kubernetes.default.svc.cluster.local"]
+    names = [
+        "localhost",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ]
     ips = ["127.0.0.1", "::1", KUBERNETES_SERVICE_IP, *([advertise_address] if advertise_address else [])]
     return [*map(x509.DNSName, names), *(x509.IPAddress(ip_address(ip)) for ip in ips)]
 
 
-def issue_cert(common_name: str, key: Any, *, signer: tuple[Any, Any] | None, usage: str,
-               organization: str | None = None, sans: Sequence[Any] = ()) -> Any:
+def issue_cert(
+    common_name: str,
+    key: Any,
+    *,
+    signer: tuple[Any, Any] | None,
+    usage: str,
+    organization: str | None = None,
+    sans: Sequence[Any] = (),
+) -> Any:
     """An X.509 certificate; usage is "ca", "server" or "client". signer None means self-signed."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
@@ -308,17 +381,31 @@ def issue_cert(common_name: str, key: Any, *, signer: tuple[Any, Any] | None, us
     issuer_cert, issuer_key = signer if signer else (None, key)
     is_ca = usage == "ca"
     now = datetime.now(UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject)
-               .issuer_name(issuer_cert.subject if issuer_cert else subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - timedelta(hours=1))
-               .not_valid_after(now + timedelta(days=3650 if is_ca else 825))
-               .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
-                                            key_encipherment=not is_ca, data_encipherment=False,
-                                            key_agreement=False, key_cert_sign=is_ca, crl_sign=is_ca,
-                                            encipher_only=False, decipher_only=False), critical=True)
-               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_cert.subject if issuer_cert else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(days=3650 if is_ca else 825))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=not is_ca,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=is_ca,
+                crl_sign=is_ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
     if not is_ca:
         purpose = ExtendedKeyUsageOID.SERVER_AUTH if usage == "server" else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = builder.add_extension(x509.ExtendedKeyUsage([purpose]), critical=False)
@@ -337,8 +424,9 @@ def write_key_pair(directory: Path, name: str, cert: Any, key: Any) -> None:
 def _write_private_key(path: Path, key: Any) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     path.chmod(0o600)
 
 
@@ -360,35 +448,45 @@ def write_pki(directory: Path, advertise_address: str | None = None) -> None:
         key = new_key()
         signers[name] = (issue_cert(f"sluice-local-{name}", key, signer=None, usage="ca"), key)
         write_key_pair(directory, name, *signers[name])
-    leaves = [("apiserver", "kube-apiserver", None, "server", _apiserver_sans(advertise_address), "ca"),
-              ("admin", "kubernetes-admin", "system:masters", "client", [], "ca"),
-              # How the apiserver authenticates to kubelets (logs, exec, port-forward); kubeadm's name.
-              ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters", "client", [],
-               "ca"),
-              ("controller-manager", "system:kube-controller-manager", None, "client", [], "ca"),
-              ("front-proxy-client", "front-proxy-client", None, "client", [], "front-proxy-ca")]
+    leaves = [
+        ("apiserver", "kube-apiserver", None, "server", _apiserver_sans(advertise_address), "ca"),
+        ("admin", "kubernetes-admin", "system:masters", "client", [], "ca"),
+        # How the apiserver authenticates to kubelets (logs, exec, port-forward); kubeadm's name.
+        ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters", "client", [], "ca"),
+        ("controller-manager", "system:kube-controller-manager", None, "client", [], "ca"),
+        ("front-proxy-client", "front-proxy-client", None, "client", [], "front-proxy-ca"),
+    ]
     for name, common_name, organization, usage, sans, signer in leaves:
         key = new_key()
-        cert = issue_cert(common_name, key, signer=signers[signer], usage=usage, organization=organization,
-                          sans=sans)
+        cert = issue_cert(common_name, key, signer=signers[signer], usage=usage, organization=organization, sans=sans)
         write_key_pair(directory, name, cert, key)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_private_key(directory / "sa.key", sa_key)
-    (directory / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    (directory / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
 
 
 def kubeconfig_text(server: str, pki: Path, user: str) -> str:
     """A self-contained kubeconfig (certs embedded) for the client cert pki/<user>.crt. JSON is valid YAML."""
+
     def data(name: str) -> str:
         return base64.b64encode((pki / name).read_bytes()).decode()
 
     config = {
-        "apiVersion": "v1", "kind": "Config", "preferences": {}, "current-context": "sluice-local",
-        "clusters": [{"name": "sluice-local",
-                      "cluster": {"server": server, "certificate-authority-data": data("ca.crt")}}],
-        "users": [{"name": user, "user": {"client-certificate-data": data(f"{user}.crt"),
-                                          "client-key-data": data(f"{user}.key")}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "current-context": "sluice-local",
+        "clusters": [
+            {"name": "sluice-local", "cluster": {"server": server, "certificate-authority-data": data("ca.crt")}}
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {"client-certificate-data": data(f"{user}.crt"), "client-key-data": data(f"{user}.key")},
+            }
+        ],
         "contexts": [{"name": "sluice-local", "context": {"cluster": "sluice-local", "user": user}}],
     }
     return json.dumps(config, indent=2) + "\n"
@@ -429,8 +527,7 @@ class ControlPlane:
     InternalIP with its own client certificate (apiserver-kubelet-client).
     """
 
-    def __init__(self, state_dir: Path, ports: Ports | None = None,
-                 advertise_address: str | None = None) -> None:
+    def __init__(self, state_dir: Path, ports: Ports | None = None, advertise_address: str | None = None) -> None:
         self.state_dir = state_dir.resolve()
         self.ports = ports or Ports.free()
         self.advertise_address = advertise_address
@@ -460,22 +557,30 @@ class ControlPlane:
     def start(self, timeout: float = 180.0) -> ControlPlane:
         binaries = {**kubernetes_binaries(*DEFAULT_COMPONENTS), "etcd": etcd_binary()}
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        (self.state_dir / "cluster.json").write_text(json.dumps({"ports": asdict(self.ports),
-                                                                 "advertise_address": self.advertise_address}))
+        (self.state_dir / "cluster.json").write_text(
+            json.dumps({"ports": asdict(self.ports), "advertise_address": self.advertise_address})
+        )
         try:
             write_pki(self.pki, self.advertise_address)
             self.kubeconfig.write_text(kubeconfig_text(self.server, self.pki, "admin"))
             (self.state_dir / "controller-manager.kubeconfig").write_text(
-                kubeconfig_text(self.server, self.pki, "controller-manager"))
-            checks = {"etcd": self._etcd_healthy, "kube-apiserver": self._apiserver_ready,
-                      "kube-controller-manager": self._controller_manager_healthy}
+                kubeconfig_text(self.server, self.pki, "controller-manager")
+            )
+            checks = {
+                "etcd": self._etcd_healthy,
+                "kube-apiserver": self._apiserver_ready,
+                "kube-controller-manager": self._controller_manager_healthy,
+            }
             for name in COMPONENTS:
                 process = self._processes.launch(name, [str(binaries[name]), *self._args(name)])
                 wait_until(checks[name], timeout=timeout, what=f"{name} to become healthy", process=process)
             # The service-account controller creating "default" proves the controllers are working.
-            wait_until(lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") == 200,
-                       timeout=timeout, what="the default service account",
-                       process=self._processes.started["kube-controller-manager"])
+            wait_until(
+                lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") == 200,
+                timeout=timeout,
+                what="the default service account",
+                process=self._processes.started["kube-controller-manager"],
+            )
         except BaseException:
             self.stop()
             raise
@@ -496,15 +601,19 @@ class ControlPlane:
     def healthy(self) -> bool:
         return len(self.pids()) == len(COMPONENTS) and self._apiserver_ready()
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
         kubectl = kubernetes_binaries("kubectl")["kubectl"]
-        cmd = [str(kubectl), f"--kubeconfig={self.kubeconfig}",
-               f"--cache-dir={self.state_dir / 'kubectl-cache'}", *args]
+        cmd = [
+            str(kubectl),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--cache-dir={self.state_dir / 'kubectl-cache'}",
+            *args,
+        ]
         result = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
-            raise KubectlError(f"kubectl {' '.join(args)} failed (exit {result.returncode}): "
-                               f"{result.stderr.strip()}")
+            raise KubectlError(f"kubectl {' '.join(args)} failed (exit {result.returncode}): {result.stderr.strip()}")
         return result
 
     def get_json(self, path: str) -> Any:
@@ -525,50 +634,79 @@ class ControlPlane:
         if name == "etcd":
             peer, client = f"http://127.0.0.1:{p.etcd_peer}", f"http://127.0.0.1:{p.etcd_client}"
             # --unsafe-no-fsync: scratch clusters trade durability for speed.
-            return ["--name=sluice", f"--data-dir={state / 'etcd'}", f"--listen-client-urls={client}",
-                    f"--advertise-client-urls={client}", f"--listen-peer-urls={peer}",
-                    f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=sluice={peer}",
-                    "--unsafe-no-fsync", "--log-level=warn"]
+            return [
+                "--name=sluice",
+                f"--data-dir={state / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=sluice={peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ]
         if name == "kube-apiserver":
-            return [f"--etcd-servers=http://127.0.0.1:{p.etcd_client}", *self._apiserver_address_args(),
-                    f"--secure-port={p.apiserver}",
-                    f"--cert-dir={state / 'apiserver'}", f"--tls-cert-file={pki / 'apiserver.crt'}",
-                    f"--tls-private-key-file={pki / 'apiserver.key'}", f"--client-ca-file={pki / 'ca.crt'}",
-                    "--authorization-mode=Node,RBAC", f"--service-account-issuer={SA_ISSUER}",
-                    f"--service-account-key-file={pki / 'sa.pub'}",
-                    f"--service-account-signing-key-file={pki / 'sa.key'}",
-                    f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
-                    "--profiling=false", *self._aggregation_args()]
+            return [
+                f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
+                *self._apiserver_address_args(),
+                f"--secure-port={p.apiserver}",
+                f"--cert-dir={state / 'apiserver'}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-issuer={SA_ISSUER}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                *self._aggregation_args(),
+            ]
         kubeconfig = state / "controller-manager.kubeconfig"
-        return [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
-                "--bind-address=127.0.0.1", f"--secure-port={p.controller_manager}",
-                f"--cert-dir={state / 'controller-manager'}", "--controllers=*",
-                f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
-                f"--cluster-signing-key-file={pki / 'ca.key'}",
-                "--use-service-account-credentials=true", f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--profiling=false"]
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p.controller_manager}",
+            f"--cert-dir={state / 'controller-manager'}",
+            "--controllers=*",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            "--use-service-account-credentials=true",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--profiling=false",
+        ]
 
     def _apiserver_address_args(self) -> list[str]:
         if self.advertise_address is None:
             # Endpoints may not point at loopback, and nothing in-cluster could reach it anyway.
             return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
         # Kubelet names do not resolve here: dial them by the InternalIP they report.
-        return ["--bind-address=0.0.0.0", f"--advertise-address={self.advertise_address}",
-                "--endpoint-reconciler-type=lease", "--kubelet-preferred-address-types=InternalIP",
-                f"--kubelet-client-certificate={self.pki / 'apiserver-kubelet-client.crt'}",
-                f"--kubelet-client-key={self.pki / 'apiserver-kubelet-client.key'}"]
+        return [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={self.advertise_address}",
+            "--endpoint-reconciler-type=lease",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={self.pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={self.pki / 'apiserver-kubelet-client.key'}",
+        ]
 
     def _aggregation_args(self) -> list[str]:
         """Front-proxy (request-header) auth, as in kubeadm clusters; controllers expect its CA bundle."""
-        return [f"--requestheader-client-ca-file={self.pki / 'front-proxy-ca.crt'}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={self.pki / 'front-proxy-client.crt'}",
-                f"--proxy-client-key-file={self.pki / 'front-proxy-client.key'}"]
+        return [
+            f"--requestheader-client-ca-file={self.pki / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={self.pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={self.pki / 'front-proxy-client.key'}",
+        ]
 
     @functools.cached_property
     def _admin_tls(self) -> ssl.SSLContext:

@@ -51,8 +51,11 @@ def build_command() -> list[str]:
 
 
 def image_id(name: str) -> str | None:
-    result = subprocess.run(["buildah", *_storage(), "inspect", "--type", "image", "--format", "{{.FromImageID}}",
-                             name], capture_output=True, text=True)
+    result = subprocess.run(
+        ["buildah", *_storage(), "inspect", "--type", "image", "--format", "{{.FromImageID}}", name],
+        capture_output=True,
+        text=True,
+    )
     return result.stdout.strip() or None if result.returncode == 0 else None
 
 
@@ -61,8 +64,16 @@ def debian_base() -> str:
     spec, key = base_image()
     name = f"{BASE_IMAGE.rsplit(':', 1)[0]}:{key}"
     if image_id(name) is None:
-        pulled = buildah("pull", "--quiet", f"oci-archive:{image_archive(spec, key)}",
-                         what="loading the Debian base image into buildah").strip().splitlines()[-1]
+        pulled = (
+            buildah(
+                "pull",
+                "--quiet",
+                f"oci-archive:{image_archive(spec, key)}",
+                what="loading the Debian base image into buildah",
+            )
+            .strip()
+            .splitlines()[-1]
+        )
         buildah("tag", pulled, name, what=f"tagging {name}")
     return name
 
@@ -98,8 +109,12 @@ def export(name: str) -> Path:
         (layout / "index.json").write_text(json.dumps(index))
         partial = out.with_suffix(".partial")
         entries = sorted(p.name for p in layout.iterdir())  # index.json at the top, not ./index.json
-        run(["tar", "-C", layout, "-cf", partial, *entries], what=f"packing {name}", hint="needs tar and disk space",
-            log=cache_dir("local-images") / "tar.log")
+        run(
+            ["tar", "-C", layout, "-cf", partial, *entries],
+            what=f"packing {name}",
+            hint="needs tar and disk space",
+            log=cache_dir("local-images") / "tar.log",
+        )
         partial.rename(out)
         shutil.rmtree(layout)
     return out

@@ -81,6 +81,7 @@ KUBELET_ROOT = Path("/var/lib/sluice")
 
 # --- host preparation ------------------------------------------------------------------------------
 
+
 def missing_packages(packages: Iterable[str] = DEBIAN_PACKAGES) -> list[str]:
     def installed(name: str) -> bool:
         result = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name], capture_output=True, text=True)
@@ -96,15 +97,21 @@ def install_packages(packages: Iterable[str] = DEBIAN_PACKAGES) -> None:
         return
     require_tool("apt-get", f"install {' '.join(missing)} with your package manager")
     if os.geteuid() != 0:
-        raise ProvisionError(f"a local node needs root to install {' '.join(missing)} (apt-get) and to run "
-                             "containerd and the kubelet")
+        raise ProvisionError(
+            f"a local node needs root to install {' '.join(missing)} (apt-get) and to run containerd and the kubelet"
+        )
     log = cache_dir("node") / "apt.log"
     announce(f"installing {' '.join(missing)} from Debian; log: {log}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     with locked(cache_dir("locks") / "apt.lock"):
         run(["apt-get", "update"], what="apt-get update", hint="needs Debian's package mirror", log=log, env=env)
-        run(["apt-get", "install", "-y", "--no-install-recommends", *missing], what="apt-get install",
-            hint=f"install {' '.join(missing)} by hand", log=log, env=env)
+        run(
+            ["apt-get", "install", "-y", "--no-install-recommends", *missing],
+            what="apt-get install",
+            hint=f"install {' '.join(missing)} by hand",
+            log=log,
+            env=env,
+        )
 
 
 def check_host() -> None:
@@ -116,8 +123,7 @@ def check_host() -> None:
     if not Path("/proc/sys/net/bridge").is_dir() and shutil.which("modprobe"):
         subprocess.run(["modprobe", "br_netfilter"], capture_output=True)
     if not Path("/proc/sys/net/bridge").is_dir():
-        raise ProvisionError("bridge netfilter is off and `modprobe br_netfilter` did not load it "
-                             "(Services need it)")
+        raise ProvisionError("bridge netfilter is off and `modprobe br_netfilter` did not load it (Services need it)")
     for key, value in SYSCTLS.items():
         path = Path("/proc/sys") / key
         if path.read_text().strip() != value:
@@ -174,8 +180,11 @@ def prefetch_node() -> None:
     packages = (*DEBIAN_PACKAGES, "debootstrap")  # debootstrap: the Debian base image
     if os.geteuid() != 0:
         missing = missing_packages(packages)
-        announce("not root: skipping " + (f"{' '.join(missing)} and " if missing else "")
-                 + "the Debian base image (a local node needs root)")
+        announce(
+            "not root: skipping "
+            + (f"{' '.join(missing)} and " if missing else "")
+            + "the Debian base image (a local node needs root)"
+        )
         return
     install_packages(packages)
     image_archive(*base_image())
@@ -189,12 +198,18 @@ def _build_coredns(out: Path, names: list[str]) -> None:
     log = out.parent / "build.log"
     fetch_go_module("github.com/coredns/coredns", f"v{COREDNS}", log)
     announce(f"building CoreDNS v{COREDNS} from source (once); log: {log}")
-    run([go_binary(), "install", "-trimpath", "-ldflags=-s -w", f"github.com/coredns/coredns@v{COREDNS}"],
-        what=f"building CoreDNS v{COREDNS} with Go", hint="needs the Go module proxy (GOPROXY)", log=log,
-        cwd=out, env=go_env(GOBIN=str(out)))
+    run(
+        [go_binary(), "install", "-trimpath", "-ldflags=-s -w", f"github.com/coredns/coredns@v{COREDNS}"],
+        what=f"building CoreDNS v{COREDNS} with Go",
+        hint="needs the Go module proxy (GOPROXY)",
+        log=log,
+        cwd=out,
+        env=go_env(GOBIN=str(out)),
+    )
 
 
 # --- PKI and configuration -------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class NodePorts:
@@ -212,10 +227,12 @@ class NodePorts:
 
 
 # (file name, common name, organization): client certificates signed by the cluster CA.
-CLIENTS = (("kubelet", f"system:node:{NODE_NAME}", "system:nodes"),
-           ("kube-scheduler", "system:kube-scheduler", None),
-           ("kube-proxy", "system:kube-proxy", None),
-           ("coredns", "system:coredns", None))
+CLIENTS = (
+    ("kubelet", f"system:node:{NODE_NAME}", "system:nodes"),
+    ("kube-scheduler", "system:kube-scheduler", None),
+    ("kube-proxy", "system:kube-proxy", None),
+    ("coredns", "system:coredns", None),
+)
 
 
 def _load_ca(pki: Path) -> tuple[Any, Any]:
@@ -241,8 +258,11 @@ def write_node_pki(plane_pki: Path, directory: Path, address: str) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
         cert = issue_cert(common_name, key, signer=signer, usage="client", organization=organization)
         write_key_pair(directory, name, cert, key)
-    sans = [x509.DNSName(NODE_NAME), x509.DNSName("localhost"),
-            *(x509.IPAddress(ip_address(ip)) for ip in (address, "127.0.0.1"))]
+    sans = [
+        x509.DNSName(NODE_NAME),
+        x509.DNSName("localhost"),
+        *(x509.IPAddress(ip_address(ip)) for ip in (address, "127.0.0.1")),
+    ]
     key = ec.generate_private_key(ec.SECP256R1())
     cert = issue_cert(NODE_NAME, key, signer=signer, usage="server", sans=sans)
     write_key_pair(directory, "kubelet-serving", cert, key)
@@ -279,7 +299,7 @@ state = "{state}"
 
 {cri[:-1]}.containerd.runtimes.runc.options]
   SystemdCgroup = false
-  Root = "{state / 'runc'}"
+  Root = "{state / "runc"}"
 
 {cri[:-1]}.cni]
   bin_dir = "{CNI_BIN_DIR}"
@@ -289,40 +309,76 @@ state = "{state}"
 
 def cni_config(ipam_dir: Path) -> dict[str, Any]:
     """bridge + host-local + portmap. No masquerading: pods talk to the node and each other only."""
-    bridge = {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
-              "ipam": {"type": "host-local", "dataDir": str(ipam_dir), "ranges": [[{"subnet": POD_SUBNET}]],
-                       "routes": [{"dst": "0.0.0.0/0"}]}}
-    return {"cniVersion": "1.0.0", "name": "sluice", "plugins": [
-        bridge, {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True}]}
-
-
-def kubelet_config(*, pki: Path, ports: NodePorts, runtime_socket: Path, state: Path,
-                   address: str) -> dict[str, Any]:
-    minimal_eviction = {"memory.available": "50Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
-                   "imagefs.available": "1%"}
+    bridge = {
+        "type": "bridge",
+        "bridge": BRIDGE,
+        "isGateway": True,
+        "ipMasq": False,
+        "hairpinMode": True,
+        "ipam": {
+            "type": "host-local",
+            "dataDir": str(ipam_dir),
+            "ranges": [[{"subnet": POD_SUBNET}]],
+            "routes": [{"dst": "0.0.0.0/0"}],
+        },
+    }
     return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "address": address, "port": ports.kubelet, "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1", "healthzPort": ports.kubelet_healthz,
-        "tlsCertFile": str(pki / "kubelet-serving.crt"), "tlsPrivateKeyFile": str(pki / "kubelet-serving.key"),
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                           "x509": {"clientCAFile": str(pki / "ca.crt")}},
+        "cniVersion": "1.0.0",
+        "name": "sluice",
+        "plugins": [bridge, {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True}],
+    }
+
+
+def kubelet_config(*, pki: Path, ports: NodePorts, runtime_socket: Path, state: Path, address: str) -> dict[str, Any]:
+    minimal_eviction = {
+        "memory.available": "50Mi",
+        "nodefs.available": "1%",
+        "nodefs.inodesFree": "1%",
+        "imagefs.available": "1%",
+    }
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": address,
+        "port": ports.kubelet,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": ports.kubelet_healthz,
+        "tlsCertFile": str(pki / "kubelet-serving.crt"),
+        "tlsPrivateKeyFile": str(pki / "kubelet-serving.key"),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki / "ca.crt")},
+        },
         "authorization": {"mode": "Webhook"},
         "containerRuntimeEndpoint": f"unix://{runtime_socket}",
-        "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False,
-        "clusterDNS": [address], "clusterDomain": CLUSTER_DOMAIN, "resolvConf": "",
-        "podLogsDir": str(state / "pod-logs"), "volumePluginDir": str(state / "volume-plugins"),
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "clusterDNS": [address],
+        "clusterDomain": CLUSTER_DOMAIN,
+        "resolvConf": "",
+        "podLogsDir": str(state / "pod-logs"),
+        "volumePluginDir": str(state / "volume-plugins"),
         # A scratch node on a shared machine: never evict or garbage-collect the locally built images.
-        "evictionHard": minimal_eviction, "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-        "serializeImagePulls": False, "rotateCertificates": False, "serverTLSBootstrap": False,
+        "evictionHard": minimal_eviction,
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+        "rotateCertificates": False,
+        "serverTLSBootstrap": False,
     }
 
 
 def kube_proxy_config(kubeconfig: Path, ports: NodePorts) -> dict[str, Any]:
     return {
-        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-        "mode": "iptables", "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "hostnameOverride": NODE_NAME, "clusterCIDR": CLUSTER_CIDR,
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": NODE_NAME,
+        "clusterCIDR": CLUSTER_CIDR,
         "healthzBindAddress": f"127.0.0.1:{ports.proxy_healthz}",
         "metricsBindAddress": f"127.0.0.1:{ports.proxy_metrics}",
         # Leave the host's conntrack sysctls alone.
@@ -348,21 +404,35 @@ def corefile(kubeconfig: Path, ports: NodePorts, address: str) -> str:
 
 
 COREDNS_RBAC = {
-    "apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "system:coredns"},
-         "rules": [{"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
-                    "verbs": ["list", "watch"]},
-                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                    "verbs": ["list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "system:coredns"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}]},
-    ]}
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "system:coredns"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["endpoints", "services", "pods", "namespaces"],
+                    "verbs": ["list", "watch"],
+                },
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "system:coredns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}],
+        },
+    ],
+}
 
 
 # --- the node --------------------------------------------------------------------------------------
+
 
 class Node:
     """One worker node for `plane`, all state under state_dir (sockets under /run/sluice/<id>).
@@ -370,8 +440,15 @@ class Node:
     The plane must advertise the node's address (ControlPlane(..., advertise_address=NODE_ADDRESS)).
     """
 
-    def __init__(self, plane: ControlPlane, state_dir: Path | None = None, *, address: str = NODE_ADDRESS,
-                 ports: NodePorts | None = None, archives: Iterable[Path] = ()) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        state_dir: Path | None = None,
+        *,
+        address: str = NODE_ADDRESS,
+        ports: NodePorts | None = None,
+        archives: Iterable[Path] = (),
+    ) -> None:
         self.plane = plane
         self.state_dir = (state_dir or plane.state_dir / "node").resolve()
         self.address = address
@@ -411,9 +488,11 @@ class Node:
 
     def start(self, timeout: float = 180.0) -> Node:
         if self.plane.advertise_address != self.address:
-            raise ProvisionError(f"the control plane in {self.plane.state_dir} advertises "
-                                 f"{self.plane.advertise_address or 'only loopback'}, not the node's {self.address}: "
-                                 f"start it with ControlPlane(..., advertise_address={self.address!r})")
+            raise ProvisionError(
+                f"the control plane in {self.plane.state_dir} advertises "
+                f"{self.plane.advertise_address or 'only loopback'}, not the node's {self.address}: "
+                f"start it with ControlPlane(..., advertise_address={self.address!r})"
+            )
         install_packages()
         check_host()
         binaries = node_binaries()
@@ -427,8 +506,12 @@ class Node:
                 self.import_image(archive)
             self._start_component("kube-scheduler", binaries, self._scheduler_healthy, timeout)
             self._start_component("kubelet", binaries, self._kubelet_healthy, timeout)
-            wait_until(self.ready, timeout=timeout, what=f"node {NODE_NAME} to become Ready",
-                       process=self._processes.started["kubelet"])
+            wait_until(
+                self.ready,
+                timeout=timeout,
+                what=f"node {NODE_NAME} to become Ready",
+                process=self._processes.started["kubelet"],
+            )
             self._start_component("kube-proxy", binaries, self._proxy_healthy, timeout)
             self.plane.kubectl("apply", "-f", "-", input=json.dumps(COREDNS_RBAC))
             self._start_component("coredns", binaries, self._coredns_ready, timeout)
@@ -457,8 +540,9 @@ class Node:
         remove_node_network(self.address)
         leftover = mounts_under(self.state_dir, self.runtime_dir, self.kubelet_dir)
         if leftover:
-            raise ProvisionError(f"could not unmount {leftover[0]} (and {len(leftover) - 1} more): "
-                                 f"left {self.state_dir} in place")
+            raise ProvisionError(
+                f"could not unmount {leftover[0]} (and {len(leftover) - 1} more): left {self.state_dir} in place"
+            )
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
         shutil.rmtree(self.kubelet_dir.parent, ignore_errors=True)  # pod volumes
         shutil.rmtree(self.state_dir / "containerd", ignore_errors=True)  # images, snapshots
@@ -494,14 +578,20 @@ class Node:
         present = set(self.ctr("images", "ls", "-q").stdout.split())
         missing = [name for name in archive_names(archive) if name not in present]
         if missing or not archive_names(archive):
-            raise ProvisionError(f"importing {archive} into containerd gave no image named "
-                                 f"{', '.join(missing) or '(the archive names none)'}")
+            raise ProvisionError(
+                f"importing {archive} into containerd gave no image named "
+                f"{', '.join(missing) or '(the archive names none)'}"
+            )
 
     def images(self) -> list[str]:
         """Image names as the kubelet sees them through CRI (what `crictl images` would list)."""
         node = json.loads(self.plane.kubectl("get", "node", NODE_NAME, "-o", "json").stdout)
-        return sorted(name for image in node["status"].get("images", []) for name in image.get("names", [])
-                      if not name.startswith("sha256:"))
+        return sorted(
+            name
+            for image in node["status"].get("images", [])
+            for name in image.get("names", [])
+            if not name.startswith("sha256:")
+        )
 
     # -- internals: start --
 
@@ -516,8 +606,9 @@ class Node:
             if owner is not None and owner != self.state_dir:
                 stale = Node(ControlPlane.attach(owner.parent) or ControlPlane(owner.parent), owner)
                 if stale.running():
-                    raise ProvisionError(f"another local node is running on this machine (state in {owner}): "
-                                         "stop it first")
+                    raise ProvisionError(
+                        f"another local node is running on this machine (state in {owner}): stop it first"
+                    )
                 stale.stop()
             OWNER_FILE.write_text(str(self.state_dir))
 
@@ -544,11 +635,19 @@ class Node:
         server = self.plane.server
         for name, _, _ in CLIENTS:
             self.kubeconfig(name).write_text(kubeconfig_text(server, pki, name))
-        (state / "containerd.toml").write_text(containerd_config(
-            state / "containerd", self.runtime_dir / "containerd", self.containerd_socket, state / "cni" / "net.d"))
+        (state / "containerd.toml").write_text(
+            containerd_config(
+                state / "containerd", self.runtime_dir / "containerd", self.containerd_socket, state / "cni" / "net.d"
+            )
+        )
         (state / "cni" / "net.d" / "10-sluice.conflist").write_text(_yaml(cni_config(state / "cni" / "ipam")))
-        (state / "kubelet.yaml").write_text(_yaml(kubelet_config(
-            pki=pki, ports=self.ports, runtime_socket=self.containerd_socket, state=state, address=self.address)))
+        (state / "kubelet.yaml").write_text(
+            _yaml(
+                kubelet_config(
+                    pki=pki, ports=self.ports, runtime_socket=self.containerd_socket, state=state, address=self.address
+                )
+            )
+        )
         (state / "kube-proxy.yaml").write_text(_yaml(kube_proxy_config(self.kubeconfig("kube-proxy"), self.ports)))
         (state / "Corefile").write_text(corefile(self.kubeconfig("coredns"), self.ports, self.address))
 
@@ -558,22 +657,35 @@ class Node:
             return [f"--config={state / 'containerd.toml'}", "--log-level=warn"]
         if name == "kube-scheduler":
             kubeconfig = self.kubeconfig("kube-scheduler")
-            return [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-                    f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
-                    "--bind-address=127.0.0.1", f"--secure-port={self.ports.scheduler}",
-                    f"--cert-dir={state / 'kube-scheduler'}", "--profiling=false"]
+            return [
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports.scheduler}",
+                f"--cert-dir={state / 'kube-scheduler'}",
+                "--profiling=false",
+            ]
         if name == "kubelet":
-            return [f"--config={state / 'kubelet.yaml'}", f"--kubeconfig={self.kubeconfig('kubelet')}",
-                    f"--root-dir={self.kubelet_dir}", f"--cert-dir={self.kubelet_dir / 'pki'}",
-                    f"--hostname-override={NODE_NAME}", f"--node-ip={self.address}", "--v=1"]
+            return [
+                f"--config={state / 'kubelet.yaml'}",
+                f"--kubeconfig={self.kubeconfig('kubelet')}",
+                f"--root-dir={self.kubelet_dir}",
+                f"--cert-dir={self.kubelet_dir / 'pki'}",
+                f"--hostname-override={NODE_NAME}",
+                f"--node-ip={self.address}",
+                "--v=1",
+            ]
         if name == "kube-proxy":
             return [f"--config={state / 'kube-proxy.yaml'}", "--v=1"]
         return ["-conf", str(state / "Corefile")]  # coredns
 
     def _start_containerd(self, timeout: float) -> None:
         binary = Path(require_tool("containerd", "apt-get install containerd"))
-        self._start_component("containerd", {"containerd": binary},
-                              lambda: self.ctr("version", check=False).returncode == 0, timeout)
+        self._start_component(
+            "containerd", {"containerd": binary}, lambda: self.ctr("version", check=False).returncode == 0, timeout
+        )
 
     def _start_component(self, name: str, binaries: dict[str, Path], healthy: Any, timeout: float) -> None:
         started = time.monotonic()
@@ -601,16 +713,27 @@ class Node:
         if self._processes.recorded_pid("kubelet") is None:
             return
         with contextlib.suppress(Exception):
-            self.plane.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force",
-                               "--wait=false", check=False)
+            self.plane.kubectl(
+                "delete",
+                "pods",
+                "--all",
+                "--all-namespaces",
+                "--grace-period=0",
+                "--force",
+                "--wait=false",
+                check=False,
+            )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self._running_tasks():
                 time.sleep(0.5)
 
     def _running_tasks(self) -> list[str]:
         result = self.ctr("tasks", "ls", check=False)
-        return [line.split()[0] for line in result.stdout.splitlines()[1:]
-                if line.split() and "RUNNING" in line] if result.returncode == 0 else []
+        return (
+            [line.split()[0] for line in result.stdout.splitlines()[1:] if line.split() and "RUNNING" in line]
+            if result.returncode == 0
+            else []
+        )
 
     def _kill_shims(self) -> None:
         """containerd-shim-runc-v2 processes (and their containers) started for this node's containerd."""
@@ -639,6 +762,7 @@ class Node:
 
 
 # --- machine-level helpers -------------------------------------------------------------------------
+
 
 def _pids() -> list[int]:
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
@@ -703,10 +827,8 @@ def remove_cgroups(name: str) -> None:
     if (root / name).is_dir():
         tops.append(root / name)
     for top in tops:
-        for directory in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: len(d.parts),
-                                reverse=True):
+        for directory in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
             with contextlib.suppress(OSError):
                 directory.rmdir()
         with contextlib.suppress(OSError):
             top.rmdir()
-

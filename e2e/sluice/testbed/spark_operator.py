@@ -39,12 +39,16 @@ def operator_wrapper_gomod(operator_gomod: str, version: str = f"v{SPARK_OPERATO
     replaces = replace_directives(operator_gomod)
     local = [line for line in replaces if line.split("=>")[1].strip().startswith((".", "/"))]
     if local:
-        raise ProvisionError(f"{SPARK_OPERATOR_MODULE}@{version} replaces {local[0]!r} with a local path, which a "
-                             "build from the module proxy cannot follow; pin a spark-operator version without it")
+        raise ProvisionError(
+            f"{SPARK_OPERATOR_MODULE}@{version} replaces {local[0]!r} with a local path, which a "
+            "build from the module proxy cannot follow; pin a spark-operator version without it"
+        )
     lines = "".join(f"\t{line}\n" for line in replaces)
     block = f"\nreplace (\n{lines})\n" if replaces else ""
-    return (f"module sluice.local/spark-operator-build\n\ngo {go_directive(operator_gomod)}\n\n"
-            f"require {SPARK_OPERATOR_MODULE} {version}\n{block}")
+    return (
+        f"module sluice.local/spark-operator-build\n\ngo {go_directive(operator_gomod)}\n\n"
+        f"require {SPARK_OPERATOR_MODULE} {version}\n{block}"
+    )
 
 
 def _build_spark_operator(out: Path, names: list[str]) -> None:
@@ -60,7 +64,21 @@ def _build_spark_operator(out: Path, names: list[str]) -> None:
     ldflags = ["-s", "-w", *xflags("k8s.io/component-base/version", stamp)]
     announce(f"building spark-operator {version} from source (once; a few minutes cold); log: {log}")
     # -mod=mod lets go complete go.mod/go.sum for the generated module from the proxy.
-    run([go_binary(), "build", "-mod=mod", "-trimpath", "-buildvcs=false", f"-ldflags={' '.join(ldflags)}",
-         "-o", out / SPARK_OPERATOR_BINARY, SPARK_OPERATOR_MAIN],
-        what=f"building spark-operator {version} with Go", hint="needs the Go module proxy (GOPROXY)", log=log,
-        cwd=workdir, env=go_env())
+    run(
+        [
+            go_binary(),
+            "build",
+            "-mod=mod",
+            "-trimpath",
+            "-buildvcs=false",
+            f"-ldflags={' '.join(ldflags)}",
+            "-o",
+            out / SPARK_OPERATOR_BINARY,
+            SPARK_OPERATOR_MAIN,
+        ],
+        what=f"building spark-operator {version} with Go",
+        hint="needs the Go module proxy (GOPROXY)",
+        log=log,
+        cwd=workdir,
+        env=go_env(),
+    )

@@ -42,24 +42,61 @@ class StandaloneCluster:
     def start(self, timeout: float = 180.0) -> StandaloneCluster:
         java_binary()  # a clear error when Java is missing or too old
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": self.host,
-               "SPARK_LOG_DIR": str(self.state_dir / "logs"), "SPARK_NO_DAEMONIZE": "1"}
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": self.host,
+            "SPARK_LOG_DIR": str(self.state_dir / "logs"),
+            "SPARK_NO_DAEMONIZE": "1",
+        }
         spark_class = str(spark_home() / "bin" / "spark-class")
-        master = ManagedProcess("spark-master", [
-            spark_class, "org.apache.spark.deploy.master.Master", "--host", self.host, "--port", str(self.port),
-            "--webui-port", str(self.master_ui_port)], self.state_dir / "master.log", env=env)
-        worker = ManagedProcess("spark-worker", [
-            spark_class, "org.apache.spark.deploy.worker.Worker", "--host", self.host,
-            "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-            "--webui-port", str(self.worker_ui_port), "--work-dir", str(self.state_dir / "work"),
-            self.master_url], self.state_dir / "worker.log", env=env)
+        master = ManagedProcess(
+            "spark-master",
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.master_ui_port),
+            ],
+            self.state_dir / "master.log",
+            env=env,
+        )
+        worker = ManagedProcess(
+            "spark-worker",
+            [
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                self.host,
+                "--cores",
+                str(self.worker_cores),
+                "--memory",
+                self.worker_memory,
+                "--webui-port",
+                str(self.worker_ui_port),
+                "--work-dir",
+                str(self.state_dir / "work"),
+                self.master_url,
+            ],
+            self.state_dir / "worker.log",
+            env=env,
+        )
         try:
             self.processes.append(master.start())
-            wait_until(lambda: self.master_state() is not None, timeout=timeout, what="the Spark master",
-                       process=master)
+            wait_until(
+                lambda: self.master_state() is not None, timeout=timeout, what="the Spark master", process=master
+            )
             self.processes.append(worker.start())
-            wait_until(lambda: len(self.alive_workers()) == 1, timeout=timeout,
-                       what="the Spark worker to register with the master", process=worker)
+            wait_until(
+                lambda: len(self.alive_workers()) == 1,
+                timeout=timeout,
+                what="the Spark worker to register with the master",
+                process=worker,
+            )
         except BaseException:
             self.stop()
             raise

@@ -23,11 +23,13 @@ def ensure_peering(name: str, namespaces: list[str]) -> None:
     try:
         if namespaces:
             for namespace in namespaces:
-                api.create_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings",
-                                                    {**body, "kind": "KopfPeering"})
+                api.create_namespaced_custom_object(
+                    "kopf.dev", "v1", namespace, "kopfpeerings", {**body, "kind": "KopfPeering"}
+                )
         else:
-            api.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings",
-                                             {**body, "kind": "ClusterKopfPeering"})
+            api.create_cluster_custom_object(
+                "kopf.dev", "v1", "clusterkopfpeerings", {**body, "kind": "ClusterKopfPeering"}
+            )
     except ApiException as exc:
         if exc.status != 409:  # 409: it exists already
             raise
@@ -36,18 +38,29 @@ def ensure_peering(name: str, namespaces: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sluice.operator")
     scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("--namespace", "-n", action="append", dest="namespaces",
-                       help="watch this namespace (repeatable); default: all namespaces")
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        dest="namespaces",
+        help="watch this namespace (repeatable); default: all namespaces",
+    )
     scope.add_argument("--all-namespaces", "-A", action="store_true")
-    parser.add_argument("--peering", help="kopf peering name for HA (several replicas, one active); "
-                                          "default: standalone")
+    parser.add_argument(
+        "--peering", help="kopf peering name for HA (several replicas, one active); default: standalone"
+    )
     parser.add_argument("--priority", type=int, default=None, help="peering priority (default: random)")
     parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics (0: off)")
     parser.add_argument("--liveness", default="http://0.0.0.0:8081/healthz", help="kopf liveness endpoint")
-    parser.add_argument("--webhook-port", type=int, default=0,
-                        help="serve the validating admission webhook over HTTPS on this port (0: off)")
-    parser.add_argument("--webhook-cert-dir", type=Path,
-                        help="the webhook's certificate: tls.crt and tls.key in this directory")
+    parser.add_argument(
+        "--webhook-port",
+        type=int,
+        default=0,
+        help="serve the validating admission webhook over HTTPS on this port (0: off)",
+    )
+    parser.add_argument(
+        "--webhook-cert-dir", type=Path, help="the webhook's certificate: tls.crt and tls.key in this directory"
+    )
     parser.add_argument("--webhook-address", default="0.0.0.0", help="the webhook's listening address")
     parser.add_argument("--log-format", choices=["json", "plain", "full"], default="json")
     parser.add_argument("--verbose", action="store_true")
@@ -61,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.webhook_port:
         from . import admission  # registers the admission handler: only with a server to answer for it
 
-        settings.admission.server = admission.webhook_server(args.webhook_port, args.webhook_cert_dir,
-                                                             args.webhook_address)
+        settings.admission.server = admission.webhook_server(
+            args.webhook_port, args.webhook_cert_dir, args.webhook_address
+        )
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     if args.peering:
         ensure_peering(args.peering, args.namespaces or [])

@@ -46,5 +46,6 @@ def refuse_invalid_app(body: kopf.Body, old: kopf.Body | None, operation: str | 
 def webhook_server(port: int, cert_dir: Path, addr: str = "0.0.0.0") -> kopf.WebhookServer:
     """HTTPS on addr:port with cert_dir/tls.crt and tls.key (a kubernetes.io/tls Secret's keys); kopf
     re-reads them when they change (cert-manager renewals)."""
-    return kopf.WebhookServer(addr=addr, port=port, certfile=str(cert_dir / "tls.crt"),
-                              pkeyfile=str(cert_dir / "tls.key"))
+    return kopf.WebhookServer(
+        addr=addr, port=port, certfile=str(cert_dir / "tls.crt"), pkeyfile=str(cert_dir / "tls.key")
+    )

@@ -18,8 +18,9 @@ from .model import StreamingAppSpec
 from .scaling import INSTANCES_ANNOTATION, SCALING_STATE_ANNOTATION, ScalingPlan
 
 
-def autoscale(spec: StreamingAppSpec, annotations: dict[str, str], driver: DriverStatus | None, now: float,
-              *, periodic: bool) -> ScalingPlan:
+def autoscale(
+    spec: StreamingAppSpec, annotations: dict[str, str], driver: DriverStatus | None, now: float, *, periodic: bool
+) -> ScalingPlan:
     policy = Policy.from_spec(spec.autoscaling)
     bounds = spec.executors
     state = AutoscalerState.from_json(annotations.get(SCALING_STATE_ANNOTATION))
@@ -38,10 +39,15 @@ def autoscale(spec: StreamingAppSpec, annotations: dict[str, str], driver: Drive
         current = current_executors(state, bounds)
         target = min(max(bounds.instances, bounds.min), bounds.max)
         if target != current:
-            nudge = Decision(now, current, target, "up" if target > current else "down",
-                             f"{current} → {target}: kubectl scale set spec.executors.instances to "
-                             f"{bounds.instances}, a new starting point for the autoscaler",
-                             spec_key=spec_key(policy, bounds))
+            nudge = Decision(
+                now,
+                current,
+                target,
+                "up" if target > current else "down",
+                f"{current} → {target}: kubectl scale set spec.executors.instances to "
+                f"{bounds.instances}, a new starting point for the autoscaler",
+                spec_key=spec_key(policy, bounds),
+            )
             state = record(state, nudge, policy)
             events.append(("Normal", "Scaled", nudge.reason))
             kinds.append("manual")
@@ -66,7 +72,12 @@ def _due(state: AutoscalerState, driver: DriverStatus, policy: Policy) -> bool:
 def _status(desired: int, state: AutoscalerState, decision: Decision | None) -> dict:
     if decision is None:
         last = state.last_decision
-        decision = Decision(last.time if last else 0.0, desired, desired, "hold",
-                            last.reason if last and last.kind == "hold" else f"hold at {desired}")
+        decision = Decision(
+            last.time if last else 0.0,
+            desired,
+            desired,
+            "hold",
+            last.reason if last and last.kind == "hold" else f"hold at {desired}",
+        )
     autoscaler = autoscaler_status(state, decision).model_dump(mode="json", by_alias=True)
     return {"desiredExecutors": desired, "scaling": "autoscaler", "autoscaler": autoscaler}

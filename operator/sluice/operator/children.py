@@ -49,11 +49,16 @@ def revision(spec: StreamingAppSpec) -> str:
     """Identifies what the driver runs: the pipeline, its Kafka, its checkpoint and the image, as the user
     wrote them. Fields left at their defaults are not hashed, so an operator release that adds a defaulted
     field does not make a new revision (and restart every app)."""
+
     def written(model: Any) -> Any:
         return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
-    identity = {"pipeline": written(spec.pipeline), "kafka": written(spec.kafka),
-                "checkpoint": written(spec.checkpoint), "image": spec.spark.image}
+    identity = {
+        "pipeline": written(spec.pipeline),
+        "kafka": written(spec.kafka),
+        "checkpoint": written(spec.checkpoint),
+        "image": spec.spark.image,
+    }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -77,20 +82,29 @@ def checkpoint_claim_name(app: str, spec: StreamingAppSpec) -> str | None:
     return None if spec.checkpoint.is_hadoop_uri() else f"{app}-checkpoints"
 
 
-def checkpoint_claim(app: str, namespace: str, spec: StreamingAppSpec, defaults: ClaimDefaults
-                     ) -> dict[str, Any] | None:
+def checkpoint_claim(
+    app: str, namespace: str, spec: StreamingAppSpec, defaults: ClaimDefaults
+) -> dict[str, Any] | None:
     """The claim the operator creates (None when the app names its own or checkpoints to a Hadoop URI)."""
     if spec.checkpoint.volumeClaim or spec.checkpoint.is_hadoop_uri():
         return None
-    claim_spec: dict[str, Any] = {"accessModes": [defaults.access_mode],
-                                  "resources": {"requests": {"storage": spec.checkpoint.size or defaults.size}}}
+    claim_spec: dict[str, Any] = {
+        "accessModes": [defaults.access_mode],
+        "resources": {"requests": {"storage": spec.checkpoint.size or defaults.size}},
+    }
     storage_class = spec.checkpoint.storageClassName or defaults.storage_class
     if storage_class:
         claim_spec["storageClassName"] = storage_class
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": checkpoint_claim_name(app, spec), "namespace": namespace,
-                         "labels": labels(app, "checkpoints")},
-            "spec": claim_spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": checkpoint_claim_name(app, spec),
+            "namespace": namespace,
+            "labels": labels(app, "checkpoints"),
+        },
+        "spec": claim_spec,
+    }
 
 
 def owned_by_app(child: dict[str, Any], spec: StreamingAppSpec) -> bool:
@@ -104,46 +118,72 @@ def checkpoint_root(app: str, spec: StreamingAppSpec) -> str:
 
 def runner_config(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> RunnerConfig:
     """The one thing the driver is given: this revision of the app, with the Kafka address resolved."""
-    return RunnerConfig(app=app, namespace=namespace, revision=revision(spec), kafkaBootstrap=bootstrap,
-                        pipeline=spec.pipeline, checkpointRoot=checkpoint_root(app, spec), controlPort=CONTROL_PORT,
-                        controlTokenFile=f"{CONTROL_TOKEN_MOUNT}/{CONTROL_TOKEN_KEY}")
+    return RunnerConfig(
+        app=app,
+        namespace=namespace,
+        revision=revision(spec),
+        kafkaBootstrap=bootstrap,
+        pipeline=spec.pipeline,
+        checkpointRoot=checkpoint_root(app, spec),
+        controlPort=CONTROL_PORT,
+        controlTokenFile=f"{CONTROL_TOKEN_MOUNT}/{CONTROL_TOKEN_KEY}",
+    )
 
 
 def pipeline_configmap(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
     rev = revision(spec)
     config = runner_config(app, namespace, spec, bootstrap)
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": configmap_name(app, rev), "namespace": namespace,
-                     "labels": {**labels(app, "pipeline"), REVISION_LABEL: rev}},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": configmap_name(app, rev),
+            "namespace": namespace,
+            "labels": {**labels(app, "pipeline"), REVISION_LABEL: rev},
+        },
         "data": {RUNNER_CONFIG_FILE: config.model_dump_json(by_alias=True, exclude_none=True, indent=2)},
     }
 
 
 def control_secret(app: str, namespace: str, token: str) -> dict[str, Any]:
     """The bearer token the driver's control API wants for writes; the operator reads it to call the API."""
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": control_secret_name(app), "namespace": namespace, "labels": labels(app, "control")},
-            "stringData": {CONTROL_TOKEN_KEY: token}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": control_secret_name(app), "namespace": namespace, "labels": labels(app, "control")},
+        "stringData": {CONTROL_TOKEN_KEY: token},
+    }
 
 
 def network_policies(app: str, namespace: str) -> list[dict[str, Any]]:
     """The driver admits its control port only from driver clients (the operator) and anything from its own
     executors (Spark's RPC and block manager); executors admit only their driver and each other (what Spark
     4.2's own executor policy does, made here because spark-operator may not create it)."""
+
     def peers(*roles: str) -> list[dict[str, Any]]:
         return [{"podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": role}}} for role in roles]
 
     def policy(role: str, ingress: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                "metadata": {"name": f"{app}-{role}", "namespace": namespace, "labels": labels(app, role)},
-                "spec": {"podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": role}},
-                         "policyTypes": ["Ingress"], "ingress": ingress}}
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": f"{app}-{role}", "namespace": namespace, "labels": labels(app, role)},
+            "spec": {
+                "podSelector": {"matchLabels": {APP_LABEL: app, "spark-role": role}},
+                "policyTypes": ["Ingress"],
+                "ingress": ingress,
+            },
+        }
 
-    clients = {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {DRIVER_CLIENT_LABEL: "true"}}}],
-               "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]}
-    return [policy("driver", [{"from": peers("executor")}, clients]),
-            policy("executor", [{"from": peers("driver", "executor")}])]
+    clients = {
+        "from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {DRIVER_CLIENT_LABEL: "true"}}}],
+        "ports": [{"protocol": "TCP", "port": CONTROL_PORT}],
+    }
+    return [
+        policy("driver", [{"from": peers("executor")}, clients]),
+        policy("executor", [{"from": peers("driver", "executor")}]),
+    ]
 
 
 def _pod_spec(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
@@ -197,18 +237,21 @@ def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
     """sluice's defaults under the app's own sparkConf. Shuffle (state) partitions are fixed at an app's
     first batch, so they default to the scaling ceiling: every executor the app may get has tasks to run."""
     ceiling = max(spec.executors.max * spec.spark.executor.cores, 1)
-    defaults = {"spark.sql.streaming.metricsEnabled": "true",
-                "spark.sql.shuffle.partitions": str(ceiling),
-                # Executors change through the control API (live), never through Spark's own policy.
-                "spark.dynamicAllocation.enabled": "false",
-                # Spark 4.2 creates an executor NetworkPolicy at submission, which needs RBAC spark-operator
-                # does not hold; the operator makes the same policy itself (network_policies).
-                "spark.kubernetes.driver.pod.excludedFeatureSteps": SPARK_NETWORK_POLICY_STEP}
+    defaults = {
+        "spark.sql.streaming.metricsEnabled": "true",
+        "spark.sql.shuffle.partitions": str(ceiling),
+        # Executors change through the control API (live), never through Spark's own policy.
+        "spark.dynamicAllocation.enabled": "false",
+        # Spark 4.2 creates an executor NetworkPolicy at submission, which needs RBAC spark-operator
+        # does not hold; the operator makes the same policy itself (network_policies).
+        "spark.kubernetes.driver.pod.excludedFeatureSteps": SPARK_NETWORK_POLICY_STEP,
+    }
     return {**defaults, **spec.spark.sparkConf}
 
 
-def spark_application(app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None
-                      ) -> dict[str, Any]:
+def spark_application(
+    app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None
+) -> dict[str, Any]:
     """`submitted_executors`: the count the running SparkApplication was submitted with. spark-operator
     resubmits on any spec change, so the count is never edited to scale; the live count goes through the
     driver's control API instead."""
@@ -219,10 +262,14 @@ def spark_application(app: str, namespace: str, spec: StreamingAppSpec, submitte
     executor = {**_pod_spec(app, spec, "executor"), "instances": instances}
     executor.pop("serviceAccount")
     body: dict[str, Any] = {
-        "apiVersion": SPARK_APPLICATION_API, "kind": "SparkApplication",
-        "metadata": {"name": app, "namespace": namespace,
-                     "labels": {**labels(app, "driver"), REVISION_LABEL: rev},
-                     "annotations": {SUBMITTED_EXECUTORS_ANNOTATION: str(instances)}},
+        "apiVersion": SPARK_APPLICATION_API,
+        "kind": "SparkApplication",
+        "metadata": {
+            "name": app,
+            "namespace": namespace,
+            "labels": {**labels(app, "driver"), REVISION_LABEL: rev},
+            "annotations": {SUBMITTED_EXECUTORS_ANNOTATION: str(instances)},
+        },
         "spec": {
             "type": "Python",
             "pythonVersion": "3",
@@ -234,8 +281,7 @@ def spark_application(app: str, namespace: str, spec: StreamingAppSpec, submitte
             "arguments": [f"{PIPELINE_MOUNT}/{RUNNER_CONFIG_FILE}"],
             "sparkConf": spark_conf(spec),
             # A streaming driver should always come back, with back-off between attempts.
-            "restartPolicy": {"type": "Always", "onFailureRetryInterval": 10,
-                              "onSubmissionFailureRetryInterval": 20},
+            "restartPolicy": {"type": "Always", "onFailureRetryInterval": 10, "onSubmissionFailureRetryInterval": 20},
             "driver": driver,
             "executor": executor,
         },
@@ -244,42 +290,63 @@ def spark_application(app: str, namespace: str, spec: StreamingAppSpec, submitte
 
 
 def service_account(app: str, namespace: str, spec: StreamingAppSpec) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": service_account_name(app, spec), "namespace": namespace,
-                         "labels": labels(app, "driver")}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": service_account_name(app, spec), "namespace": namespace, "labels": labels(app, "driver")},
+    }
 
 
 # Exactly what a Spark driver needs to run its executors (Spark on Kubernetes' documented RBAC).
 DRIVER_RULES = [
-    {"apiGroups": [""], "resources": ["pods"],
-     "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"],
+    },
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "watch", "delete"]},
-    {"apiGroups": [""], "resources": ["configmaps"],
-     "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
-    {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
-     "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims"],
+        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
+    },
 ]
 
 
 def driver_role(app: str, namespace: str) -> dict[str, Any]:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": f"{app}-spark", "namespace": namespace, "labels": labels(app, "driver")},
-            "rules": DRIVER_RULES}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": f"{app}-spark", "namespace": namespace, "labels": labels(app, "driver")},
+        "rules": DRIVER_RULES,
+    }
 
 
 def driver_role_binding(app: str, namespace: str, spec: StreamingAppSpec) -> dict[str, Any]:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": f"{app}-spark", "namespace": namespace, "labels": labels(app, "driver")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{app}-spark"},
-            "subjects": [{"kind": "ServiceAccount", "name": service_account_name(app, spec),
-                          "namespace": namespace}]}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": f"{app}-spark", "namespace": namespace, "labels": labels(app, "driver")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{app}-spark"},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account_name(app, spec), "namespace": namespace}],
+    }
 
 
 def driver_service(app: str, namespace: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": f"{app}-driver", "namespace": namespace, "labels": labels(app, "driver")},
-            "spec": {"selector": {APP_LABEL: app, "app.kubernetes.io/component": "driver", "spark-role": "driver"},
-                     "ports": [{"name": "metrics", "port": CONTROL_PORT, "targetPort": CONTROL_PORT}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": f"{app}-driver", "namespace": namespace, "labels": labels(app, "driver")},
+        "spec": {
+            "selector": {APP_LABEL: app, "app.kubernetes.io/component": "driver", "spark-role": "driver"},
+            "ports": [{"name": "metrics", "port": CONTROL_PORT, "targetPort": CONTROL_PORT}],
+        },
+    }
 
 
 def kafka_topic_name(topic: str) -> str:
@@ -291,21 +358,41 @@ def kafka_topic_name(topic: str) -> str:
 
 
 def kafka_topic(app: str, namespace: str, topic: TopicSpec, cluster: str) -> dict[str, Any]:
-    return {"apiVersion": KAFKA_TOPIC_API, "kind": "KafkaTopic",
-            "metadata": {"name": kafka_topic_name(topic.name), "namespace": namespace,
-                         "labels": {**labels(app, "topic"), "strimzi.io/cluster": cluster}},
-            "spec": {"topicName": topic.name, "partitions": topic.partitions, "replicas": topic.replicas,
-                     "config": dict(topic.config)}}
+    return {
+        "apiVersion": KAFKA_TOPIC_API,
+        "kind": "KafkaTopic",
+        "metadata": {
+            "name": kafka_topic_name(topic.name),
+            "namespace": namespace,
+            "labels": {**labels(app, "topic"), "strimzi.io/cluster": cluster},
+        },
+        "spec": {
+            "topicName": topic.name,
+            "partitions": topic.partitions,
+            "replicas": topic.replicas,
+            "config": dict(topic.config),
+        },
+    }
 
 
-def children(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str,
-             submitted_executors: int | None = None, claims: ClaimDefaults | None = None) -> list[dict[str, Any]]:
+def children(
+    app: str,
+    namespace: str,
+    spec: StreamingAppSpec,
+    bootstrap: str,
+    submitted_executors: int | None = None,
+    claims: ClaimDefaults | None = None,
+) -> list[dict[str, Any]]:
     """Every child the app should have now (topics are handled on their own: they outlive the driver; the
     control Secret too: its token is made once, not on every pass)."""
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
-    out += [driver_role(app, namespace), driver_role_binding(app, namespace, spec),
-            pipeline_configmap(app, namespace, spec, bootstrap), driver_service(app, namespace),
-            *network_policies(app, namespace)]
+    out += [
+        driver_role(app, namespace),
+        driver_role_binding(app, namespace, spec),
+        pipeline_configmap(app, namespace, spec, bootstrap),
+        driver_service(app, namespace),
+        *network_policies(app, namespace),
+    ]
     claim = checkpoint_claim(app, namespace, spec, claims or ClaimDefaults())
     if claim is not None and (claims or ClaimDefaults()).create:
         out.append(claim)

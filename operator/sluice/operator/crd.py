@@ -18,8 +18,19 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_FILE = REPO_ROOT / "crds" / "sluice.dev_streamingapps.yaml"
 
 # JSON-schema keywords that carry over to a Kubernetes structural schema as they are.
-_COPIED = ("description", "pattern", "minLength", "maxLength", "minimum", "maximum", "minItems", "maxItems",
-           "enum", "format", "x-kubernetes-validations")
+_COPIED = (
+    "description",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "minItems",
+    "maxItems",
+    "enum",
+    "format",
+    "x-kubernetes-validations",
+)
 
 
 class UnsupportedSchema(ValueError):
@@ -102,30 +113,42 @@ def crd() -> dict[str, Any]:
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR, "shortNames": SHORT_NAMES,
-                      "listKind": f"{KIND}List", "categories": ["sluice"]},
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": spec_schema,
-                        "status": status_schema,
+            "names": {
+                "kind": KIND,
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "listKind": f"{KIND}List",
+                "categories": ["sluice"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
                     },
-                }},
-                "subresources": {
-                    "status": {},
-                    "scale": {"specReplicasPath": ".spec.executors.instances",
-                              "statusReplicasPath": ".status.executors"},
-                },
-                "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p} for n, t, p in columns],
-            }],
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.executors.instances",
+                            "statusReplicasPath": ".status.executors",
+                        },
+                    },
+                    "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p} for n, t, p in columns],
+                }
+            ],
         },
     }
 

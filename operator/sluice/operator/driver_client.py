@@ -35,8 +35,12 @@ class DriverClient:
 
     def set_executors(self, address: str, token: str, target: int) -> ExecutorsResponse:
         body = ExecutorsRequest(target=target).model_dump_json()
-        text = self._call("PUT", f"{address}/v1/executors", content=body,
-                          headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        text = self._call(
+            "PUT",
+            f"{address}/v1/executors",
+            content=body,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         return ExecutorsResponse.model_validate_json(text)
 
     def _call(self, method: str, url: str, **kwargs: object) -> str:

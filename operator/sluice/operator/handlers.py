@@ -25,10 +25,15 @@ from .settings import SETTINGS
 RESOURCE = (GROUP, VERSION, PLURAL)
 RESYNC_SECONDS = SETTINGS.resync_seconds
 TICK_SECONDS = SETTINGS.tick_seconds
-CHILD_KINDS = [("", "v1", "configmaps"), ("", "v1", "services"), ("", "v1", "serviceaccounts"),
-               ("rbac.authorization.k8s.io", "v1", "roles"), ("rbac.authorization.k8s.io", "v1", "rolebindings"),
-               ("networking.k8s.io", "v1", "networkpolicies"),
-               ("sparkoperator.k8s.io", "v1beta2", "sparkapplications")]
+CHILD_KINDS = [
+    ("", "v1", "configmaps"),
+    ("", "v1", "services"),
+    ("", "v1", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "v1", "roles"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
+    ("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
+]
 _phases: dict[str, str] = {}  # app -> phase, for the apps-by-phase gauge
 
 
@@ -37,7 +42,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.persistence.finalizer = "sluice.dev/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="sluice.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="sluice.dev", key="last-handled-configuration")
+        prefix="sluice.dev", key="last-handled-configuration"
+    )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.execution.max_workers = SETTINGS.workers
@@ -71,8 +77,7 @@ def _apply(outcome: Outcome, patch: kopf.Patch) -> None:
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 @kopf.on.resume(*RESOURCE)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, reason: str,
-              **_: Any) -> None:
+def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, reason: str, **_: Any) -> None:
     trigger = str(reason)
     with metrics.RECONCILE_SECONDS.labels(trigger).time():
         try:
@@ -140,9 +145,15 @@ def _child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: An
         with metrics.RECONCILE_SECONDS.labels("child").time():
             outcome = memo.reconciler.reconcile_by_name(meta["namespace"], app)
         if outcome is not None:
-            _record("child", outcome, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamingApp",
-                                       "metadata": {"namespace": meta["namespace"], "name": app,
-                                                    "uid": _owner_uid(meta, app)}})
+            _record(
+                "child",
+                outcome,
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "StreamingApp",
+                    "metadata": {"namespace": meta["namespace"], "name": app, "uid": _owner_uid(meta, app)},
+                },
+            )
 
 
 def _owner_uid(meta: dict[str, Any], app: str) -> str | None:
@@ -150,8 +161,9 @@ def _owner_uid(meta: dict[str, Any], app: str) -> str | None:
 
 
 for _group, _version, _plural in CHILD_KINDS:
-    kopf.on.event(_group, _version, _plural, id=f"child-{_plural}",
-                  labels={"app.kubernetes.io/managed-by": MANAGED_BY})(_child_event)
+    kopf.on.event(
+        _group, _version, _plural, id=f"child-{_plural}", labels={"app.kubernetes.io/managed-by": MANAGED_BY}
+    )(_child_event)
 
 
 def _deletes_topics(spec: kopf.Spec, **_: Any) -> bool:

@@ -69,7 +69,8 @@ class StreamingAppStatus(Strict):
     executors: int | None = Field(None, description="Live executors the driver reports.")
     desiredExecutors: int | None = Field(None, description="Executors the operator asks the driver for.")
     scaling: Literal["manual", "autoscaler"] | None = Field(
-        None, description="Who sets the live count: kubectl scale (manual) or the autoscaler.")
+        None, description="Who sets the live count: kubectl scale (manual) or the autoscaler."
+    )
     lag: int | None = Field(None, description="Kafka records behind latest, each source topic counted once.")
     inputRate: str | None = Field(None, description="Input rows per second.")
     observedAt: str | None = Field(None, description="When lag, inputRate and executors were read from the driver.")

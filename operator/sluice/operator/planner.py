@@ -57,9 +57,12 @@ def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults) -> Problem
     """A checkpoint that would vanish with the driver pod is refused, never used."""
     if spec.checkpoint.volumeClaim or spec.checkpoint.is_hadoop_uri() or claims.create:
         return None
-    return Problem("spec.checkpoint", f"location {spec.checkpoint.location!r} is a path in the driver pod and this "
-                   "operator creates no checkpoint claims (chart checkpoints.createClaims=false): set "
-                   "checkpoint.volumeClaim, or a Hadoop URI location (s3a://, hdfs://…)")
+    return Problem(
+        "spec.checkpoint",
+        f"location {spec.checkpoint.location!r} is a path in the driver pod and this "
+        "operator creates no checkpoint claims (chart checkpoints.createClaims=false): set "
+        "checkpoint.volumeClaim, or a Hadoop URI location (s3a://, hdfs://…)",
+    )
 
 
 def admissible_spec(raw: dict[str, Any], claims: ClaimDefaults) -> StreamingAppSpec | Invalid:
@@ -71,20 +74,33 @@ def admissible_spec(raw: dict[str, Any], claims: ClaimDefaults) -> StreamingAppS
     return Invalid([problem]) if problem else parsed
 
 
-def desired_state(app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None,
-                  claims: ClaimDefaults | None = None) -> DesiredState:
+def desired_state(
+    app: str,
+    namespace: str,
+    spec: StreamingAppSpec,
+    submitted_executors: int | None = None,
+    claims: ClaimDefaults | None = None,
+) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children)."""
     bootstrap = bootstrap_for(spec, namespace)
     by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
     for topic in spec.topics:
         by_mode[spec.topic_management(topic)].append(topic)
     cluster = spec.kafka.strimziCluster
-    strimzi = [ch.kafka_topic(app, cluster.namespace or namespace if cluster else namespace, t,
-                              cluster.name if cluster else "")
-               for t in by_mode["strimzi"]]
-    return DesiredState(spec, bootstrap, ch.revision(spec),
-                        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims), by_mode["admin"],
-                        strimzi)
+    strimzi = [
+        ch.kafka_topic(
+            app, cluster.namespace or namespace if cluster else namespace, t, cluster.name if cluster else ""
+        )
+        for t in by_mode["strimzi"]
+    ]
+    return DesiredState(
+        spec,
+        bootstrap,
+        ch.revision(spec),
+        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims),
+        by_mode["admin"],
+        strimzi,
+    )
 
 
 # ------------------------------------------------------------------------------------- status
@@ -143,10 +159,13 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
         running = cond("Running", False, "NotSubmitted")
     else:
         submitted = cond("DriverSubmitted", True, "Submitted")
-        running = cond("Running", state == "RUNNING" if state else None, state.title().replace("_", "") or "Pending",
-                       obs.spark_error or "")
-    return [cond("Valid", True, "Valid"), cond("TopicsReady", topics_ok, reason, topics_message), submitted,
-            running]
+        running = cond(
+            "Running",
+            state == "RUNNING" if state else None,
+            state.title().replace("_", "") or "Pending",
+            obs.spark_error or "",
+        )
+    return [cond("Valid", True, "Valid"), cond("TopicsReady", topics_ok, reason, topics_message), submitted, running]
 
 
 def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, str]], now: str) -> list[dict[str, Any]]:
@@ -167,25 +186,46 @@ def driver_figures(driver: DriverStatus) -> dict[str, Any]:
     for query in driver.queries:
         key = tuple(sorted(query.topics)) or (query.name,)
         rate_by_topics[key] = max(rate_by_topics.get(key, 0.0), query.inputRowsPerSecond or 0.0)
-    return {"executors": len(driver.executors), "lag": driver.backlog,
-            "inputRate": f"{sum(rate_by_topics.values()):.1f}/s", "observedAt": driver.observedAt}
+    return {
+        "executors": len(driver.executors),
+        "lag": driver.backlog,
+        "inputRate": f"{sum(rate_by_topics.values()):.1f}/s",
+        "observedAt": driver.observedAt,
+    }
 
 
-def status_for(obs: Observation, *, generation: int | None, revision: str | None, children: list[dict[str, Any]],
-               old_status: dict[str, Any], now: str, scaling: dict[str, Any] | None = None) -> dict[str, Any]:
+def status_for(
+    obs: Observation,
+    *,
+    generation: int | None,
+    revision: str | None,
+    children: list[dict[str, Any]],
+    old_status: dict[str, Any],
+    now: str,
+    scaling: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
     `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step."""
     status: dict[str, Any] = {
         "phase": phase_of(obs),
         "observedGeneration": generation,
         "conditions": merge_conditions(old_status.get("conditions", []), conditions_for(obs), now),
-        "children": [{"apiVersion": c["apiVersion"], "kind": c["kind"], "name": c["metadata"]["name"]}
-                     for c in children],
-        "message": (obs.valid.message[:4000] if obs.valid else obs.apply_error or obs.topics_error
-                    or "; ".join(obs.topics_refused.values()) or None),
+        "children": [
+            {"apiVersion": c["apiVersion"], "kind": c["kind"], "name": c["metadata"]["name"]} for c in children
+        ],
+        "message": (
+            obs.valid.message[:4000]
+            if obs.valid
+            else obs.apply_error or obs.topics_error or "; ".join(obs.topics_refused.values()) or None
+        ),
         "revision": revision,
-        "executors": None, "lag": None, "inputRate": None, "observedAt": None,
-        "desiredExecutors": None, "scaling": None, "autoscaler": None,
+        "executors": None,
+        "lag": None,
+        "inputRate": None,
+        "observedAt": None,
+        "desiredExecutors": None,
+        "scaling": None,
+        "autoscaler": None,
     }
     if obs.valid is not None:
         status["revision"] = old_status.get("revision")  # what runs keeps running

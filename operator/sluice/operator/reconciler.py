@@ -74,8 +74,12 @@ def submitted_executors(spark_app: dict[str, Any] | None, spec: Any) -> int | No
 
 
 class Reconciler:
-    def __init__(self, api: client.ApiClient | None = None, driver_client: DriverClient | None = None,
-                 settings: Settings = SETTINGS) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient | None = None,
+        driver_client: DriverClient | None = None,
+        settings: Settings = SETTINGS,
+    ) -> None:
         self.settings = settings
         self.api = api or api_client()
         self.dynamic = DynamicClient(self.api)
@@ -91,8 +95,13 @@ class Reconciler:
     def apply(self, body: dict[str, Any]) -> dict[str, Any]:
         resource = self._resource(body["apiVersion"], body["kind"])
         meta = body["metadata"]
-        return resource.server_side_apply(body=body, name=meta["name"], namespace=meta.get("namespace"),
-                                          field_manager=FIELD_MANAGER, force_conflicts=True).to_dict()
+        return resource.server_side_apply(
+            body=body,
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        ).to_dict()
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -120,15 +129,18 @@ class Reconciler:
         if any(annotations.get(key) != value for key, value in outcome.annotations.items()):
             patch["metadata"] = {"annotations": outcome.annotations}
         if "status" in patch:
-            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
-                                                              {"status": outcome.status})
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": outcome.status}
+            )
         if "metadata" in patch:
-            self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                       {"metadata": patch["metadata"]})
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"metadata": patch["metadata"]}
+            )
         return outcome
 
-    def reconcile(self, body: dict[str, Any], *, full: bool = True, periodic: bool = False,
-                  clock: float | None = None) -> Outcome:
+    def reconcile(
+        self, body: dict[str, Any], *, full: bool = True, periodic: bool = False, clock: float | None = None
+    ) -> Outcome:
         """One pass. `full`: also apply topics and children (events and the resync); without it only the
         driver is observed and scaled. `periodic`: the tick, which also runs the autoscaler."""
         meta, namespace, app = body["metadata"], body["metadata"]["namespace"], body["metadata"]["name"]
@@ -138,11 +150,24 @@ class Reconciler:
         parsed = admissible_spec(body.get("spec") or {}, self.settings.checkpoints)
         if isinstance(parsed, Invalid):
             # Nothing is created or changed for an invalid spec: what runs keeps running.
-            return Outcome(status_for(Observation(valid=parsed), generation=meta.get("generation"),
-                                      revision=None, children=[], old_status=old_status, now=now))
+            return Outcome(
+                status_for(
+                    Observation(valid=parsed),
+                    generation=meta.get("generation"),
+                    revision=None,
+                    children=[],
+                    old_status=old_status,
+                    now=now,
+                )
+            )
         spark_app = None if parsed.suspend else self._spark_application(namespace, app)
-        desired = desired_state(app, namespace, parsed, submitted_executors=submitted_executors(spark_app, parsed),
-                                claims=self.settings.checkpoints)
+        desired = desired_state(
+            app,
+            namespace,
+            parsed,
+            submitted_executors=submitted_executors(spark_app, parsed),
+            claims=self.settings.checkpoints,
+        )
         obs = Observation(suspended=parsed.suspend)
         if full:
             self._ensure_topics(body, desired, obs)
@@ -155,8 +180,15 @@ class Reconciler:
         self._observe(spark_app, namespace, app, obs)
         plan = plan_scaling(parsed, meta.get("annotations") or {}, obs.driver, clock, periodic=periodic)
         events = self._realize(namespace, app, obs, plan)
-        status = status_for(obs, generation=meta.get("generation"), revision=desired.revision,
-                            children=desired.children, old_status=old_status, now=now, scaling=plan.status)
+        status = status_for(
+            obs,
+            generation=meta.get("generation"),
+            revision=desired.revision,
+            children=desired.children,
+            old_status=old_status,
+            now=now,
+            scaling=plan.status,
+        )
         return Outcome(status, plan.annotations, [*plan.events, *events], plan.kinds)
 
     @staticmethod
@@ -185,15 +217,17 @@ class Reconciler:
         except Exception as exc:  # Kafka unreachable, auth, ...: reported, retried on the next pass
             obs.topics_error = f"Kafka admin: {exc}"
 
-    def _ensure_kafka_topic(self, owner: dict[str, Any], desired: DesiredState, topic: dict[str, Any],
-                            obs: Observation) -> None:
+    def _ensure_kafka_topic(
+        self, owner: dict[str, Any], desired: DesiredState, topic: dict[str, Any], obs: Observation
+    ) -> None:
         meta = topic["metadata"]
         current = self.get(topic["apiVersion"], topic["kind"], meta["namespace"], meta["name"])
         have = ((current or {}).get("spec") or {}).get("partitions")
         if have and have > topic["spec"]["partitions"]:
             obs.topics_refused[topic["spec"]["topicName"]] = (
                 f"topic {topic['spec']['topicName']} has {have} partitions; shrinking to "
-                f"{topic['spec']['partitions']} is not possible in Kafka")
+                f"{topic['spec']['partitions']} is not possible in Kafka"
+            )
             topic = {**topic, "spec": {**topic["spec"], "partitions": have}}
         spec_topic = next(t for t in desired.spec.topics if t.name == topic["spec"]["topicName"])
         if spec_topic.deletionPolicy == "delete" and meta["namespace"] == owner["metadata"]["namespace"]:
@@ -232,7 +266,8 @@ class Reconciler:
         owners = meta.get("ownerReferences") or []
         if (current["metadata"].get("ownerReferences") or []) != owners:
             self.core.patch_namespaced_persistent_volume_claim(
-                meta["name"], meta["namespace"], {"metadata": {"ownerReferences": owners or None}})
+                meta["name"], meta["namespace"], {"metadata": {"ownerReferences": owners or None}}
+            )
 
     def _prune_pipeline_configmaps(self, namespace: str, app: str, revision: str) -> None:
         selector = f"{ch.APP_LABEL}={app},app.kubernetes.io/component=pipeline"
@@ -312,8 +347,11 @@ class Reconciler:
         log.info("%s/%s: executors %s -> %s", namespace, app, answer.previous, answer.target)
         if plan.events or answer.previous == answer.target:
             return []  # the decision's own event says why
-        why = ("the driver started without a target: the desired count is re-asserted"
-               if obs.driver.executorTarget is None else f"spec.executors.instances is {answer.target}")
+        why = (
+            "the driver started without a target: the desired count is re-asserted"
+            if obs.driver.executorTarget is None
+            else f"spec.executors.instances is {answer.target}"
+        )
         return [("Normal", "Scaled", f"{answer.previous} → {answer.target}: {why}")]
 
     # ---------------------------------------------------------------------------- deletion

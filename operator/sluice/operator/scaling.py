@@ -39,14 +39,22 @@ def needs_executor_request(driver: DriverStatus, desired: int) -> bool:
     return driver.executorTarget != desired or len(driver.executors) > desired
 
 
-def plan_scaling(spec: StreamingAppSpec, annotations: dict[str, str], driver: DriverStatus | None, now: float,
-                 *, periodic: bool = False) -> ScalingPlan:
+def plan_scaling(
+    spec: StreamingAppSpec,
+    annotations: dict[str, str],
+    driver: DriverStatus | None,
+    now: float,
+    *,
+    periodic: bool = False,
+) -> ScalingPlan:
     """`periodic`: the tick, the only pass that runs the autoscaler and writes its state."""
     if spec.suspend:
         return ScalingPlan(None, {"desiredExecutors": None, "scaling": None, "autoscaler": None})
     if not spec.autoscaling.enabled:
-        return ScalingPlan(spec.executors.instances, {"desiredExecutors": spec.executors.instances,
-                                                      "scaling": "manual", "autoscaler": None})
+        return ScalingPlan(
+            spec.executors.instances,
+            {"desiredExecutors": spec.executors.instances, "scaling": "manual", "autoscaler": None},
+        )
     from .autoscaling import autoscale
 
     return autoscale(spec, annotations, driver, now, periodic=periodic)

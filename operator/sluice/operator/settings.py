@@ -26,14 +26,17 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
-        return cls(resync_seconds=float(env.get("SLUICE_RESYNC_SECONDS", "30")),
-                   tick_seconds=float(env.get("SLUICE_TICK_SECONDS", "5")),
-                   workers=int(env.get("SLUICE_WORKERS", "8")),
-                   checkpoints=ClaimDefaults(
-                       create=env.get("SLUICE_CHECKPOINT_CLAIMS", "true").lower() != "false",
-                       size=env.get("SLUICE_CHECKPOINT_CLAIM_SIZE", "1Gi"),
-                       storage_class=env.get("SLUICE_CHECKPOINT_STORAGE_CLASS") or None,
-                       access_mode=env.get("SLUICE_CHECKPOINT_ACCESS_MODE", "ReadWriteOnce")))
+        return cls(
+            resync_seconds=float(env.get("SLUICE_RESYNC_SECONDS", "30")),
+            tick_seconds=float(env.get("SLUICE_TICK_SECONDS", "5")),
+            workers=int(env.get("SLUICE_WORKERS", "8")),
+            checkpoints=ClaimDefaults(
+                create=env.get("SLUICE_CHECKPOINT_CLAIMS", "true").lower() != "false",
+                size=env.get("SLUICE_CHECKPOINT_CLAIM_SIZE", "1Gi"),
+                storage_class=env.get("SLUICE_CHECKPOINT_STORAGE_CLASS") or None,
+                access_mode=env.get("SLUICE_CHECKPOINT_ACCESS_MODE", "ReadWriteOnce"),
+            ),
+        )
 
 
 SETTINGS = Settings.from_env()

@@ -39,8 +39,10 @@ def plan_topics(desired: list[TopicSpec], existing: dict[str, ExistingTopic]) ->
         if topic.partitions > current.partitions:
             plan.grow[topic.name] = topic.partitions
         elif topic.partitions < current.partitions:
-            plan.refused[topic.name] = (f"topic {topic.name} has {current.partitions} partitions; shrinking to "
-                                        f"{topic.partitions} is not possible in Kafka (it would reorder keys)")
+            plan.refused[topic.name] = (
+                f"topic {topic.name} has {current.partitions} partitions; shrinking to "
+                f"{topic.partitions} is not possible in Kafka (it would reorder keys)"
+            )
         changed = {k: v for k, v in topic.config.items() if current.config.get(k) != v}
         if changed:
             plan.configure[topic.name] = changed
@@ -88,9 +90,16 @@ class AdminTopics:
         if plan.grow:
             futures += self.admin.create_partitions([NewPartitions(n, c) for n, c in plan.grow.items()]).values()
         if plan.configure:
-            resources = [ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
-                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()])
-                for name, changes in plan.configure.items()]
+            resources = [
+                ConfigResource(
+                    ResourceType.TOPIC,
+                    name,
+                    incremental_configs=[
+                        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()
+                    ],
+                )
+                for name, changes in plan.configure.items()
+            ]
             futures += self.admin.incremental_alter_configs(resources).values()
         for future in futures:
             try:

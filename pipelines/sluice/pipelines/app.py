@@ -29,8 +29,11 @@ SINGULAR = "streamingapp"
 SHORT_NAMES = ["sapp"]
 API_VERSION = f"{GROUP}/{VERSION}"
 
-Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?([kmgtpKMGTP]i?|[kmgtp]b)?$"),
-                     Field(description="An amount in Spark or Kubernetes notation: 500m, 2, 1g, 512Mi.")]
+Quantity = Annotated[
+    str,
+    StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?([kmgtpKMGTP]i?|[kmgtp]b)?$"),
+    Field(description="An amount in Spark or Kubernetes notation: 500m, 2, 1g, 512Mi."),
+]
 TopicName = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9._-]{1,249}$")]
 
 
@@ -43,8 +46,10 @@ class StrimziCluster(Strict):
 class KafkaSpec(Strict):
     """Which Kafka the app uses: an external cluster, or a Strimzi-managed one."""
 
-    model_config = cel("has(self.bootstrapServers) != has(self.strimziCluster)",
-                       "set exactly one of 'bootstrapServers' or 'strimziCluster'")
+    model_config = cel(
+        "has(self.bootstrapServers) != has(self.strimziCluster)",
+        "set exactly one of 'bootstrapServers' or 'strimziCluster'",
+    )
 
     bootstrapServers: str | None = Field(None, description="host:port[,host:port] of an external cluster.")
     strimziCluster: StrimziCluster | None = None
@@ -62,10 +67,13 @@ class TopicSpec(Strict):
     replicas: int = Field(1, ge=1, le=32767)
     config: dict[str, str] = Field(default_factory=dict, description="Topic configs, e.g. retention.ms.")
     management: Literal["strimzi", "admin", "none"] | None = Field(
-        None, description="strimzi: a KafkaTopic resource; admin: the Kafka Admin API; none: not managed. "
-        "Default: strimzi with strimziCluster, admin with bootstrapServers.")
+        None,
+        description="strimzi: a KafkaTopic resource; admin: the Kafka Admin API; none: not managed. "
+        "Default: strimzi with strimziCluster, admin with bootstrapServers.",
+    )
     deletionPolicy: Literal["retain", "delete"] = Field(
-        "retain", description="delete: the topic is deleted with the app.")
+        "retain", description="delete: the topic is deleted with the app."
+    )
 
 
 class Resources(Strict):
@@ -94,8 +102,10 @@ class SparkSpec(Strict):
 
 
 class ExecutorsSpec(Strict):
-    model_config = cel(("self.min <= self.max", "min must not exceed max"),
-                       ("self.instances <= self.max", "instances must not exceed max"))
+    model_config = cel(
+        ("self.min <= self.max", "min must not exceed max"),
+        ("self.instances <= self.max", "instances must not exceed max"),
+    )
 
     instances: int = Field(1, ge=0, description="Executors now; the scale subresource sets this.")
     min: int = Field(1, ge=0)
@@ -119,15 +129,18 @@ class AutoscalingSpec(Strict):
     interval: Duration = Field("10s", description="How often the driver is sampled.")
     metricsWindow: Duration = Field("1m", description="Samples a decision averages over.")
     stabilization: Duration = Field(
-        "1m", description="After a change, samples are ignored this long (new executors warm up).")
+        "1m", description="After a change, samples are ignored this long (new executors warm up)."
+    )
     targetLagSeconds: int = Field(30, ge=1, description="Catch up on the backlog within this time.")
     targetUtilization: float = Field(0.7, gt=0, le=1, description="Busy time per batch interval to aim for.")
     utilizationBand: float = Field(
-        0.1, ge=0, lt=1, description="No change while utilization is within target ± this and the lag is met.")
+        0.1, ge=0, lt=1, description="No change while utilization is within target ± this and the lag is met."
+    )
     scaleUpCooldown: Duration = Field("1m", description="Least time between a change and a scale-up.")
     scaleDownCooldown: Duration = Field("5m", description="Least time between a change and a scale-down.")
     scaleDownWindow: Duration = Field(
-        "5m", description="A scale-down goes to the largest recommendation seen over this window.")
+        "5m", description="A scale-down goes to the largest recommendation seen over this window."
+    )
     maxStep: int = Field(4, ge=1, description="Most executors added or removed at once.")
 
 
@@ -152,7 +165,8 @@ class CheckpointSpec(Strict):
     size: Quantity | None = Field(None, description="Size of the claim the operator creates (default: the chart's).")
     storageClassName: str | None = Field(None, description="Its storage class (default: the chart's).")
     deletionPolicy: Literal["retain", "delete"] = Field(
-        "retain", description="delete: the claim the operator created is deleted with the app.")
+        "retain", description="delete: the claim the operator created is deleted with the app."
+    )
 
     def is_hadoop_uri(self) -> bool:
         """s3a://, hdfs://, gs://, abfs://…: durable without a volume (file:// and plain paths are local)."""
@@ -206,20 +220,23 @@ class StreamingAppSpec(Strict):
         return "strimzi" if self.kafka.strimziCluster else "admin"
 
 
-def app_problems(spec: Any, prefix: str = "spec", sql: SqlParser | None = None,
-                 ddl: DdlParser | None = None) -> tuple[StreamingAppSpec | None, list[Problem]]:
+def app_problems(
+    spec: Any, prefix: str = "spec", sql: SqlParser | None = None, ddl: DdlParser | None = None
+) -> tuple[StreamingAppSpec | None, list[Problem]]:
     """The parsed spec (None when anything is wrong) and every problem of it, each with its path."""
     parsed, problems = model_problems(spec, prefix, StreamingAppSpec)
     try:  # the pipeline's own layers: DAG, semantics, SQL (the model above only checks its shape)
-        validate(spec.get("pipeline") if isinstance(spec, dict) else None, join_path(prefix, "pipeline"),
-                 sql=sql, ddl=ddl)
+        validate(
+            spec.get("pipeline") if isinstance(spec, dict) else None, join_path(prefix, "pipeline"), sql=sql, ddl=ddl
+        )
     except PipelineInvalid as exc:
         problems += exc.problems
     return (None if problems else parsed), sorted(set(problems), key=natural_key)
 
 
-def manifest_problems(manifest: dict[str, Any], sql: SqlParser | None = None,
-                      ddl: DdlParser | None = None) -> list[Problem]:
+def manifest_problems(
+    manifest: dict[str, Any], sql: SqlParser | None = None, ddl: DdlParser | None = None
+) -> list[Problem]:
     """Every problem of a whole StreamingApp manifest (apiVersion, metadata.name, spec)."""
     problems = []
     if manifest.get("apiVersion") != API_VERSION:

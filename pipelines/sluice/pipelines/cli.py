@@ -41,8 +41,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from .runtime import spark_ddl_parser, spark_sql_parser
         from .session import build_session
 
-        spark = build_session("sluice-validate", {"spark.ui.enabled": "false"}, master="local[1]",
-                              log_file=_spark_log("sluice-validate"))
+        spark = build_session(
+            "sluice-validate", {"spark.ui.enabled": "false"}, master="local[1]", log_file=_spark_log("sluice-validate")
+        )
         sql, ddl = strictest(spark_sql_parser(spark), spark_ddl_parser(spark))
     elif args.spark:
         console.print("[yellow]note:[/] no Java found: SQL is checked without Spark, and again when the app starts")
@@ -99,14 +100,27 @@ def dead_letters(run, query: str) -> int | None:
     if not query.endswith(DEAD_LETTER_SUFFIX):
         return None
     source = query.removesuffix(DEAD_LETTER_SUFFIX)
-    return int(run.metrics.registry.get_sample_value(
-        "sluice_dead_letter_records_total", {"app": run.metrics.app, "source": source}) or 0)
+    return int(
+        run.metrics.registry.get_sample_value(
+            "sluice_dead_letter_records_total", {"app": run.metrics.app, "source": source}
+        )
+        or 0
+    )
 
 
 def progress_table(run) -> Table:
     table = Table(title=f"sluice run: {run.config.app}", expand=False)
-    for column in ("query", "status", "in rows/s", "processed/s", "backlog", "batch ms", "watermark (UTC)",
-                   "state rows", "dead letters"):
+    for column in (
+        "query",
+        "status",
+        "in rows/s",
+        "processed/s",
+        "backlog",
+        "batch ms",
+        "watermark (UTC)",
+        "state rows",
+        "dead letters",
+    ):
         table.add_column(column, justify="left" if column in ("query", "status") else "right")
     for state in run.states():
         progress = state.progress or {}
@@ -114,11 +128,17 @@ def progress_table(run) -> Table:
         status = "[red]failed" if state.error else "[green]running" if state.active else "stopped"
         watermark = (progress.get("eventTime") or {}).get("watermark", "-")
         dead = dead_letters(run, state.name)
-        table.add_row(state.name, status, f"{progress.get('inputRowsPerSecond', 0) or 0:,.0f}",
-                      f"{progress.get('processedRowsPerSecond', 0) or 0:,.0f}", f"{backlog:,.0f}",
-                      str(progress.get("batchDuration", "-")), watermark[11:19] if "T" in watermark else watermark,
-                      f"{sum(op.get('numRowsTotal', 0) for op in progress.get('stateOperators', [])):,}",
-                      "-" if dead is None else f"{dead:,}")
+        table.add_row(
+            state.name,
+            status,
+            f"{progress.get('inputRowsPerSecond', 0) or 0:,.0f}",
+            f"{progress.get('processedRowsPerSecond', 0) or 0:,.0f}",
+            f"{backlog:,.0f}",
+            str(progress.get("batchDuration", "-")),
+            watermark[11:19] if "T" in watermark else watermark,
+            f"{sum(op.get('numRowsTotal', 0) for op in progress.get('stateOperators', [])):,}",
+            "-" if dead is None else f"{dead:,}",
+        )
     return table
 
 
@@ -149,13 +169,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         document = load_documents(args.file)[0]
         config = config_from_document(
-            document, checkpoint_root=args.checkpoint_dir or str(Path(".sluice/checkpoints") / document.app_name),
-            bootstrap_servers=default_bootstrap(document, args.bootstrap_servers), control_port=args.metrics_port)
+            document,
+            checkpoint_root=args.checkpoint_dir or str(Path(".sluice/checkpoints") / document.app_name),
+            bootstrap_servers=default_bootstrap(document, args.bootstrap_servers),
+            control_port=args.metrics_port,
+        )
     except (OSError, PipelineInvalid) as exc:
         print(f"error: {args.file}:\n{exc}", file=sys.stderr)
         return 2
-    spark = local_session(f"sluice-{config.app}", spark_kafka_jars(), cores=args.cores,
-                          log_file=_spark_log(f"sluice-{config.app}"))
+    spark = local_session(
+        f"sluice-{config.app}", spark_kafka_jars(), cores=args.cores, log_file=_spark_log(f"sluice-{config.app}")
+    )
     run = PipelineRun(spark, config, pipeline_path=document.prefix)
     try:
         run.start()
@@ -205,8 +229,12 @@ def main(argv: list[str] | None = None) -> int:
 
     v = sub.add_parser("validate", help="check manifests; prints every error with its path")
     v.add_argument("files", nargs="+")
-    v.add_argument("--no-spark", dest="spark", action="store_false",
-                   help="skip parsing SQL expressions with Spark (faster, less thorough)")
+    v.add_argument(
+        "--no-spark",
+        dest="spark",
+        action="store_false",
+        help="skip parsing SQL expressions with Spark (faster, less thorough)",
+    )
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("run", help="run an app locally on PySpark (local[*])")
@@ -215,8 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--checkpoint-dir", help="default: .sluice/checkpoints/<app>")
     r.add_argument("--until-caught-up", action="store_true", help="stop once every source is drained")
     r.add_argument("--cores", default="*", help="local Spark cores (default: all)")
-    r.add_argument("--metrics-port", type=int, default=0,
-                   help="serve the control API (/metrics, /healthz, /v1/status; writes disabled) (0: off)")
+    r.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve the control API (/metrics, /healthz, /v1/status; writes disabled) (0: off)",
+    )
     r.set_defaults(func=cmd_run)
 
     args = parser.parse_args(argv)

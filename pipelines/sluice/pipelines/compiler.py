@@ -102,8 +102,16 @@ class CompiledPipeline:
 
 
 class Compiler:
-    def __init__(self, spark: SparkSession, spec: PipelineSpec, *, bootstrap_servers: str | None,
-                 prefix: str = "", app_name: str = "app", source_frames: SourceFrames | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        spec: PipelineSpec,
+        *,
+        bootstrap_servers: str | None,
+        prefix: str = "",
+        app_name: str = "app",
+        source_frames: SourceFrames | None = None,
+    ) -> None:
         self.spark = spark
         self.source_frames = source_frames
         self.spec = spec
@@ -126,8 +134,7 @@ class Compiler:
         if self.spec.deadLetter is not None:
             for name in compiled.sources:
                 self.stream(name)  # make sure every source was compiled
-                compiled.queries.append(self._dead_letter_query(self.source_records[name],
-                                                                self.spec.deadLetter))
+                compiled.queries.append(self._dead_letter_query(self.source_records[name], self.spec.deadLetter))
         return compiled
 
     def stream(self, name: str) -> Stream:
@@ -177,15 +184,20 @@ class Compiler:
     def _kafka_frame(self, node: Node, src: FromKafka) -> DataFrame:
         bootstrap = src.bootstrapServers or self.bootstrap_servers
         if not bootstrap:
-            raise self.fail(node, "no Kafka bootstrap servers: set spec.kafka.bootstrapServers, "
-                                  "fromKafka.bootstrapServers or --bootstrap-servers", "bootstrapServers")
-        reader = (self.spark.readStream.format("kafka")
-                  .option("kafka.bootstrap.servers", bootstrap)
-                  .option("startingOffsets", src.startingOffsets)
-                  .option("kafka.isolation.level", ISOLATION_LEVELS[src.isolationLevel])
-                  .option("includeHeaders", str("headers" in src.metadata).lower()))
-        reader = reader.option("subscribe", src.topic) if src.topic else reader.option("subscribePattern",
-                                                                                        src.pattern)
+            raise self.fail(
+                node,
+                "no Kafka bootstrap servers: set spec.kafka.bootstrapServers, "
+                "fromKafka.bootstrapServers or --bootstrap-servers",
+                "bootstrapServers",
+            )
+        reader = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("startingOffsets", src.startingOffsets)
+            .option("kafka.isolation.level", ISOLATION_LEVELS[src.isolationLevel])
+            .option("includeHeaders", str("headers" in src.metadata).lower())
+        )
+        reader = reader.option("subscribe", src.topic) if src.topic else reader.option("subscribePattern", src.pattern)
         if src.maxRecordsPerTrigger:
             reader = reader.option("maxOffsetsPerTrigger", src.maxRecordsPerTrigger)
         if src.minPartitions:
@@ -208,17 +220,19 @@ class Compiler:
                 parse = F.from_csv(text, schema, {**options, "sep": src.csvDelimiter})
             parsed = raw.withColumn("_sluice_parsed", parse)
             fields = [f for f in parsed.select("_sluice_parsed.*").columns if f != CORRUPT_COLUMN]
-            parsed = parsed.select(*RAW_COLUMNS, *(["headers"] if "headers" in src.metadata else []),
-                                   "_sluice_parsed.*")
+            parsed = parsed.select(
+                *RAW_COLUMNS, *(["headers"] if "headers" in src.metadata else []), "_sluice_parsed.*"
+            )
             malformed = F.col(CORRUPT_COLUMN).isNotNull()
-        error = (F.when(F.col("value").isNull(), F.lit("record has no value"))
-                 .when(malformed, F.lit(f"malformed {src.format}: does not match schema ({src.schema_})")))
+        error = F.when(F.col("value").isNull(), F.lit("record has no value")).when(
+            malformed, F.lit(f"malformed {src.format}: does not match schema ({src.schema_})")
+        )
         if src.eventTime and src.eventTime != "kafka_timestamp":
-            error = error.when(F.col(src.eventTime).isNull(),
-                               F.lit(f"missing or invalid event time '{src.eventTime}'"))
+            error = error.when(F.col(src.eventTime).isNull(), F.lit(f"missing or invalid event time '{src.eventTime}'"))
         checked = parsed.withColumn(ERROR_COLUMN, error)
-        return SourceRecords(node, checked, fields,
-                             parsed=src.format != "text" or src.eventTime not in (None, "kafka_timestamp"))
+        return SourceRecords(
+            node, checked, fields, parsed=src.format != "text" or src.eventTime not in (None, "kafka_timestamp")
+        )
 
     # ----------------------------------------------------------------------------- transforms
     def _op_select(self, node: Node, exprs: list[str], stream: Stream) -> Stream:
@@ -232,8 +246,7 @@ class Compiler:
 
     def _op_explode(self, node: Node, cfg, stream: Stream) -> Stream:
         explode = F.explode_outer if cfg.outer else F.explode
-        return self._stateless(stream, lambda df: df.withColumn(cfg.column, explode(F.expr(cfg.from_)))
-                               .drop(*cfg.drop))
+        return self._stateless(stream, lambda df: df.withColumn(cfg.column, explode(F.expr(cfg.from_))).drop(*cfg.drop))
 
     def _op_python(self, node: Node, cfg, stream: Stream) -> Stream:
         module_name, function_name = cfg.function.split(":")
@@ -263,48 +276,61 @@ class Compiler:
         window = cfg.window
         if window is not None:
             if stream.windowed:  # before the event time, which a windowed aggregation's output has none of
-                raise self.fail(node, "windows over the output of a windowed aggregation are not "
-                                      "supported", "window")
+                raise self.fail(node, "windows over the output of a windowed aggregation are not supported", "window")
             on = window.timeColumn or stream.event_time
             if on is None:
-                raise self.fail(node, "needs an event-time column: set eventTime on the source or "
-                                      "window.timeColumn", "window")
+                raise self.fail(
+                    node, "needs an event-time column: set eventTime on the source or window.timeColumn", "window"
+                )
             if window.tumbling:
                 keys.insert(0, F.window(on, duration_to_spark(window.tumbling)).alias("window"))
             elif window.sliding:
-                keys.insert(0, F.window(on, duration_to_spark(window.sliding.size),
-                                        duration_to_spark(window.sliding.slide)).alias("window"))
+                keys.insert(
+                    0,
+                    F.window(on, duration_to_spark(window.sliding.size), duration_to_spark(window.sliding.slide)).alias(
+                        "window"
+                    ),
+                )
             else:
                 keys.insert(0, F.session_window(on, duration_to_spark(window.session)).alias("window"))
         aggregated = stream.df.groupBy(*keys).agg(*[F.expr(e).alias(n) for n, e in cfg.aggregations.items()])
         if window is None:
             return Stream(aggregated, aggregated=True)
         others = [c for c in aggregated.columns if c != "window"]
-        flat = aggregated.select(F.col("window.start").alias("window_start"),
-                                 F.col("window.end").alias("window_end"), *others)
+        flat = aggregated.select(
+            F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), *others
+        )
         return Stream(flat, windowed=stream.watermarked, aggregated=not stream.watermarked)
 
     def _op_join(self, node: Node, cfg, left: Stream, right: Stream) -> Stream:
         left_name, right_name = node.inputs or []
         for side_name, side in ((left_name, left), (right_name, right)):
             if not (side.event_time and side.watermarked):
-                raise self.fail(node, f"input '{side_name}' needs an event time with a watermark "
-                                      "(set eventTime and watermark on its source)", "within")
+                raise self.fail(
+                    node,
+                    f"input '{side_name}' needs an event time with a watermark "
+                    "(set eventTime and watermark on its source)",
+                    "within",
+                )
             if side.batch_steps:
                 raise self.fail(node, f"input '{side_name}' comes after topN and cannot be joined")
         lq, rq = f"`{left_name}`", f"`{right_name}`"
         l_time, r_time = F.col(f"{lq}.`{left.event_time}`"), F.col(f"{rq}.`{right.event_time}`")
-        condition = (F.expr(cfg.condition) & (r_time >= l_time)
-                     & (r_time <= l_time + F.expr(f"INTERVAL {duration_to_spark(cfg.within)}")))
+        condition = (
+            F.expr(cfg.condition)
+            & (r_time >= l_time)
+            & (r_time <= l_time + F.expr(f"INTERVAL {duration_to_spark(cfg.within)}"))
+        )
         joined = left.df.alias(left_name).join(right.df.alias(right_name), condition, cfg.type)
         if cfg.select:
             out = joined.selectExpr(*cfg.select)
         else:
             taken = set(left.df.columns)
             prefix = right_name.replace("-", "_")
-            out = joined.select(*[F.col(f"{lq}.`{c}`").alias(c) for c in left.df.columns],
-                                *[F.col(f"{rq}.`{c}`").alias(f"{prefix}_{c}" if c in taken else c)
-                                  for c in right.df.columns])
+            out = joined.select(
+                *[F.col(f"{lq}.`{c}`").alias(c) for c in left.df.columns],
+                *[F.col(f"{rq}.`{c}`").alias(f"{prefix}_{c}" if c in taken else c) for c in right.df.columns],
+            )
         event_time = left.event_time if left.event_time in out.columns else None
         return Stream(out, event_time=event_time, watermarked=event_time is not None)
 
@@ -319,8 +345,11 @@ class Compiler:
             raise self.fail(node, f"cannot read {cfg.path}: {str(exc).splitlines()[0]}", "path") from exc
         missing = [c for c in cfg.keys if c not in table.columns]
         if missing:
-            raise self.fail(node, f"table {cfg.path} has no column(s) {', '.join(missing)} "
-                                  f"(it has {', '.join(table.columns)})", "keys")
+            raise self.fail(
+                node,
+                f"table {cfg.path} has no column(s) {', '.join(missing)} (it has {', '.join(table.columns)})",
+                "keys",
+            )
         table = F.broadcast(table) if cfg.broadcast else table
         return stream.then(lambda df: df.join(table, on=list(cfg.keys), how=cfg.type))
 
@@ -332,17 +361,20 @@ class Compiler:
     def _op_union(self, node: Node, cfg, *streams: Stream) -> Stream:
         if any(s.batch_steps for s in streams):
             raise self.fail(node, "inputs after topN cannot be unioned")
-        df = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=cfg.allowMissingColumns),
-                              [s.df for s in streams])
+        df = functools.reduce(
+            lambda a, b: a.unionByName(b, allowMissingColumns=cfg.allowMissingColumns), [s.df for s in streams]
+        )
         times = {s.event_time for s in streams}
         event_time = times.pop() if len(times) == 1 else None
-        return Stream(df, event_time=event_time, watermarked=event_time is not None
-                      and all(s.watermarked for s in streams))
+        return Stream(
+            df, event_time=event_time, watermarked=event_time is not None and all(s.watermarked for s in streams)
+        )
 
     def _op_topN(self, node: Node, cfg, stream: Stream) -> Stream:
         if not stream.windowed:
-            raise self.fail(node, "needs a windowed aggregation with a watermark upstream (each window's "
-                                  "rows are final only then)")
+            raise self.fail(
+                node, "needs a windowed aggregation with a watermark upstream (each window's rows are final only then)"
+            )
         missing = [c for c in cfg.partitionBy if c not in stream.df.columns]
         if missing:
             raise self.fail(node, f"unknown column(s) {', '.join(missing)}", "partitionBy")
@@ -364,8 +396,12 @@ class Compiler:
         cfg = node.config
         mode = cfg.outputMode or ("update" if stream.aggregated else "append")
         if node.operation == "toFiles" and mode != "append":
-            raise self.fail(node, "file sinks take append mode only: aggregate over a window with a "
-                                  "watermark so each window is written once", "outputMode")
+            raise self.fail(
+                node,
+                "file sinks take append mode only: aggregate over a window with a "
+                "watermark so each window is written once",
+                "outputMode",
+            )
         if node.operation == "toKafka" and not stream.batch_steps:
             kafka_record(stream.df, cfg)  # Spark analyses the key/value/headers expressions now, not mid-stream
         return QueryPlan(node.name, stream.df, node.operation, cfg, mode, stream.batch_steps, app=self.app_name)
@@ -374,8 +410,16 @@ class Compiler:
         src, name = records.node.fromKafka, records.node.name
         assert src is not None
         late = self._late_rule(name, duration_ms(src.watermark)) if dead.lateRecords and src.watermark else None
-        columns = [F.lit(name).alias("source"), F.col(ERROR_COLUMN).alias("error"), "topic", "partition", "offset",
-                   F.col("timestamp").alias("kafka_timestamp"), "key", "value"]
+        columns = [
+            F.lit(name).alias("source"),
+            F.col(ERROR_COLUMN).alias("error"),
+            "topic",
+            "partition",
+            "offset",
+            F.col("timestamp").alias("kafka_timestamp"),
+            "key",
+            "value",
+        ]
         if late is not None:  # lateness is decided per batch, from the event time (a watermark implies one)
             event_time = "timestamp" if src.eventTime == "kafka_timestamp" else src.eventTime
             columns.append(F.col(event_time).alias("_event_time"))
@@ -383,8 +427,16 @@ class Compiler:
         if late is None:
             df = df.where(F.col("error").isNotNull())
         sink_op = dead.sink_operation
-        return QueryPlan(f"{name}-dead-letters", df, sink_op, getattr(dead, sink_op), "append",
-                         late_rule=late, dead_letter_source=name, app=self.app_name)
+        return QueryPlan(
+            f"{name}-dead-letters",
+            df,
+            sink_op,
+            getattr(dead, sink_op),
+            "append",
+            late_rule=late,
+            dead_letter_source=name,
+            app=self.app_name,
+        )
 
     def _late_rule(self, source: str, delay_ms: int) -> LateRule:
         """The rule of the first stateful operation downstream of the source."""
@@ -401,8 +453,7 @@ class Compiler:
                         size = duration_ms(window.tumbling)
                         return LateRule(delay_ms, size, size)
                     if window.sliding:
-                        return LateRule(delay_ms, duration_ms(window.sliding.size),
-                                        duration_ms(window.sliding.slide))
+                        return LateRule(delay_ms, duration_ms(window.sliding.size), duration_ms(window.sliding.slide))
                     return LateRule(delay_ms, duration_ms(window.session or "0s"))
                 if node.operation in ("join", "dedupe", "aggregate"):
                     return LateRule(delay_ms)
@@ -412,11 +463,18 @@ class Compiler:
         return LateRule(delay_ms)
 
 
-def compile_pipeline(spark: SparkSession, spec: PipelineSpec, *, bootstrap_servers: str | None,
-                     prefix: str = "", app_name: str = "app",
-                     source_frames: SourceFrames | None = None) -> CompiledPipeline:
-    return Compiler(spark, spec, bootstrap_servers=bootstrap_servers, prefix=prefix, app_name=app_name,
-                    source_frames=source_frames).compile()
+def compile_pipeline(
+    spark: SparkSession,
+    spec: PipelineSpec,
+    *,
+    bootstrap_servers: str | None,
+    prefix: str = "",
+    app_name: str = "app",
+    source_frames: SourceFrames | None = None,
+) -> CompiledPipeline:
+    return Compiler(
+        spark, spec, bootstrap_servers=bootstrap_servers, prefix=prefix, app_name=app_name, source_frames=source_frames
+    ).compile()
 
 
 __all__ = ["SINK_OPS", "CompiledPipeline", "Compiler", "QueryPlan", "compile_pipeline"]

@@ -33,10 +33,12 @@ class RunnerConfig(Strict):
     checkpointRoot: str = Field(min_length=1, description="The app's checkpoint folder (a query per subfolder).")
     controlPort: int = Field(DEFAULT_CONTROL_PORT, ge=0, le=65535, description="0: no control API.")
     controlTokenFile: str | None = Field(
-        None, description="File holding the bearer token writes need; None: the API refuses every write.")
+        None, description="File holding the bearer token writes need; None: the API refuses every write."
+    )
 
 
 # ------------------------------------------------------------------------------ driver control API
+
 
 class ExecutorsRequest(Strict):
     """PUT /v1/executors: the total number of executors the app should have now."""
@@ -62,19 +64,28 @@ class QueryStatus(Strict):
     batchId: int | None = None
     batches: int = 0
     inputRows: int = 0
-    busyMs: int = Field(0, description=(
-        "Time spent in batches: the completed batches' triggerExecution durations plus the running batch's "
-        "elapsed time, so it grows with wall time while a batch runs. Never decreases."))
-    completedBusyMs: int | None = Field(None, description=(
-        "Sum of the completed batches' triggerExecution durations: the time their inputRows took. None: a "
-        "driver from before this field (busyMs then counts completed batches only)."))
+    busyMs: int = Field(
+        0,
+        description=(
+            "Time spent in batches: the completed batches' triggerExecution durations plus the running batch's "
+            "elapsed time, so it grows with wall time while a batch runs. Never decreases."
+        ),
+    )
+    completedBusyMs: int | None = Field(
+        None,
+        description=(
+            "Sum of the completed batches' triggerExecution durations: the time their inputRows took. None: a "
+            "driver from before this field (busyMs then counts completed batches only)."
+        ),
+    )
     runningBatchMs: int = Field(0, description="Elapsed time of the batch running now; 0: none.")
     revision: str | None = Field(None, description="The revision whose plan the query runs.")
     inputRowsPerSecond: float | None = None
     processedRowsPerSecond: float | None = None
     lastBatchDurationMs: int | None = None
     triggerIntervalMs: int | None = Field(
-        None, description="The pipeline's processingTime, or realTime's batch length; None for availableNow.")
+        None, description="The pipeline's processingTime, or realTime's batch length; None for availableNow."
+    )
     stateful: bool = False
     topics: list[str] = Field(default_factory=list, description="Kafka topics it reads (from its last progress).")
 
@@ -84,11 +95,17 @@ class TopicStatus(Strict):
 
     topic: str
     partitions: int
-    latestOffsets: int = Field(description=(
-        "Sum of the partitions' latest offsets: Kafka's end offsets (read_committed) at the time of the answer, "
-        "or, when Kafka could not be asked (see DriverStatus.latestOffsetsFrom), the newest its queries saw."))
-    backlog: int = Field(description=(
-        "Sum over partitions of latest offset - the slowest query's end offset (of its last completed batch)."))
+    latestOffsets: int = Field(
+        description=(
+            "Sum of the partitions' latest offsets: Kafka's end offsets (read_committed) at the time of the answer, "
+            "or, when Kafka could not be asked (see DriverStatus.latestOffsetsFrom), the newest its queries saw."
+        )
+    )
+    backlog: int = Field(
+        description=(
+            "Sum over partitions of latest offset - the slowest query's end offset (of its last completed batch)."
+        )
+    )
 
 
 class ExecutorStatus(Strict):
@@ -108,8 +125,12 @@ class DriverStatus(Strict):
     topics: list[TopicStatus] = Field(default_factory=list)
     backlog: int = Field(0, description="Sum of the topics' backlogs.")
     latestOffsetsFrom: Literal["kafka", "progress"] = Field(
-        "progress", description=("Where the topics' latest offsets come from: kafka, asked when answering; "
-                                 "progress, the queries' last progress (stale while a batch runs)."))
+        "progress",
+        description=(
+            "Where the topics' latest offsets come from: kafka, asked when answering; "
+            "progress, the queries' last progress (stale while a batch runs)."
+        ),
+    )
     latestOffsetsError: str | None = Field(None, description="Why Kafka could not be asked, if it was not.")
     executors: list[ExecutorStatus] = Field(default_factory=list)
     executorTarget: int | None = Field(None, description="The last total asked of Spark (None: none yet).")
@@ -147,9 +168,11 @@ class QueryStep(Strict):
     name: str
     action: QueryAction
     rewindMs: int | None = Field(
-        None, description="migrate: how much event time before the old query's position the new one re-reads "
+        None,
+        description="migrate: how much event time before the old query's position the new one re-reads "
         "(watermark delay + longest window/join span); None: nothing carries over, it starts from its sources' "
-        "startingOffsets (unbounded state, or another Kafka cluster).")
+        "startingOffsets (unbounded state, or another Kafka cluster).",
+    )
     reason: str | None = Field(None, description="Why, with the spec path that changed.")
 
 

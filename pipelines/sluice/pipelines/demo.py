@@ -26,8 +26,10 @@ from .session import local_session, spark_log_file
 from .validation import PipelineDocument, load_documents
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
-WORDS = ("stream window event time watermark spark kafka sluice record batch state late order count word "
-         "topic query sink source join key value partition offset lag rate").split()
+WORDS = (
+    "stream window event time watermark spark kafka sluice record batch state late order count word "
+    "topic query sink source join key value partition offset lag rate"
+).split()
 console = Console()
 
 
@@ -56,14 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                 ephemeral.stop()
 
 
-def run_demo(document: PipelineDocument, topics: dict[str, int], bootstrap: str, lines: int,
-             scratch: Path) -> int:
+def run_demo(document: PipelineDocument, topics: dict[str, int], bootstrap: str, lines: int, scratch: Path) -> int:
     delete_topics(bootstrap, list(topics))
     for name, partitions in topics.items():
         create_topic(bootstrap, name, partitions)
-    source, sink, dead = (document.pipeline["nodes"][0]["fromKafka"]["topic"],
-                          document.pipeline["nodes"][-1]["toKafka"]["topic"],
-                          document.pipeline["deadLetter"]["toKafka"]["topic"])
+    source, sink, dead = (
+        document.pipeline["nodes"][0]["fromKafka"]["topic"],
+        document.pipeline["nodes"][-1]["toKafka"]["topic"],
+        document.pipeline["deadLetter"]["toKafka"]["topic"],
+    )
     start_ms = int(time.time() * 1000) // 5000 * 5000 - 600_000
     on_time = list(generate_lines(lines, start_ms, 2, 1500))
     newest = max(ts for _, ts in on_time)
@@ -74,17 +77,21 @@ def run_demo(document: PipelineDocument, topics: dict[str, int], bootstrap: str,
     log_file = spark_log_file("sluice-demo")
     console.print(f"[dim]Spark's log: {log_file}[/]")
     spark = local_session("sluice-demo", spark_kafka_jars(), cores=2, shuffle_partitions=4, log_file=log_file)
-    run = PipelineRun.from_document(spark, document, checkpoint_root=str(scratch / "checkpoints"),
-                                    bootstrap_servers=bootstrap)
+    run = PipelineRun.from_document(
+        spark, document, checkpoint_root=str(scratch / "checkpoints"), bootstrap_servers=bootstrap
+    )
     began = time.monotonic()
     try:
         run.start()
         run.wait_until_caught_up(timeout=600)
         elapsed = time.monotonic() - began
-        console.print(f"caught up: {lines:,} lines in {elapsed:.1f} s; now {len(late)} late lines "
-                      "(30 s behind) and one line that closes every window")
-        produce(bootstrap, source, [v for v, _ in late] + [b"flush"],
-                timestamps_ms=[t for _, t in late] + [newest + 60_000])
+        console.print(
+            f"caught up: {lines:,} lines in {elapsed:.1f} s; now {len(late)} late lines "
+            "(30 s behind) and one line that closes every window"
+        )
+        produce(
+            bootstrap, source, [v for v, _ in late] + [b"flush"], timestamps_ms=[t for _, t in late] + [newest + 60_000]
+        )
         time.sleep(1.5)
         run.wait_until_caught_up(timeout=300)
         run.raise_if_failed()
@@ -97,17 +104,22 @@ def run_demo(document: PipelineDocument, topics: dict[str, int], bootstrap: str,
     _print_windows(counts)
     words_in = sum(len(v.split()) for v, _ in on_time)
     summary = Table(title="summary", show_header=False)
-    for label, value in [("lines in (on time)", f"{lines:,}"), ("words in", f"{words_in:,}"),
-                         ("late lines -> dead letters", f"{len(dead_letters):,} of {len(late)}"),
-                         ("(word, window) counts out", f"{len(counts):,}"),
-                         ("words counted", f"{sum(c['count'] for c in counts):,}"),
-                         ("throughput", f"{lines / elapsed:,.0f} lines/s ({words_in / elapsed:,.0f} words/s) "
-                                        f"incl. start-up")]:
+    for label, value in [
+        ("lines in (on time)", f"{lines:,}"),
+        ("words in", f"{words_in:,}"),
+        ("late lines -> dead letters", f"{len(dead_letters):,} of {len(late)}"),
+        ("(word, window) counts out", f"{len(counts):,}"),
+        ("words counted", f"{sum(c['count'] for c in counts):,}"),
+        ("throughput", f"{lines / elapsed:,.0f} lines/s ({words_in / elapsed:,.0f} words/s) incl. start-up"),
+    ]:
         summary.add_row(label, value)
     console.print(summary)
     ok = sum(c["count"] for c in counts) == words_in and len(dead_letters) == len(late)
-    console.print("[green]every on-time word counted once; every late line dead-lettered[/]" if ok
-                  else "[red]counts do not add up[/]")
+    console.print(
+        "[green]every on-time word counted once; every late line dead-lettered[/]"
+        if ok
+        else "[red]counts do not add up[/]"
+    )
     return 0 if ok else 1
 
 

@@ -37,9 +37,14 @@ class QueryRecord:
             source_rows[label] = source_rows.get(label, 0) + int(source.get("numInputRows") or 0)
         written = (progress.get("sink") or {}).get("numOutputRows", -1)
         output_rows = None if self.output_rows is None or written < 0 else self.output_rows + written
-        return QueryRecord(progress, self.batches + 1, self.input_rows + int(progress.get("numInputRows") or 0),
-                           self.busy_ms + int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
-                           source_rows, output_rows)
+        return QueryRecord(
+            progress,
+            self.batches + 1,
+            self.input_rows + int(progress.get("numInputRows") or 0),
+            self.busy_ms + int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
+            source_rows,
+            output_rows,
+        )
 
     def last_batch_end(self) -> float | None:
         """Epoch seconds the last completed batch ended (its trigger's start + its triggerExecution)."""
@@ -93,27 +98,37 @@ class PipelineMetrics:
         q = ["app", "query"]
         r = self.registry
         self.input_rate = Gauge("sluice_input_rows_per_second", "Input rows/s of the last batch", q, registry=r)
-        self.processed_rate = Gauge("sluice_processed_rows_per_second", "Processed rows/s of the last batch",
-                                    q, registry=r)
+        self.processed_rate = Gauge(
+            "sluice_processed_rows_per_second", "Processed rows/s of the last batch", q, registry=r
+        )
         self.batch_duration = Gauge("sluice_batch_duration_seconds", "Duration of the last batch", q, registry=r)
         self.input_rows = Counter("sluice_input_rows", "Rows read", q, registry=r)
         self.batches = Counter("sluice_batches", "Micro-batches completed", q, registry=r)
-        self.lag = Gauge("sluice_kafka_records_behind_latest",
-                         "Kafka records behind the latest offset (Spark's offsetsBehindLatest)",
-                         [*q, "source", "stat"], registry=r)
+        self.lag = Gauge(
+            "sluice_kafka_records_behind_latest",
+            "Kafka records behind the latest offset (Spark's offsetsBehindLatest)",
+            [*q, "source", "stat"],
+            registry=r,
+        )
         self.watermark = Gauge("sluice_watermark_timestamp_seconds", "Event-time watermark", q, registry=r)
         self.state_rows = Gauge("sluice_state_rows", "Rows held in state stores", q, registry=r)
-        self.late_dropped = Counter("sluice_late_records_dropped", "Rows dropped as later than the watermark",
-                                    q, registry=r)
-        self.malformed = Counter("sluice_malformed_records", "Records that failed parsing or checks",
-                                 [*q, "source"], registry=r)
-        self.dead_letters = Counter("sluice_dead_letter_records", "Records written to the dead-letter sink",
-                                    ["app", "source"], registry=r)
+        self.late_dropped = Counter(
+            "sluice_late_records_dropped", "Rows dropped as later than the watermark", q, registry=r
+        )
+        self.malformed = Counter(
+            "sluice_malformed_records", "Records that failed parsing or checks", [*q, "source"], registry=r
+        )
+        self.dead_letters = Counter(
+            "sluice_dead_letter_records", "Records written to the dead-letter sink", ["app", "source"], registry=r
+        )
         self.executors = Gauge("sluice_executors", "Live Spark executors", ["app"], registry=r)
         self.up = Gauge("sluice_query_active", "1 while the query runs", q, registry=r)
-        self.backlog = Gauge("sluice_kafka_backlog_records",
-                             "Records of a source topic not yet read by the query furthest behind on it",
-                             ["app", "topic"], registry=r)
+        self.backlog = Gauge(
+            "sluice_kafka_backlog_records",
+            "Records of a source topic not yet read by the query furthest behind on it",
+            ["app", "topic"],
+            registry=r,
+        )
         self._queries: dict[str, QueryRecord] = {}
         self.running = RunningBatches()
         self._lock = threading.Lock()
@@ -138,7 +153,8 @@ class PipelineMetrics:
         self.input_rate.labels(**labels).set(_number(progress.get("inputRowsPerSecond")))
         self.processed_rate.labels(**labels).set(_number(progress.get("processedRowsPerSecond")))
         self.batch_duration.labels(**labels).set(
-            _number(progress.get("batchDuration", progress.get("durationMs", {}).get("triggerExecution"))) / 1000)
+            _number(progress.get("batchDuration", progress.get("durationMs", {}).get("triggerExecution"))) / 1000
+        )
         for source in progress.get("sources", []):
             name = source_label(source.get("description", "?"))
             for stat in ("avg", "max", "min"):

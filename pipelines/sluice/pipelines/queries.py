@@ -24,8 +24,9 @@ def apply_trigger(writer: DataStreamWriter, trigger: ProcessingTime, spark_versi
     if trigger.realTime:
         major, minor = (int(x) for x in spark_version.split(".")[:2])
         if (major, minor) < (4, 1):
-            raise UnsupportedTrigger(f"trigger.realTime needs Spark >= 4.1 (this is Spark {spark_version}); "
-                                     "use processingTime")
+            raise UnsupportedTrigger(
+                f"trigger.realTime needs Spark >= 4.1 (this is Spark {spark_version}); use processingTime"
+            )
         return writer.trigger(realTime=duration_to_spark(trigger.realTime))  # type: ignore[call-arg]
     return writer.trigger(processingTime=duration_to_spark(trigger.processingTime or "1s"))
 
@@ -54,8 +55,12 @@ class LateTracker:
             bound = F.floor(event_us / slide) * slide + rule.window_ms * 1000
         else:
             bound = event_us + rule.window_ms * 1000
-        message = F.concat(F.lit("late: event time "), F.col("_event_time").cast("string"),
-                           F.lit(" is behind the watermark "), F.timestamp_micros(watermark).cast("string"))
+        message = F.concat(
+            F.lit("late: event time "),
+            F.col("_event_time").cast("string"),
+            F.lit(" is behind the watermark "),
+            F.timestamp_micros(watermark).cast("string"),
+        )
         return F.col("error").isNull() & (bound <= watermark), message
 
     def _max_before(self, files: BatchFiles, batch_id: int) -> int | None:
@@ -79,25 +84,37 @@ class LateTracker:
         return marked.where(F.col("error").isNotNull()).drop("_event_time")
 
 
-def start_query(plan: QueryPlan, *, checkpoint_root: str, trigger: ProcessingTime, bootstrap: str | None,
-                spark_version: str, on_dead_letters: Callable[[str, int], None] | None = None,
-                app_id: str | None = None) -> StreamingQuery:
+def start_query(
+    plan: QueryPlan,
+    *,
+    checkpoint_root: str,
+    trigger: ProcessingTime,
+    bootstrap: str | None,
+    spark_version: str,
+    on_dead_letters: Callable[[str, int], None] | None = None,
+    app_id: str | None = None,
+) -> StreamingQuery:
     """Start one query. `app_id` names the app across the Kafka cluster (namespace/app; default: the app's
     name): exactly-once Kafka sinks derive their transactional ids from it."""
     checkpoint = f"{checkpoint_root.rstrip('/')}/{plan.name}"
-    sink = create_sink(plan.sink_op, plan.sink, SinkContext(plan.name, checkpoint, bootstrap, app_id or plan.app,
-                                                            dead_letters=plan.dead_letter_source is not None))
+    sink = create_sink(
+        plan.sink_op,
+        plan.sink,
+        SinkContext(
+            plan.name, checkpoint, bootstrap, app_id or plan.app, dead_letters=plan.dead_letter_source is not None
+        ),
+    )
     if plan.dead_letter_source is None and not plan.batch_steps:
         writer, query_name = sink.stream_writer(sink.records(plan.df)), sink.query_name
     else:
         writer, query_name = plan.df.writeStream.foreachBatch(_batch_handler(plan, sink, on_dead_letters)), plan.name
-    writer = (writer.queryName(query_name).outputMode(plan.output_mode)
-              .option("checkpointLocation", checkpoint))
+    writer = writer.queryName(query_name).outputMode(plan.output_mode).option("checkpointLocation", checkpoint)
     return apply_trigger(writer, trigger, spark_version).start()
 
 
-def _batch_handler(plan: QueryPlan, sink: Sink,
-                   on_dead_letters: Callable[[str, int], None] | None) -> Callable[[DataFrame, int], None]:
+def _batch_handler(
+    plan: QueryPlan, sink: Sink, on_dead_letters: Callable[[str, int], None] | None
+) -> Callable[[DataFrame, int], None]:
     """Per micro-batch work: top-N and what follows it, or the dead letters (late marking, counting)."""
     source = plan.dead_letter_source
     tracker = LateTracker(sink.context.checkpoint, plan.late_rule) if plan.late_rule else None
@@ -116,4 +133,3 @@ def _batch_handler(plan: QueryPlan, sink: Sink,
             cached.unpersist()
 
     return each_batch
-

@@ -25,8 +25,12 @@ from .validation import PipelineInvalid, Problem, graph_problems, load_documents
 
 log = logging.getLogger("sluice.runner")
 # Flags for local runs whose values a RunnerConfig carries itself: argparse dest -> flag.
-CONFIG_FLAGS = {"bootstrap_servers": "--bootstrap-servers", "checkpoint_dir": "--checkpoint-dir",
-                "control_port": "--control-port", "control_token_file": "--control-token-file"}
+CONFIG_FLAGS = {
+    "bootstrap_servers": "--bootstrap-servers",
+    "checkpoint_dir": "--checkpoint-dir",
+    "control_port": "--control-port",
+    "control_token_file": "--control-token-file",
+}
 
 
 def parse_runner_config(data: Any) -> RunnerConfig:
@@ -47,32 +51,56 @@ def runner_config(args: argparse.Namespace) -> tuple[RunnerConfig, str]:
     if isinstance(data, dict) and data.get("kind") == "RunnerConfig":
         given = [flag for dest, flag in CONFIG_FLAGS.items() if getattr(args, dest) is not None]
         if given:
-            raise PipelineInvalid([Problem(flag, "not allowed with a RunnerConfig (it carries this setting)")
-                                   for flag in given])
+            raise PipelineInvalid(
+                [Problem(flag, "not allowed with a RunnerConfig (it carries this setting)") for flag in given]
+            )
         return parse_runner_config(data), "pipeline"
     checkpoint = args.checkpoint_dir or os.environ.get("SLUICE_CHECKPOINT_DIR") or f"/tmp/sluice/{document.app_name}"
-    port = args.control_port if args.control_port is not None else int(
-        os.environ.get("SLUICE_METRICS_PORT", DEFAULT_CONTROL_PORT))
-    config = config_from_document(document, checkpoint_root=checkpoint, bootstrap_servers=args.bootstrap_servers,
-                                  control_port=port, control_token_file=args.control_token_file)
+    port = (
+        args.control_port
+        if args.control_port is not None
+        else int(os.environ.get("SLUICE_METRICS_PORT", DEFAULT_CONTROL_PORT))
+    )
+    config = config_from_document(
+        document,
+        checkpoint_root=checkpoint,
+        bootstrap_servers=args.bootstrap_servers,
+        control_port=port,
+        control_token_file=args.control_token_file,
+    )
     return config, document.prefix
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m sluice.pipelines.runner",
-                                     description="Run a StreamingApp pipeline on Spark Structured Streaming")
+    parser = argparse.ArgumentParser(
+        prog="python -m sluice.pipelines.runner",
+        description="Run a StreamingApp pipeline on Spark Structured Streaming",
+    )
     parser.add_argument("file", help="a RunnerConfig (JSON or YAML), or a StreamingApp manifest or bare pipeline")
     local = parser.add_argument_group("local runs (a manifest or bare pipeline; a RunnerConfig carries these)")
-    local.add_argument("--checkpoint-dir", help="checkpoint root, one folder per query "
-                                                "(default: $SLUICE_CHECKPOINT_DIR, else /tmp/sluice/<app>)")
-    local.add_argument("--bootstrap-servers", help="Kafka bootstrap (default: the manifest's "
-                                                   "spec.kafka.bootstrapServers, else $SLUICE_KAFKA_BOOTSTRAP)")
-    local.add_argument("--control-port", "--metrics-port", dest="control_port", type=int,
-                       help=f"control API port (default: $SLUICE_METRICS_PORT, else {DEFAULT_CONTROL_PORT}; 0: none)")
-    local.add_argument("--control-token-file", help="file holding the bearer token writes need (default: none, "
-                                                    "writes are refused)")
-    parser.add_argument("--master", default=None,
-                        help="Spark master (default: from spark-submit); local[N] adds the Kafka connector jars")
+    local.add_argument(
+        "--checkpoint-dir",
+        help="checkpoint root, one folder per query (default: $SLUICE_CHECKPOINT_DIR, else /tmp/sluice/<app>)",
+    )
+    local.add_argument(
+        "--bootstrap-servers",
+        help="Kafka bootstrap (default: the manifest's spec.kafka.bootstrapServers, else $SLUICE_KAFKA_BOOTSTRAP)",
+    )
+    local.add_argument(
+        "--control-port",
+        "--metrics-port",
+        dest="control_port",
+        type=int,
+        help=f"control API port (default: $SLUICE_METRICS_PORT, else {DEFAULT_CONTROL_PORT}; 0: none)",
+    )
+    local.add_argument(
+        "--control-token-file", help="file holding the bearer token writes need (default: none, writes are refused)"
+    )
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default: from spark-submit); local[N] adds the Kafka connector jars",
+    )
     return parser.parse_args(argv)
 
 
@@ -103,8 +131,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: invalid pipeline in {args.file}:\n{exc}", file=sys.stderr)
         return 2
     server = ControlServer(run).start() if config.controlPort else None
-    log.info("%s (revision %s): started %d queries; control API on :%s", config.app, config.revision,
-             len(run.queries), server.port if server else "-")
+    log.info(
+        "%s (revision %s): started %d queries; control API on :%s",
+        config.app,
+        config.revision,
+        len(run.queries),
+        server.port if server else "-",
+    )
     code = run.await_termination()
     run.stop()
     if server:

@@ -60,8 +60,14 @@ def spark_ddl_parser(spark: SparkSession):
     return parse
 
 
-def config_from_document(document: PipelineDocument, *, checkpoint_root: str, bootstrap_servers: str | None = None,
-                         control_port: int = 0, control_token_file: str | None = None) -> RunnerConfig:
+def config_from_document(
+    document: PipelineDocument,
+    *,
+    checkpoint_root: str,
+    bootstrap_servers: str | None = None,
+    control_port: int = 0,
+    control_token_file: str | None = None,
+) -> RunnerConfig:
     """A manifest or bare pipeline (validated without Spark) as the RunnerConfig a local run runs.
 
     The Kafka bootstrap is decided here: the flag, else the manifest's spec.kafka.bootstrapServers, else
@@ -72,13 +78,25 @@ def config_from_document(document: PipelineDocument, *, checkpoint_root: str, bo
     kafka = (manifest.get("spec") or {}).get("kafka") or {}
     bootstrap = bootstrap_servers or kafka.get("bootstrapServers") or os.environ.get("SLUICE_KAFKA_BOOTSTRAP")
     if not bootstrap:
-        raise PipelineInvalid([Problem("spec.kafka.bootstrapServers" if manifest else "--bootstrap-servers",
-                                       "no Kafka bootstrap: pass --bootstrap-servers, set "
-                                       "spec.kafka.bootstrapServers or $SLUICE_KAFKA_BOOTSTRAP")])
-    return RunnerConfig(app=document.app_name, namespace=(manifest.get("metadata") or {}).get("namespace") or "default",
-                        revision=LOCAL_REVISION, kafkaBootstrap=bootstrap, pipeline=spec,
-                        checkpointRoot=checkpoint_root, controlPort=control_port,
-                        controlTokenFile=control_token_file)
+        raise PipelineInvalid(
+            [
+                Problem(
+                    "spec.kafka.bootstrapServers" if manifest else "--bootstrap-servers",
+                    "no Kafka bootstrap: pass --bootstrap-servers, set "
+                    "spec.kafka.bootstrapServers or $SLUICE_KAFKA_BOOTSTRAP",
+                )
+            ]
+        )
+    return RunnerConfig(
+        app=document.app_name,
+        namespace=(manifest.get("metadata") or {}).get("namespace") or "default",
+        revision=LOCAL_REVISION,
+        kafkaBootstrap=bootstrap,
+        pipeline=spec,
+        checkpointRoot=checkpoint_root,
+        controlPort=control_port,
+        controlTokenFile=control_token_file,
+    )
 
 
 @dataclass
@@ -117,8 +135,14 @@ class PipelineRun:
     `pipeline_path` is where the pipeline sits in the file it came from, for error messages.
     """
 
-    def __init__(self, spark: SparkSession, config: RunnerConfig, *, pipeline_path: str = "pipeline",
-                 metrics: PipelineMetrics | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: RunnerConfig,
+        *,
+        pipeline_path: str = "pipeline",
+        metrics: PipelineMetrics | None = None,
+    ) -> None:
         self.spark = spark
         self.config = config
         self.pipeline_path = pipeline_path
@@ -130,8 +154,15 @@ class PipelineRun:
         self._changing = threading.Lock()  # a hot swap in progress: its queries stop and start
 
     @classmethod
-    def from_document(cls, spark: SparkSession, document: PipelineDocument, *, checkpoint_root: str,
-                      bootstrap_servers: str | None = None, metrics: PipelineMetrics | None = None) -> PipelineRun:
+    def from_document(
+        cls,
+        spark: SparkSession,
+        document: PipelineDocument,
+        *,
+        checkpoint_root: str,
+        bootstrap_servers: str | None = None,
+        metrics: PipelineMetrics | None = None,
+    ) -> PipelineRun:
         config = config_from_document(document, checkpoint_root=checkpoint_root, bootstrap_servers=bootstrap_servers)
         return cls(spark, config, pipeline_path=document.prefix, metrics=metrics)
 
@@ -156,17 +187,29 @@ class PipelineRun:
 
     def _compile(self, config: RunnerConfig) -> CompiledPipeline:
         """The pipeline's queries, checked with Spark's parsers first (PipelineInvalid naming each node)."""
-        problems = semantic_problems(config.pipeline, self.pipeline_path, sql=spark_sql_parser(self.spark),
-                                     ddl=spark_ddl_parser(self.spark))
+        problems = semantic_problems(
+            config.pipeline, self.pipeline_path, sql=spark_sql_parser(self.spark), ddl=spark_ddl_parser(self.spark)
+        )
         if problems:
             raise PipelineInvalid(problems)
-        return compile_pipeline(self.spark, config.pipeline, bootstrap_servers=config.kafkaBootstrap,
-                                prefix=self.pipeline_path, app_name=config.app)
+        return compile_pipeline(
+            self.spark,
+            config.pipeline,
+            bootstrap_servers=config.kafkaBootstrap,
+            prefix=self.pipeline_path,
+            app_name=config.app,
+        )
 
     def _start_query(self, plan: QueryPlan, config: RunnerConfig) -> StreamingQuery:
-        query = start_query(plan, checkpoint_root=config.checkpointRoot, trigger=config.pipeline.trigger,
-                            bootstrap=config.kafkaBootstrap, spark_version=self.spark.version,
-                            on_dead_letters=self._count_dead_letters, app_id=f"{config.namespace}/{config.app}")
+        query = start_query(
+            plan,
+            checkpoint_root=config.checkpointRoot,
+            trigger=config.pipeline.trigger,
+            bootstrap=config.kafkaBootstrap,
+            spark_version=self.spark.version,
+            on_dead_letters=self._count_dead_letters,
+            app_id=f"{config.namespace}/{config.app}",
+        )
         self.queries.append(query)
         self.query_revisions[plan.name] = config.revision
         self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
@@ -199,15 +242,21 @@ class PipelineRun:
                 for name in by_action["restart"] + by_action["stop"]:
                     self._start_query(old_plans[name], old_config)
                 raise
-            return SwapResponse(revision=config.revision, restarted=by_action["restart"], started=by_action["start"],
-                                stopped=by_action["stop"], kept=by_action["keep"])
+            return SwapResponse(
+                revision=config.revision,
+                restarted=by_action["restart"],
+                started=by_action["start"],
+                stopped=by_action["stop"],
+                kept=by_action["keep"],
+            )
 
     def _check_swap(self, config: RunnerConfig, steps: Sequence[QueryStep], new: set[str]) -> dict[str, list[str]]:
         """The steps' query names by action, or SwapRefused."""
         for field in ("app", "namespace", "kafkaBootstrap", "checkpointRoot"):
             if getattr(config, field) != getattr(self.config, field):
-                raise SwapRefused(f"a hot swap keeps the run's {field} ({getattr(self.config, field)!r})",
-                                  f"config.{field}")
+                raise SwapRefused(
+                    f"a hot swap keeps the run's {field} ({getattr(self.config, field)!r})", f"config.{field}"
+                )
         running = {query.name for query in self.queries}  # a failed query may be restarted on a new plan
         names: dict[str, list[str]] = {"restart": [], "start": [], "stop": [], "keep": []}
         for index, step in enumerate(steps):
@@ -218,11 +267,13 @@ class PipelineRun:
                 raise SwapRefused(f"query {step.name!r} has two steps", f"{where}.name")
             must_run, must_be_new = step.action != "start", step.action != "stop"
             if must_run != (step.name in running):
-                raise SwapRefused(f"query {step.name!r} is {'not ' if must_run else ''}one of this driver's",
-                                  f"{where}.name")
+                raise SwapRefused(
+                    f"query {step.name!r} is {'not ' if must_run else ''}one of this driver's", f"{where}.name"
+                )
             if must_be_new != (step.name in new):
-                raise SwapRefused(f"query {step.name!r} is {'not ' if must_be_new else ''}in the new pipeline",
-                                  f"{where}.name")
+                raise SwapRefused(
+                    f"query {step.name!r} is {'not ' if must_be_new else ''}in the new pipeline", f"{where}.name"
+                )
             names[step.action].append(step.name)
         missing = sorted((running | new) - {name for listed in names.values() for name in listed})
         if missing:
@@ -252,8 +303,15 @@ class PipelineRun:
         out = []
         for query in self.queries:
             error = query.exception()
-            out.append(QueryState(query.name, query.isActive, error_summary(str(error)) if error else None,
-                                  query.lastProgress, self.query_path(query.name)))
+            out.append(
+                QueryState(
+                    query.name,
+                    query.isActive,
+                    error_summary(str(error)) if error else None,
+                    query.lastProgress,
+                    self.query_path(query.name),
+                )
+            )
         return out
 
     def query_path(self, name: str) -> str:

@@ -13,8 +13,9 @@ from pyspark.sql import SparkSession
 
 # Settings every sluice query relies on; sparkConf from the app can override them.
 BASE_CONF: dict[str, str] = {
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
 }
@@ -44,8 +45,9 @@ def _quiet_conf(log_file: Path, conf: Mapping[str, str]) -> dict[str, str]:
     progress bar off; they take effect only if the driver JVM starts with the session (local mode)."""
     properties = log_file.resolve().with_suffix(".log4j2.properties")
     properties.write_text(_LOG4J2.format(path=log_file.resolve()))
-    java_options = " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"),
-                                          f"-Dlog4j2.configurationFile={properties}"]))
+    java_options = " ".join(
+        filter(None, [conf.get("spark.driver.extraJavaOptions"), f"-Dlog4j2.configurationFile={properties}"])
+    )
     return {"spark.ui.showConsoleProgress": "false", "spark.driver.extraJavaOptions": java_options}
 
 
@@ -64,8 +66,9 @@ def _stderr_to(log_file: Path) -> Iterator[None]:
         os.close(saved)
 
 
-def build_session(app_name: str, conf: Mapping[str, str], master: str | None = None,
-                  log_file: Path | None = None) -> SparkSession:
+def build_session(
+    app_name: str, conf: Mapping[str, str], master: str | None = None, log_file: Path | None = None
+) -> SparkSession:
     """With `log_file`, Spark's log lines and the JVM's stderr go there instead of the terminal."""
     # Python workers (executor-side code such as the exactly-once Kafka writer) run this interpreter, the one
     # with sluice installed, unless the environment names another; PySpark's default is any `python3`.
@@ -87,8 +90,15 @@ def build_session(app_name: str, conf: Mapping[str, str], master: str | None = N
     return session
 
 
-def local_session(app_name: str, jars: Sequence[Path], *, cores: int | str = "*", shuffle_partitions: int = 4,
-                  conf: Mapping[str, str] | None = None, log_file: Path | None = None) -> SparkSession:
+def local_session(
+    app_name: str,
+    jars: Sequence[Path],
+    *,
+    cores: int | str = "*",
+    shuffle_partitions: int = 4,
+    conf: Mapping[str, str] | None = None,
+    log_file: Path | None = None,
+) -> SparkSession:
     """Spark in this process (local mode) with `jars` on its classpath: the Kafka connector's, from
     sluice.pipelines.local.spark.spark_kafka_jars(). `log_file`: see build_session."""
     local_conf = {

@@ -15,13 +15,20 @@ DURATION_PATTERN = r"^[0-9]+(ms|s|m|h|d)$"
 _UNIT_WORDS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
-Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN),
-                     Field(description="A duration such as 500ms, 5s, 10m, 2h or 1d.")]
-SqlExpr = Annotated[str, StringConstraints(min_length=1),
-                    Field(description="A Spark SQL expression, e.g. upper(word) or price * qty AS revenue.")]
+Duration = Annotated[
+    str, StringConstraints(pattern=DURATION_PATTERN), Field(description="A duration such as 500ms, 5s, 10m, 2h or 1d.")
+]
+SqlExpr = Annotated[
+    str,
+    StringConstraints(min_length=1),
+    Field(description="A Spark SQL expression, e.g. upper(word) or price * qty AS revenue."),
+]
 Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-NodeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63),
-                     Field(description="Unique node name (DNS label: lower case, digits, '-').")]
+NodeName = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63),
+    Field(description="Unique node name (DNS label: lower case, digits, '-')."),
+]
 
 
 def duration_to_spark(value: str) -> str:
@@ -55,8 +62,11 @@ def cel(*rules: str | tuple[str, str], message: str | None = None) -> ConfigDict
         pairs = [(rules[0], rules[1] if len(rules) > 1 else message or rules[0])]
     else:
         pairs = list(rules)  # type: ignore[arg-type]
-    return ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={
-        "x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in pairs]})
+    return ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={"x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in pairs]},
+    )
 
 
 def _one_of(*fields: str) -> str:
@@ -71,26 +81,31 @@ KAFKA_METADATA_COLUMNS = ("key", "timestamp", "headers", "topic", "partition", "
 class FromKafka(Strict):
     """Read a Kafka topic (or topics matching a pattern) as a stream."""
 
-    model_config = cel(("has(self.topic) != has(self.pattern)", "set exactly one of 'topic' or 'pattern'"),
-                       ("self.format == 'text' || has(self.schema)", "json and csv need 'schema'"),
-                       ("!has(self.watermark) || has(self.eventTime)", "'watermark' needs 'eventTime'"))
+    model_config = cel(
+        ("has(self.topic) != has(self.pattern)", "set exactly one of 'topic' or 'pattern'"),
+        ("self.format == 'text' || has(self.schema)", "json and csv need 'schema'"),
+        ("!has(self.watermark) || has(self.eventTime)", "'watermark' needs 'eventTime'"),
+    )
 
     topic: str | None = Field(None, description="Topic name (or a comma-separated list).")
     pattern: str | None = Field(None, description="Java regex of topics to subscribe to.")
     format: Literal["text", "json", "csv"] = Field("text", description="How record values are parsed.")
-    schema_: str | None = Field(None, alias="schema",
-                                description="Spark DDL of the value for json/csv, e.g. 'id STRING, ts TIMESTAMP'.")
+    schema_: str | None = Field(
+        None, alias="schema", description="Spark DDL of the value for json/csv, e.g. 'id STRING, ts TIMESTAMP'."
+    )
     csvDelimiter: str = Field(",", min_length=1, max_length=1)
     metadata: list[Literal["key", "timestamp", "headers", "topic", "partition", "offset"]] = Field(
         default_factory=list,
-        description="Kafka record fields to keep, as columns kafka_<field> (kafka_key, kafka_timestamp, ...).")
-    eventTime: str | None = Field(
-        None, description="Column holding event time (a schema field, or kafka_timestamp).")
+        description="Kafka record fields to keep, as columns kafka_<field> (kafka_key, kafka_timestamp, ...).",
+    )
+    eventTime: str | None = Field(None, description="Column holding event time (a schema field, or kafka_timestamp).")
     watermark: Duration | None = Field(None, description="How late events may arrive (needs eventTime).")
     startingOffsets: Literal["earliest", "latest"] = "earliest"
     isolationLevel: Literal["readCommitted", "readUncommitted"] = Field(
-        "readCommitted", description="readCommitted: only records of committed Kafka transactions (an "
-        "exactly-once sink's output once its batch is complete); readUncommitted: also open and aborted ones.")
+        "readCommitted",
+        description="readCommitted: only records of committed Kafka transactions (an "
+        "exactly-once sink's output once its batch is complete); readUncommitted: also open and aborted ones.",
+    )
     maxRecordsPerTrigger: int | None = Field(None, ge=1)
     minPartitions: int | None = Field(None, ge=1, description="Split Kafka partitions into more Spark tasks.")
     bootstrapServers: str | None = Field(None, description="Overrides the app's Kafka for this source.")
@@ -109,6 +124,7 @@ class FromKafka(Strict):
 
 # ------------------------------------------------------------------------------------ transforms
 
+
 class Explode(Strict):
     """One output row per element of an array expression; other columns are kept."""
 
@@ -126,8 +142,9 @@ class Sliding(Strict):
 class Window(Strict):
     """An event-time window; exactly one of tumbling, sliding or session."""
 
-    model_config = cel(_one_of("tumbling", "sliding", "session"),
-                       "set exactly one of 'tumbling', 'sliding' or 'session'")
+    model_config = cel(
+        _one_of("tumbling", "sliding", "session"), "set exactly one of 'tumbling', 'sliding' or 'session'"
+    )
 
     tumbling: Duration | None = None
     sliding: Sliding | None = None
@@ -148,8 +165,10 @@ class Aggregate(Strict):
     groupBy: list[SqlExpr] = Field(default_factory=list)
     window: Window | None = None
     aggregations: dict[Identifier, SqlExpr] = Field(
-        min_length=1, description="Output column -> aggregate expression: count(*), sum(x), avg(x), "
-        "min(x), max(x), approx_count_distinct(x), percentile_approx(x, 0.99), ...")
+        min_length=1,
+        description="Output column -> aggregate expression: count(*), sum(x), avg(x), "
+        "min(x), max(x), approx_count_distinct(x), percentile_approx(x, 0.99), ...",
+    )
 
 
 class Join(Strict):
@@ -158,8 +177,9 @@ class Join(Strict):
     condition: SqlExpr = Field(description="Join condition; refer to the inputs by node name: req.id = resp.id.")
     within: Duration = Field(description="The right side's event time lies within this after the left's.")
     type: Literal["inner", "leftOuter", "rightOuter"] = "inner"
-    select: list[SqlExpr] = Field(default_factory=list,
-                                  description="Output columns (default: all, clashes prefixed with the node name).")
+    select: list[SqlExpr] = Field(
+        default_factory=list, description="Output columns (default: all, clashes prefixed with the node name)."
+    )
 
 
 class Lookup(Strict):
@@ -202,9 +222,11 @@ class PythonTransform(Strict):
 
 # ----------------------------------------------------------------------------------------- sinks
 
+
 class SinkBase(Strict):
     outputMode: Literal["append", "update", "complete"] | None = Field(
-        None, description="Default: append, or update for aggregations without a window.")
+        None, description="Default: append, or update for aggregations without a window."
+    )
 
 
 class ToKafka(SinkBase):
@@ -213,20 +235,27 @@ class ToKafka(SinkBase):
     value: SqlExpr = Field("to_json(struct(*))", description="Value expression (default: the row as JSON).")
     headers: SqlExpr | None = Field(None, description="array<struct<key: string, value: binary>> expression.")
     delivery: Literal["exactlyOnce", "atLeastOnce"] = Field(
-        "exactlyOnce", description="exactlyOnce: each micro-batch is committed once in Kafka transactions, also "
+        "exactlyOnce",
+        description="exactlyOnce: each micro-batch is committed once in Kafka transactions, also "
         "when a restart replays it (consumers read with isolation.level=read_committed); atLeastOnce: Spark's "
-        "Kafka sink, a replayed batch is written again.")
+        "Kafka sink, a replayed batch is written again.",
+    )
     bootstrapServers: str | None = None
-    options: dict[str, str] = Field(default_factory=dict, description="Kafka client settings prefixed kafka. "
-                                    "(atLeastOnce: Java client and Spark sink options; exactlyOnce: librdkafka "
-                                    "settings, e.g. kafka.sasl.username, kafka.transactional.id as the prefix).")
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Kafka client settings prefixed kafka. "
+        "(atLeastOnce: Java client and Spark sink options; exactlyOnce: librdkafka "
+        "settings, e.g. kafka.sasl.username, kafka.transactional.id as the prefix).",
+    )
 
     @model_validator(mode="after")
     def _client_options(self) -> ToKafka:
         spark_only = sorted(k for k in self.options if not k.startswith("kafka."))
         if self.delivery == "exactlyOnce" and spark_only:
-            raise ValueError(f"options {', '.join(spark_only)}: with delivery exactlyOnce, options are Kafka client "
-                             "settings prefixed kafka. (Spark's sink options apply to atLeastOnce only)")
+            raise ValueError(
+                f"options {', '.join(spark_only)}: with delivery exactlyOnce, options are Kafka client "
+                "settings prefixed kafka. (Spark's sink options apply to atLeastOnce only)"
+            )
         return self
 
 
@@ -248,8 +277,19 @@ class ToMemory(SinkBase):
 # ------------------------------------------------------------------------------------------ nodes
 
 SOURCE_OPS = ("fromKafka",)
-TRANSFORM_OPS = ("select", "filter", "withColumns", "explode", "aggregate", "join", "lookup", "dedupe",
-                 "union", "topN", "python")
+TRANSFORM_OPS = (
+    "select",
+    "filter",
+    "withColumns",
+    "explode",
+    "aggregate",
+    "join",
+    "lookup",
+    "dedupe",
+    "union",
+    "topN",
+    "python",
+)
 SINK_OPS = ("toKafka", "toConsole", "toFiles", "toMemory")
 OPERATIONS = SOURCE_OPS + TRANSFORM_OPS + SINK_OPS
 
@@ -257,9 +297,10 @@ OPERATIONS = SOURCE_OPS + TRANSFORM_OPS + SINK_OPS
 class Node(Strict):
     """One step of the DAG: a name, its inputs (none for sources) and exactly one operation."""
 
-    model_config = cel((_one_of(*OPERATIONS), "a node needs exactly one operation key"),
-                       ("!has(self.fromKafka) || !has(self.inputs) || size(self.inputs) == 0",
-                        "a source takes no inputs"))
+    model_config = cel(
+        (_one_of(*OPERATIONS), "a node needs exactly one operation key"),
+        ("!has(self.fromKafka) || !has(self.inputs) || size(self.inputs) == 0", "a source takes no inputs"),
+    )
 
     name: NodeName
     inputs: list[str] | None = Field(None, description="Names of upstream nodes (absent for sources).")
@@ -287,7 +328,8 @@ class Node(Strict):
     ARITY: ClassVar[dict[str, tuple[int, int | None]]] = {
         **{op: (0, 0) for op in SOURCE_OPS},
         **{op: (1, 1) for op in TRANSFORM_OPS},
-        "join": (2, 2), "union": (2, None),
+        "join": (2, 2),
+        "union": (2, None),
         **{op: (1, 1) for op in SINK_OPS},
     }
 
@@ -318,9 +360,10 @@ class Node(Strict):
 
 
 class ProcessingTime(Strict):
-    model_config = cel("[has(self.processingTime), has(self.availableNow) && self.availableNow, "
-                       "has(self.realTime)].exists_one(x, x)",
-                       "set exactly one of 'processingTime', 'availableNow' or 'realTime'")
+    model_config = cel(
+        "[has(self.processingTime), has(self.availableNow) && self.availableNow, has(self.realTime)].exists_one(x, x)",
+        "set exactly one of 'processingTime', 'availableNow' or 'realTime'",
+    )
 
     processingTime: Duration | None = None
     availableNow: bool | None = None
@@ -337,8 +380,10 @@ class ProcessingTime(Strict):
 class DeadLetter(Strict):
     """Where malformed records (and, if asked, late records) go, with the error and the original bytes."""
 
-    model_config = cel(_one_of("toKafka", "toFiles", "toConsole", "toMemory"),
-                       "set exactly one of toKafka, toFiles, toConsole, toMemory")
+    model_config = cel(
+        _one_of("toKafka", "toFiles", "toConsole", "toMemory"),
+        "set exactly one of toKafka, toFiles, toConsole, toMemory",
+    )
 
     toKafka: ToKafka | None = None
     toFiles: ToFiles | None = None

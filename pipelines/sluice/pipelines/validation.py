@@ -86,14 +86,14 @@ def join_path(prefix: str, *parts: str | int) -> str:
 
 # --------------------------------------------------------------------------- layer 1: the model
 
+
 def _friendly(error: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
     loc = tuple(error["loc"])
     kind = error["type"]
     if kind == "extra_forbidden":
         return loc, f"unknown key '{loc[-1]}'"
     if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == DURATION_PATTERN:
-        return loc, (f"invalid duration {error['input']!r}: use a number and a unit (ms, s, m, h, d), "
-                     "e.g. 5s")
+        return loc, (f"invalid duration {error['input']!r}: use a number and a unit (ms, s, m, h, d), e.g. 5s")
     if kind == "missing":
         return loc, "required"
     message = error["msg"].removeprefix("Value error, ")
@@ -117,6 +117,7 @@ def model_problems(data: Any, prefix: str, model: type[BaseModel] = PipelineSpec
 
 # ----------------------------------------------------------------------------- layer 2: the DAG
 
+
 def graph_problems(data: Any, prefix: str) -> list[Problem]:
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         return []  # the model layer reports the missing/invalid list
@@ -128,8 +129,12 @@ def graph_problems(data: Any, prefix: str) -> list[Problem]:
         name = node.get("name")
         if isinstance(name, str):
             if name in first_index:
-                problems.append(Problem(join_path(prefix, "nodes", i, "name"),
-                                        f"duplicate node name '{name}' (also nodes[{first_index[name]}])"))
+                problems.append(
+                    Problem(
+                        join_path(prefix, "nodes", i, "name"),
+                        f"duplicate node name '{name}' (also nodes[{first_index[name]}])",
+                    )
+                )
             else:
                 first_index[name] = i
 
@@ -142,14 +147,19 @@ def graph_problems(data: Any, prefix: str) -> list[Problem]:
     for name, i in first_index.items():
         operation = operation_of.get(name)
         if operation and operation not in SINK_OPS and not consumers.get(name):
-            problems.append(Problem(join_path(prefix, "nodes", i),
-                                    f"the output of '{name}' is not used by any node (connect it to a sink)"))
+            problems.append(
+                Problem(
+                    join_path(prefix, "nodes", i),
+                    f"the output of '{name}' is not used by any node (connect it to a sink)",
+                )
+            )
     if nodes and not any(op in SINK_OPS for op in operation_of.values()):
         problems.append(Problem(join_path(prefix, "nodes"), "the pipeline has no sink"))
     cycle = _find_cycle(edges)
     if cycle:
-        problems.append(Problem(join_path(prefix, "nodes", first_index[cycle[0]], "inputs"),
-                                f"cycle: {' -> '.join(cycle)}"))
+        problems.append(
+            Problem(join_path(prefix, "nodes", first_index[cycle[0]], "inputs"), f"cycle: {' -> '.join(cycle)}")
+        )
     return problems
 
 
@@ -158,9 +168,15 @@ def _operation(node: dict[str, Any]) -> str | None:
     return present[0] if len(present) == 1 else None
 
 
-def _input_problems(prefix: str, i: int, node: dict[str, Any], known: dict[str, int],
-                    operation_of: dict[Any, str | None], consumers: dict[str, int],
-                    edges: dict[str, list[str]]) -> Iterator[Problem]:
+def _input_problems(
+    prefix: str,
+    i: int,
+    node: dict[str, Any],
+    known: dict[str, int],
+    operation_of: dict[Any, str | None],
+    consumers: dict[str, int],
+    edges: dict[str, list[str]],
+) -> Iterator[Problem]:
     name, operation, inputs = node.get("name"), _operation(node), node.get("inputs")
     path = join_path(prefix, "nodes", i, "inputs")
     if inputs is not None and not isinstance(inputs, list):
@@ -197,7 +213,7 @@ def _find_cycle(edges: dict[str, list[str]]) -> list[str] | None:
             if upstream == node:
                 continue  # reported as reading its own output
             if state.get(upstream) == 1:
-                return [*stack[stack.index(upstream):], upstream]
+                return [*stack[stack.index(upstream) :], upstream]
             if upstream not in state and (found := visit(upstream)):
                 return found
         stack.pop()
@@ -243,8 +259,9 @@ def node_expressions(node: Node) -> Iterator[tuple[tuple[str | int, ...], str]]:
                 yield (op, field), getattr(cfg, field)
 
 
-def semantic_problems(spec: PipelineSpec, prefix: str, sql: SqlParser | None = None,
-                      ddl: DdlParser | None = None) -> list[Problem]:
+def semantic_problems(
+    spec: PipelineSpec, prefix: str, sql: SqlParser | None = None, ddl: DdlParser | None = None
+) -> list[Problem]:
     problems: list[Problem] = []
     for i, node in enumerate(spec.nodes):
         at = lambda *parts, i=i: join_path(prefix, "nodes", i, *parts)  # noqa: E731
@@ -269,17 +286,20 @@ def _source_problems(node: Node, at: Callable[..., str], ddl: DdlParser | None) 
         else:
             fields = parsed
     if src.eventTime and src.format == "text" and src.eventTime != "kafka_timestamp":
-        problems.append(Problem(at("fromKafka", "eventTime"),
-                                "text records have no fields; use eventTime: kafka_timestamp"))
+        problems.append(
+            Problem(at("fromKafka", "eventTime"), "text records have no fields; use eventTime: kafka_timestamp")
+        )
     elif src.eventTime and fields is not None and src.eventTime not in (*fields, "kafka_timestamp"):
-        problems.append(Problem(at("fromKafka", "eventTime"),
-                                f"'{src.eventTime}' is not a schema field ({', '.join(fields)}) "
-                                "nor kafka_timestamp"))
+        problems.append(
+            Problem(
+                at("fromKafka", "eventTime"),
+                f"'{src.eventTime}' is not a schema field ({', '.join(fields)}) nor kafka_timestamp",
+            )
+        )
     return problems
 
 
-def validate(data: Any, prefix: str = "", sql: SqlParser | None = None,
-             ddl: DdlParser | None = None) -> PipelineSpec:
+def validate(data: Any, prefix: str = "", sql: SqlParser | None = None, ddl: DdlParser | None = None) -> PipelineSpec:
     """The parsed spec, or PipelineInvalid listing every problem found."""
     spec, problems = model_problems(data, prefix)
     problems += graph_problems(data, prefix)

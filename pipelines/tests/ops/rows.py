@@ -48,8 +48,14 @@ class Rows:
         self.root = root
         self._batches: dict[str, int] = {}
 
-    def batch(self, source: str, values: Iterable[Any], *, at: Iterable[int] | None = None,
-              keys: Iterable[str | None] | None = None) -> Rows:
+    def batch(
+        self,
+        source: str,
+        values: Iterable[Any],
+        *,
+        at: Iterable[int] | None = None,
+        keys: Iterable[str | None] | None = None,
+    ) -> Rows:
         """One micro-batch of `source`: values (a dict is written as JSON, None is a record without a value),
         their Kafka timestamps (ms after T0, default 0) and keys."""
         values = list(values)
@@ -63,8 +69,19 @@ class Rows:
         with path.open("w") as out:
             for offset, (value, stamp, key) in enumerate(zip(values, stamps, record_keys, strict=True)):
                 text = json.dumps(value) if isinstance(value, dict) else value
-                out.write(json.dumps({"key": key, "value": text, "topic": source, "partition": 0,
-                                      "offset": index * 1000 + offset, "timestamp": T0 + stamp}) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "key": key,
+                            "value": text,
+                            "topic": source,
+                            "partition": 0,
+                            "offset": index * 1000 + offset,
+                            "timestamp": T0 + stamp,
+                        }
+                    )
+                    + "\n"
+                )
         # The file source takes files in modification-time order: one second apart, in batch order.
         os.utime(path, (1_000_000 + index, 1_000_000 + index))
         return self
@@ -74,23 +91,35 @@ class Rows:
         folder = self.root / node.name
         folder.mkdir(parents=True, exist_ok=True)
         raw = self.spark.readStream.schema(_FILE_SCHEMA).option("maxFilesPerTrigger", 1).json(str(folder))
-        return raw.select(F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
-                          "topic", "partition", "offset", F.timestamp_millis("timestamp").alias("timestamp"))
+        return raw.select(
+            F.col("key").cast("binary").alias("key"),
+            F.col("value").cast("binary").alias("value"),
+            "topic",
+            "partition",
+            "offset",
+            F.timestamp_millis("timestamp").alias("timestamp"),
+        )
 
 
 def compile_rows(spark: SparkSession, pipeline: dict[str, Any], rows: Rows) -> tuple[PipelineSpec, CompiledPipeline]:
     """Validated with Spark's parsers and compiled as the runner does, on the rows instead of Kafka."""
-    spec = validate({"trigger": {"availableNow": True}, **pipeline}, sql=spark_sql_parser(spark),
-                    ddl=spark_ddl_parser(spark))
+    spec = validate(
+        {"trigger": {"availableNow": True}, **pipeline}, sql=spark_sql_parser(spark), ddl=spark_ddl_parser(spark)
+    )
     return spec, compile_pipeline(spark, spec, bootstrap_servers=None, source_frames=rows.frame)
 
 
-def run(spark: SparkSession, pipeline: dict[str, Any], rows: Rows, checkpoints: Path,
-        timeout: float = 120) -> list[Any]:
+def run(
+    spark: SparkSession, pipeline: dict[str, Any], rows: Rows, checkpoints: Path, timeout: float = 120
+) -> list[Any]:
     """Runs every query to its end (availableNow) and returns them; a failed query raises its error."""
     spec, compiled = compile_rows(spark, pipeline, rows)
-    queries = [start_query(plan, checkpoint_root=str(checkpoints), trigger=spec.trigger, bootstrap=None,
-                           spark_version=spark.version) for plan in compiled.queries]
+    queries = [
+        start_query(
+            plan, checkpoint_root=str(checkpoints), trigger=spec.trigger, bootstrap=None, spark_version=spark.version
+        )
+        for plan in compiled.queries
+    ]
     try:
         for query in queries:
             query.awaitTermination(timeout)

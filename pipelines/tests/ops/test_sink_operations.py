@@ -17,12 +17,17 @@ def to(sink: dict) -> dict:
 def test_to_files_writes_every_batch_partitioned(spark_session, rows, tmp_path):
     rows.batch("words", [{"word": "a", "n": 1}, {"word": "b", "n": 2}]).batch("words", [{"word": "a", "n": 3}])
     path = tmp_path / "out"
-    run(spark_session, to({"toFiles": {"path": str(path), "format": "json", "partitionBy": ["word"]}}), rows,
-        tmp_path / "cp")
+    run(
+        spark_session,
+        to({"toFiles": {"path": str(path), "format": "json", "partitionBy": ["word"]}}),
+        rows,
+        tmp_path / "cp",
+    )
     assert sorted(p.name for p in path.iterdir() if p.name.startswith("word=")) == ["word=a", "word=b"]
     written = spark_session.read.json(str(path)).collect()  # through the sink's metadata log: committed files only
-    assert sorted_rows([plain(r) for r in written]) == sorted_rows([{"word": "a", "n": 1}, {"word": "b", "n": 2},
-                                                                     {"word": "a", "n": 3}])
+    assert sorted_rows([plain(r) for r in written]) == sorted_rows(
+        [{"word": "a", "n": 1}, {"word": "b", "n": 2}, {"word": "a", "n": 3}]
+    )
 
 
 def test_to_memory_and_the_available_now_trigger(spark_session, rows, tmp_path):
@@ -49,15 +54,37 @@ def test_to_console_after_top_n_prints_the_top_rows(spark_session, rows, tmp_pat
     rows.batch("scores", [{"player": "z", "points": 0, "ts": at(60)}])
     rows.batch("scores", [{"player": "z", "points": 0, "ts": at(61)}])
     capsys.readouterr()
-    run(spark_session, {"nodes": [
-        {"name": "scores", "fromKafka": {"topic": "scores", "format": "json",
-                                         "schema": "player STRING, points INT, ts TIMESTAMP",
-                                         "eventTime": "ts", "watermark": "1s"}},
-        {"name": "totals", "inputs": ["scores"], "aggregate": {"groupBy": ["player"], "window": {"tumbling": "10s"},
-                                                              "aggregations": {"points": "sum(points)"}}},
-        {"name": "top", "inputs": ["totals"], "topN": {"limit": 2, "orderBy": ["points DESC"]}},
-        {"name": "ranked", "inputs": ["top"], "select": ["player", "points"]},
-        {"name": "out", "inputs": ["ranked"], "toConsole": {"numRows": 5}}]}, rows, tmp_path / "cp")
+    run(
+        spark_session,
+        {
+            "nodes": [
+                {
+                    "name": "scores",
+                    "fromKafka": {
+                        "topic": "scores",
+                        "format": "json",
+                        "schema": "player STRING, points INT, ts TIMESTAMP",
+                        "eventTime": "ts",
+                        "watermark": "1s",
+                    },
+                },
+                {
+                    "name": "totals",
+                    "inputs": ["scores"],
+                    "aggregate": {
+                        "groupBy": ["player"],
+                        "window": {"tumbling": "10s"},
+                        "aggregations": {"points": "sum(points)"},
+                    },
+                },
+                {"name": "top", "inputs": ["totals"], "topN": {"limit": 2, "orderBy": ["points DESC"]}},
+                {"name": "ranked", "inputs": ["top"], "select": ["player", "points"]},
+                {"name": "out", "inputs": ["ranked"], "toConsole": {"numRows": 5}},
+            ]
+        },
+        rows,
+        tmp_path / "cp",
+    )
     printed = capsys.readouterr().out
     assert "|bob   |9     |\n|cy    |7     |\n+------+------+" in printed
     assert "ann" not in printed

@@ -12,12 +12,26 @@ SECOND = 1000
 
 
 def windowed(window: dict, table_name: str) -> dict:
-    return {"nodes": [
-        {"name": "events", "fromKafka": {"topic": "events", "format": "json", "schema": "word STRING, ts TIMESTAMP",
-                                         "eventTime": "ts", "watermark": "1s"}},
-        {"name": "counts", "inputs": ["events"],
-         "aggregate": {"groupBy": ["word"], "window": window, "aggregations": {"n": "count(*)"}}},
-        {"name": "out", "inputs": ["counts"], "toMemory": {"table": table_name}}]}
+    return {
+        "nodes": [
+            {
+                "name": "events",
+                "fromKafka": {
+                    "topic": "events",
+                    "format": "json",
+                    "schema": "word STRING, ts TIMESTAMP",
+                    "eventTime": "ts",
+                    "watermark": "1s",
+                },
+            },
+            {
+                "name": "counts",
+                "inputs": ["events"],
+                "aggregate": {"groupBy": ["word"], "window": window, "aggregations": {"n": "count(*)"}},
+            },
+            {"name": "out", "inputs": ["counts"], "toMemory": {"table": table_name}},
+        ]
+    }
 
 
 def events(*pairs: tuple[str, float]) -> list[dict]:
@@ -34,12 +48,15 @@ def test_sliding_windows_count_each_record_in_every_window_it_falls_in(spark_ses
     rows.batch("events", events(("a", 1), ("a", 6), ("a", 7), ("b", 12)))
     closing(rows, 30)
     run(spark_session, windowed({"sliding": {"size": "10s", "slide": "5s"}}, name), rows, tmp_path / "cp")
-    assert table(spark_session, name) == sorted_rows([
-        {"window_start": -5 * SECOND, "window_end": 5 * SECOND, "word": "a", "n": 1},
-        {"window_start": 0, "window_end": 10 * SECOND, "word": "a", "n": 3},
-        {"window_start": 5 * SECOND, "window_end": 15 * SECOND, "word": "a", "n": 2},
-        {"window_start": 5 * SECOND, "window_end": 15 * SECOND, "word": "b", "n": 1},
-        {"window_start": 10 * SECOND, "window_end": 20 * SECOND, "word": "b", "n": 1}])
+    assert table(spark_session, name) == sorted_rows(
+        [
+            {"window_start": -5 * SECOND, "window_end": 5 * SECOND, "word": "a", "n": 1},
+            {"window_start": 0, "window_end": 10 * SECOND, "word": "a", "n": 3},
+            {"window_start": 5 * SECOND, "window_end": 15 * SECOND, "word": "a", "n": 2},
+            {"window_start": 5 * SECOND, "window_end": 15 * SECOND, "word": "b", "n": 1},
+            {"window_start": 10 * SECOND, "window_end": 20 * SECOND, "word": "b", "n": 1},
+        ]
+    )
 
 
 def test_session_windows_close_after_the_gap(spark_session, rows, tmp_path):
@@ -48,7 +65,10 @@ def test_session_windows_close_after_the_gap(spark_session, rows, tmp_path):
     rows.batch("events", events(("a", 7), ("a", 20)))  # 7 s extends a's first session, 20 s starts another
     closing(rows, 40)
     run(spark_session, windowed({"session": "5s"}, name), rows, tmp_path / "cp")
-    assert table(spark_session, name) == sorted_rows([
-        {"window_start": 0, "window_end": 12 * SECOND, "word": "a", "n": 3},
-        {"window_start": 20 * SECOND, "window_end": 25 * SECOND, "word": "a", "n": 1},
-        {"window_start": 1 * SECOND, "window_end": 6 * SECOND, "word": "b", "n": 1}])
+    assert table(spark_session, name) == sorted_rows(
+        [
+            {"window_start": 0, "window_end": 12 * SECOND, "word": "a", "n": 3},
+            {"window_start": 20 * SECOND, "window_end": 25 * SECOND, "word": "a", "n": 1},
+            {"window_start": 1 * SECOND, "window_end": 6 * SECOND, "word": "b", "n": 1},
+        ]
+    )

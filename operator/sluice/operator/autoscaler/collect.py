@@ -25,19 +25,19 @@ class Sample:
     `inputRows` do in `processed_rate`, so the two compare like for like.
     """
 
-    time: float                 # epoch seconds of the later reading
-    duration: float             # seconds between the two readings
-    input_rate: float           # records arriving in the source topics
-    processed_rate: float       # records the queries read, over wall-clock time
+    time: float  # epoch seconds of the later reading
+    duration: float  # seconds between the two readings
+    input_rate: float  # records arriving in the source topics
+    processed_rate: float  # records the queries read, over wall-clock time
     # The busiest query's batch time (the running batch's too) over wall-clock time: about 0..1, above 1 when
     # time of a batch began before the sample lands in it. Not clamped: the window's totals must not lose it.
     busy: float
-    batch_busy: float           # the same for completed batches only: the time the processed records took
-    backlog: int                # records behind latest at the later reading
-    executors: int              # live executors at the later reading
+    batch_busy: float  # the same for completed batches only: the time the processed records took
+    backlog: int  # records behind latest at the later reading
+    executors: int  # live executors at the later reading
     executor_target: int | None  # the total last asked of Spark (None: never asked since the driver started)
     cores_per_executor: int
-    max_useful_tasks: int       # tasks a batch's busiest stage splits into; 0: unknown
+    max_useful_tasks: int  # tasks a batch's busiest stage splits into; 0: unknown
     tasks_limited_by: TaskBound  # source: Kafka partitions / minPartitions; shuffle: state partitions
     trigger_interval: float = 0.0  # seconds between micro-batches (the longest query's); 0: none
 
@@ -48,8 +48,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class QueryCounters:
-    key: str           # crc32 of the query's name: fixed size in the stored state
-    run: str           # crc32 of its runId: a new run restarted the counters
+    key: str  # crc32 of the query's name: fixed size in the stored state
+    run: str  # crc32 of its runId: a new run restarted the counters
     input_rows: int
     busy_ms: int
     completed_busy_ms: int
@@ -90,10 +90,18 @@ def counters_of(status: DriverStatus) -> Counters | None:
     return Counters(
         time=time,
         revision=short_hash(status.revision),
-        queries=tuple(QueryCounters(short_hash(q.name), short_hash(q.runId or ""), q.inputRows, q.busyMs,
-                                    q.busyMs if q.completedBusyMs is None else q.completedBusyMs)
-                      for q in sorted(status.queries, key=lambda q: q.name)),
-        read_offsets=sum(t.latestOffsets * readers.get(t.topic, 1) for t in status.topics))
+        queries=tuple(
+            QueryCounters(
+                short_hash(q.name),
+                short_hash(q.runId or ""),
+                q.inputRows,
+                q.busyMs,
+                q.busyMs if q.completedBusyMs is None else q.completedBusyMs,
+            )
+            for q in sorted(status.queries, key=lambda q: q.name)
+        ),
+        read_offsets=sum(t.latestOffsets * readers.get(t.topic, 1) for t in status.topics),
+    )
 
 
 def sample_between(previous: DriverStatus, current: DriverStatus) -> Sample | None:
@@ -116,8 +124,9 @@ def sample_since(earlier: Counters, current: DriverStatus) -> Sample | None:
         return None
     row_deltas = [b.input_rows - a.input_rows for a, b in zip(earlier.queries, later.queries, strict=True)]
     busy_deltas = [b.busy_ms - a.busy_ms for a, b in zip(earlier.queries, later.queries, strict=True)]
-    completed_deltas = [b.completed_busy_ms - a.completed_busy_ms
-                        for a, b in zip(earlier.queries, later.queries, strict=True)]
+    completed_deltas = [
+        b.completed_busy_ms - a.completed_busy_ms for a, b in zip(earlier.queries, later.queries, strict=True)
+    ]
     offset_delta = later.read_offsets - earlier.read_offsets
     if min([*row_deltas, *busy_deltas, *completed_deltas, offset_delta]) < 0:
         return None
@@ -135,7 +144,8 @@ def sample_since(earlier: Counters, current: DriverStatus) -> Sample | None:
         cores_per_executor=_cores_per_executor(current, len(executors)),
         max_useful_tasks=useful_tasks,
         tasks_limited_by=bound,
-        trigger_interval=max((q.triggerIntervalMs or 0 for q in current.queries), default=0) / 1000)
+        trigger_interval=max((q.triggerIntervalMs or 0 for q in current.queries), default=0) / 1000,
+    )
 
 
 def _readers_per_topic(status: DriverStatus) -> dict[str, int]:

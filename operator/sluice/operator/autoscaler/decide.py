@@ -42,10 +42,10 @@ class Decision:
     from_executors: int
     target: int
     kind: Kind
-    reason: str                           # "2 → 5: input 5.6k rec/s, ..." or "hold at 4: ..."
-    recommendation: int | None = None     # what the evaluation asks for, before steps, delays, cooldowns
+    reason: str  # "2 → 5: input 5.6k rec/s, ..." or "hold at 4: ..."
+    recommendation: int | None = None  # what the evaluation asks for, before steps, delays, cooldowns
     evaluation: Evaluation | None = None  # None: no decision could be evaluated (bounds, warm-up, window)
-    scale_up_blocked: str | None = None   # why scale-ups are off, if they are
+    scale_up_blocked: str | None = None  # why scale-ups are off, if they are
     spec_key: str = ""
 
     @property
@@ -59,14 +59,25 @@ def decide(policy: Policy, bounds: ExecutorBounds, state: AutoscalerState, now: 
     blocked = state.scale_up_blocked if state.spec_key == key else None
 
     def hold(reason: str, evaluation: Evaluation | None = None, recommendation: int | None = None) -> Decision:
-        return Decision(now, current, current, "hold", f"hold at {current}: {reason}", recommendation,
-                        evaluation, blocked, key)
+        return Decision(
+            now, current, current, "hold", f"hold at {current}: {reason}", recommendation, evaluation, blocked, key
+        )
 
-    def change(target: int, reason: str, evaluation: Evaluation | None = None,
-               recommendation: int | None = None) -> Decision:
+    def change(
+        target: int, reason: str, evaluation: Evaluation | None = None, recommendation: int | None = None
+    ) -> Decision:
         kind: Kind = "up" if target > current else "down"
-        return Decision(now, current, target, kind, f"{current} → {target}: {reason}", recommendation, evaluation,
-                        blocked if kind == "up" else None, key)
+        return Decision(
+            now,
+            current,
+            target,
+            kind,
+            f"{current} → {target}: {reason}",
+            recommendation,
+            evaluation,
+            blocked if kind == "up" else None,
+            key,
+        )
 
     if current > bounds.max:
         return change(bounds.max, f"executors.max is {bounds.max}")
@@ -74,8 +85,10 @@ def decide(policy: Policy, bounds: ExecutorBounds, state: AutoscalerState, now: 
         return change(bounds.min, f"executors.min is {bounds.min}")
     last = state.last_change
     if last is not None and now < last.time + policy.stabilization:
-        return hold(f"stabilizing after {last.from_executors} → {last.to} "
-                    f"({duration_text(last.time + policy.stabilization - now)} left)")
+        return hold(
+            f"stabilizing after {last.from_executors} → {last.to} "
+            f"({duration_text(last.time + policy.stabilization - now)} left)"
+        )
     samples = window_samples(state, policy, now)
     covered = sum(s.time - max(s.start, now - policy.metrics_window) for s in samples)
     if covered < policy.metrics_window - policy.slack:
@@ -104,18 +117,27 @@ def decide(policy: Policy, bounds: ExecutorBounds, state: AutoscalerState, now: 
         seen = now - (state.recommending_since if state.recommending_since is not None else now)
         window = duration_text(policy.scale_down_window)
         if seen < policy.scale_down_window - policy.slack:
-            return wait(f"scale-down to {recommendation} waits for {window} of recommendations "
-                        f"({duration_text(seen)} so far)")
-        highest = max([recommendation, *(n for t, n in state.recommendations
-                                         if t >= now - policy.scale_down_window - policy.slack)])
+            return wait(
+                f"scale-down to {recommendation} waits for {window} of recommendations ({duration_text(seen)} so far)"
+            )
+        highest = max(
+            [
+                recommendation,
+                *(n for t, n in state.recommendations if t >= now - policy.scale_down_window - policy.slack),
+            ]
+        )
         if highest >= current:
             return wait(f"{highest} recommended within the last {window}")
         cooldown = _cooldown_left(state, policy.scale_down_cooldown, now)
         if cooldown > 0:
             return wait(f"scale-down to {highest} waits for the cooldown ({duration_text(cooldown)} left)")
         target = max(highest, current - policy.max_step)
-        return change(target, f"{why}; largest recommendation over {window}: {highest}"
-                      + _step_note(target, highest, policy), evaluation, recommendation)
+        return change(
+            target,
+            f"{why}; largest recommendation over {window}: {highest}" + _step_note(target, highest, policy),
+            evaluation,
+            recommendation,
+        )
     return hold(why, evaluation, recommendation)
 
 
@@ -137,15 +159,25 @@ def record(state: AutoscalerState, decision: Decision, policy: Policy) -> Autosc
     if decision.kind == "down" or (evaluation is not None and evaluation.capacity is not None):
         check = None  # the pending scale-up has been measured now, or no longer matters
     if decision.kind == "up" and evaluation is not None and evaluation.rate_per_executor is not None:
-        check = CapacityCheck(decision.from_executors, decision.target, evaluation.rate_per_executor
-                              * evaluation.executors, evaluation.rate_per_executor * decision.target)
-    entry = DecisionRecord(decision.time, decision.from_executors, decision.target, decision.kind,
-                           decision.reason[:MAX_REASON])
+        check = CapacityCheck(
+            decision.from_executors,
+            decision.target,
+            evaluation.rate_per_executor * evaluation.executors,
+            evaluation.rate_per_executor * decision.target,
+        )
+    entry = DecisionRecord(
+        decision.time, decision.from_executors, decision.target, decision.kind, decision.reason[:MAX_REASON]
+    )
     return replace(
-        state, recommendations=recommendations, recommending_since=since,
-        last_change=entry if decision.changes else state.last_change, last_decision=entry,
-        capacity_check=check, spec_key=decision.spec_key,
-        scale_up_blocked=decision.scale_up_blocked[:MAX_REASON] if decision.scale_up_blocked else None)
+        state,
+        recommendations=recommendations,
+        recommending_since=since,
+        last_change=entry if decision.changes else state.last_change,
+        last_decision=entry,
+        capacity_check=check,
+        spec_key=decision.spec_key,
+        scale_up_blocked=decision.scale_up_blocked[:MAX_REASON] if decision.scale_up_blocked else None,
+    )
 
 
 def autoscaler_status(state: AutoscalerState, decision: Decision) -> AutoscalerStatus:
@@ -160,12 +192,17 @@ def autoscaler_status(state: AutoscalerState, decision: Decision) -> AutoscalerS
     rate = evaluation.rate_per_executor if evaluation is not None else None
     return AutoscalerStatus(
         desiredExecutors=decision.target,
-        lastDecision=None if last is None else StatusDecision(
-            time=format_time(last.time), fromExecutors=last.from_executors, to=last.to, reason=last.reason),
+        lastDecision=None
+        if last is None
+        else StatusDecision(
+            time=format_time(last.time), fromExecutors=last.from_executors, to=last.to, reason=last.reason
+        ),
         ratePerExecutor=None if rate is None else round(rate, 1),
-        backlog=evaluation.backlog if evaluation is not None else (
-            state.samples[-1].backlog if state.samples else None),
-        message="; ".join(messages) or None)
+        backlog=evaluation.backlog
+        if evaluation is not None
+        else (state.samples[-1].backlog if state.samples else None),
+        message="; ".join(messages) or None,
+    )
 
 
 def current_executors(state: AutoscalerState, bounds: ExecutorBounds) -> int:
@@ -180,26 +217,30 @@ def current_executors(state: AutoscalerState, bounds: ExecutorBounds) -> int:
 def window_samples(state: AutoscalerState, policy: Policy, now: float) -> list[Sample]:
     """Samples ending within the metrics window and begun after the last change's stabilization."""
     settled = -math.inf if state.last_change is None else state.last_change.time + policy.stabilization
-    return [s for s in state.samples
-            if s.time > now - policy.metrics_window and s.start >= settled - policy.slack]
+    return [s for s in state.samples if s.time > now - policy.metrics_window and s.start >= settled - policy.slack]
 
 
-def recommend(evaluation: Evaluation, policy: Policy, bounds: ExecutorBounds,
-              current: int) -> tuple[int | None, str]:
+def recommend(evaluation: Evaluation, policy: Policy, bounds: ExecutorBounds, current: int) -> tuple[int | None, str]:
     """Executors to have, and the figures behind it; None when no rate could be measured."""
     if evaluation.needed_executors is None:
-        return None, (f"no rate per executor yet: utilization {percent(evaluation.utilization)}, completed "
-                      f"batches took under {percent(BUSY_FLOOR)} of the window")
+        return None, (
+            f"no rate per executor yet: utilization {percent(evaluation.utilization)}, completed "
+            f"batches took under {percent(BUSY_FLOOR)} of the window"
+        )
     in_band = abs(evaluation.utilization - policy.target_utilization) <= policy.utilization_band
     catch_up = evaluation.catch_up_seconds
     if in_band and catch_up <= policy.target_lag:
-        return current, (f"utilization {percent(evaluation.utilization)} within "
-                         f"{percent(policy.target_utilization)} ± {percent(policy.utilization_band)}, "
-                         f"backlog {backlog_text(evaluation)} records drains in {duration_text(catch_up)}")
+        return current, (
+            f"utilization {percent(evaluation.utilization)} within "
+            f"{percent(policy.target_utilization)} ± {percent(policy.utilization_band)}, "
+            f"backlog {backlog_text(evaluation)} records drains in {duration_text(catch_up)}"
+        )
     rate = evaluation.rate_per_executor
-    notes = [f"input {compact(evaluation.input_rate)} rec/s, backlog {backlog_text(evaluation)} records, "
-             f"utilization {percent(evaluation.utilization)}: need {compact(evaluation.needed_rate)} rec/s, "
-             + (f"{compact(rate)} rec/s per executor" if rate else "no rate per executor measured")]
+    notes = [
+        f"input {compact(evaluation.input_rate)} rec/s, backlog {backlog_text(evaluation)} records, "
+        f"utilization {percent(evaluation.utilization)}: need {compact(evaluation.needed_rate)} rec/s, "
+        + (f"{compact(rate)} rec/s per executor" if rate else "no rate per executor measured")
+    ]
     wanted = evaluation.needed_executors
     usable = evaluation.usable_executors
     if usable is not None and wanted > usable:
@@ -226,9 +267,11 @@ def ineffective_scale_up(check: CapacityCheck | None, evaluation: Evaluation) ->
     gain = evaluation.capacity - check.before
     if expected_gain <= 0 or gain >= INEFFECTIVE_GAIN * expected_gain:
         return None
-    return (f"{check.from_executors} → {check.to} raised capacity by {compact(max(gain, 0))} rec/s of the "
-            f"{compact(expected_gain)} rec/s expected (under {percent(INEFFECTIVE_GAIN)}); more executors do "
-            "not help, something else (partitions, a sink, the source) limits the rate")
+    return (
+        f"{check.from_executors} → {check.to} raised capacity by {compact(max(gain, 0))} rec/s of the "
+        f"{compact(expected_gain)} rec/s expected (under {percent(INEFFECTIVE_GAIN)}); more executors do "
+        "not help, something else (partitions, a sink, the source) limits the rate"
+    )
 
 
 def _usable_note(evaluation: Evaluation, wanted: int, usable: int) -> str:
@@ -237,8 +280,10 @@ def _usable_note(evaluation: Evaluation, wanted: int, usable: int) -> str:
         tasks, remedy = "shuffle (state) partitions", "more state partitions (spark.sql.shuffle.partitions)"
     else:
         tasks, remedy = "Kafka source tasks", "minPartitions on the Kafka source or more topic partitions"
-    return (f"{wanted} executors needed, but {evaluation.useful_tasks} {tasks} ÷ {cores} keep only {usable} "
-            f"busy; more needs {remedy}")
+    return (
+        f"{wanted} executors needed, but {evaluation.useful_tasks} {tasks} ÷ {cores} keep only {usable} "
+        f"busy; more needs {remedy}"
+    )
 
 
 def _cooldown_left(state: AutoscalerState, cooldown: float, now: float) -> float:

@@ -26,17 +26,17 @@ BUSY_FLOOR = 0.05
 
 @dataclass(frozen=True)
 class Evaluation:
-    input_rate: float                # window mean, records/s
-    processed_rate: float            # window mean, records/s
-    utilization: float               # the window's batch time (running batches too) over its time, at most 1
-    backlog: int                     # latest, records
-    waiting: int                     # of which normal for micro-batches (see the module's text)
-    executors: int                   # latest live count
+    input_rate: float  # window mean, records/s
+    processed_rate: float  # window mean, records/s
+    utilization: float  # the window's batch time (running batches too) over its time, at most 1
+    backlog: int  # latest, records
+    waiting: int  # of which normal for micro-batches (see the module's text)
+    executors: int  # latest live count
     cores_per_executor: int
     rate_per_executor: float | None  # records/s one busy executor processes; None: never busy enough to tell
-    needed_rate: float               # records/s the app needs to keep up and catch up in time
-    needed_executors: int | None     # None: no rate measured
-    useful_tasks: int                # 0: unknown
+    needed_rate: float  # records/s the app needs to keep up and catch up in time
+    needed_executors: int | None  # None: no rate measured
+    useful_tasks: int  # 0: unknown
     tasks_limited_by: TaskBound
 
     @property
@@ -85,7 +85,8 @@ def evaluate(samples: Sequence[Sample], target_utilization: float, target_lag: f
         needed_rate=needed_rate,
         needed_executors=executors_for(needed_rate, rate_per_executor),
         useful_tasks=latest.max_useful_tasks,
-        tasks_limited_by=latest.tasks_limited_by)
+        tasks_limited_by=latest.tasks_limited_by,
+    )
 
 
 def executors_for(needed_rate: float, rate_per_executor: float | None) -> int | None:

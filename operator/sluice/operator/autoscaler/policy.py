@@ -52,7 +52,8 @@ class Policy:
             scale_up_cooldown=seconds(spec.scaleUpCooldown),
             scale_down_cooldown=seconds(spec.scaleDownCooldown),
             scale_down_window=seconds(spec.scaleDownWindow),
-            max_step=spec.maxStep)
+            max_step=spec.maxStep,
+        )
 
     @property
     def slack(self) -> float:

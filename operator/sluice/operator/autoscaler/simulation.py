@@ -64,32 +64,32 @@ def noisy(base: InputRate, amplitude: float, seed: int, piece: float = 10.0) -> 
 
 @dataclass
 class Batch:
-    start: float       # seconds since the start
+    start: float  # seconds since the start
     end_offset: float  # the topic's end offset when it started: it reads up to there
     rows: float
-    left: float        # rows still to process
+    left: float  # rows still to process
 
 
 @dataclass
 class Plant:
     input_rate: InputRate
-    executors: int                     # working now
-    rate_per_core: float = 1000.0      # records/s
+    executors: int  # working now
+    rate_per_core: float = 1000.0  # records/s
     cores_per_executor: int = 1
-    partitions: int = 64               # Kafka partitions: tasks of a batch's read
-    shuffle_partitions: int = 0        # > 0: a stateful pipeline with that many state partitions
-    sink_limit: float | None = None    # records/s the sink takes at most, whatever the executors
-    warmup: float = 30.0               # seconds before an added executor works
-    trigger: float | None = None       # processingTime interval, seconds; None: records processed as they come
+    partitions: int = 64  # Kafka partitions: tasks of a batch's read
+    shuffle_partitions: int = 0  # > 0: a stateful pipeline with that many state partitions
+    sink_limit: float | None = None  # records/s the sink takes at most, whatever the executors
+    warmup: float = 30.0  # seconds before an added executor works
+    trigger: float | None = None  # processingTime interval, seconds; None: records processed as they come
     tick: float = 1.0
     time: float = 0.0
-    produced: float = 0.0              # the topic's end offset
-    committed: float = 0.0             # the end offset of the last completed batch
-    processed_rows: float = 0.0        # rows of completed batches
-    busy_seconds: float = 0.0          # time of completed batches
-    batch: Batch | None = None         # the batch running now
+    produced: float = 0.0  # the topic's end offset
+    committed: float = 0.0  # the end offset of the last completed batch
+    processed_rows: float = 0.0  # rows of completed batches
+    busy_seconds: float = 0.0  # time of completed batches
+    batch: Batch | None = None  # the batch running now
     next_trigger: float = 0.0
-    target: int | None = None          # the last count asked for; None: never asked
+    target: int | None = None  # the last count asked for; None: never asked
     starting: list[float] = field(default_factory=list)  # when each executor on its way starts working
 
     @property
@@ -116,7 +116,7 @@ class Plant:
             self.starting += [self.time + self.warmup] * missing
             return
         cancelled = min(-missing, len(self.starting))
-        self.starting = self.starting[:len(self.starting) - cancelled]
+        self.starting = self.starting[: len(self.starting) - cancelled]
         self.executors -= -missing - cancelled
 
     def advance(self, until: float) -> None:
@@ -175,29 +175,44 @@ class Plant:
         running_ms = int(self.running_seconds() * 1000)
         completed_ms = int(self.busy_seconds * 1000)
         return DriverStatus(
-            app="sim", revision="r1", observedAt=format_time(EPOCH + self.time),
-            queries=[QueryStatus(name="main", runId="run-1", active=True, inputRows=int(self.processed_rows),
-                                 busyMs=completed_ms + running_ms, completedBusyMs=completed_ms,
-                                 runningBatchMs=running_ms, stateful=self.shuffle_partitions > 0,
-                                 topics=[TOPIC],
-                                 triggerIntervalMs=None if self.trigger is None else int(self.trigger * 1000))],
-            topics=[TopicStatus(topic=TOPIC, partitions=self.partitions, latestOffsets=latest,
-                                backlog=latest - committed)],
-            backlog=latest - committed, latestOffsetsFrom="kafka",
-            executors=[ExecutorStatus(id=str(i + 1), totalCores=self.cores_per_executor)
-                       for i in range(self.executors)],
+            app="sim",
+            revision="r1",
+            observedAt=format_time(EPOCH + self.time),
+            queries=[
+                QueryStatus(
+                    name="main",
+                    runId="run-1",
+                    active=True,
+                    inputRows=int(self.processed_rows),
+                    busyMs=completed_ms + running_ms,
+                    completedBusyMs=completed_ms,
+                    runningBatchMs=running_ms,
+                    stateful=self.shuffle_partitions > 0,
+                    topics=[TOPIC],
+                    triggerIntervalMs=None if self.trigger is None else int(self.trigger * 1000),
+                )
+            ],
+            topics=[
+                TopicStatus(topic=TOPIC, partitions=self.partitions, latestOffsets=latest, backlog=latest - committed)
+            ],
+            backlog=latest - committed,
+            latestOffsetsFrom="kafka",
+            executors=[
+                ExecutorStatus(id=str(i + 1), totalCores=self.cores_per_executor) for i in range(self.executors)
+            ],
             executorTarget=self.target,
             taskSlots=self.executors * self.cores_per_executor,
             sourceTasks=self.partitions,
-            shufflePartitions=self.shuffle_partitions)
+            shufflePartitions=self.shuffle_partitions,
+        )
 
 
 @dataclass(frozen=True)
 class Moment:
-    time: float        # seconds since the start
+    time: float  # seconds since the start
     input_rate: float  # records/s arriving then
     backlog: int
-    executors: int     # working
+    executors: int  # working
     decision: Decision
 
 
@@ -214,8 +229,9 @@ class Timeline:
         return [m.decision.target for m in self.moments]
 
 
-def simulate(plant: Plant, policy: Policy, bounds: ExecutorBounds, duration: float,
-             restarts: Collection[float] = ()) -> Timeline:
+def simulate(
+    plant: Plant, policy: Policy, bounds: ExecutorBounds, duration: float, restarts: Collection[float] = ()
+) -> Timeline:
     """Run the autoscaler every `policy.interval` for `duration` seconds. At each time in `restarts` the
     state goes through JSON first, as across an operator restart."""
     state = observe(AutoscalerState(), plant.status(), policy)

@@ -43,39 +43,59 @@ class CapacityCheck:
 
     from_executors: int
     to: int
-    before: float    # records/s the executors processed when busy, before the scale-up
+    before: float  # records/s the executors processed when busy, before the scale-up
     expected: float  # records/s expected after it
 
 
 @dataclass(frozen=True)
 class AutoscalerState:
-    counters: Counters | None = None          # the last reading, for the next sample's rates
-    samples: tuple[Sample, ...] = ()          # time order, within the metrics window
+    counters: Counters | None = None  # the last reading, for the next sample's rates
+    samples: tuple[Sample, ...] = ()  # time order, within the metrics window
     # (time, executors) in time order; a recommendation is dropped once a later one is as large, as only
     # the largest within the scale-down window matters.
     recommendations: tuple[tuple[float, int], ...] = ()
-    recommending_since: float | None = None   # first recommendation for this revision
+    recommending_since: float | None = None  # first recommendation for this revision
     last_change: DecisionRecord | None = None
     last_decision: DecisionRecord | None = None
     capacity_check: CapacityCheck | None = None
-    scale_up_blocked: str | None = None       # why scale-ups are off (ineffective), until a scale-down
-    spec_key: str = ""                        # the settings the state was recorded under
+    scale_up_blocked: str | None = None  # why scale-ups are off (ineffective), until a scale-down
+    spec_key: str = ""  # the settings the state was recorded under
 
     def to_json(self) -> str:
         document = {
             "v": FORMAT_VERSION,
             "k": self.spec_key,
             "c": _counters_json(self.counters),
-            "s": [[s.time, s.duration, s.input_rate, s.processed_rate, s.busy, s.batch_busy, s.backlog, s.executors,
-                   s.executor_target, s.cores_per_executor, s.max_useful_tasks, s.tasks_limited_by, s.trigger_interval]
-                  for s in self.samples],
+            "s": [
+                [
+                    s.time,
+                    s.duration,
+                    s.input_rate,
+                    s.processed_rate,
+                    s.busy,
+                    s.batch_busy,
+                    s.backlog,
+                    s.executors,
+                    s.executor_target,
+                    s.cores_per_executor,
+                    s.max_useful_tasks,
+                    s.tasks_limited_by,
+                    s.trigger_interval,
+                ]
+                for s in self.samples
+            ],
             "r": [list(r) for r in self.recommendations],
             "rs": self.recommending_since,
             "lc": _record_json(self.last_change),
             "ld": _record_json(self.last_decision),
-            "cc": None if self.capacity_check is None else [
-                self.capacity_check.from_executors, self.capacity_check.to,
-                self.capacity_check.before, self.capacity_check.expected],
+            "cc": None
+            if self.capacity_check is None
+            else [
+                self.capacity_check.from_executors,
+                self.capacity_check.to,
+                self.capacity_check.before,
+                self.capacity_check.expected,
+            ],
             "b": self.scale_up_blocked,
         }
         return json.dumps(document, separators=(",", ":"))
@@ -99,8 +119,9 @@ def observe(state: AutoscalerState, status: DriverStatus, policy: Policy) -> Aut
     if counters is None:
         return state
     if state.counters is not None and state.counters.revision != counters.revision:
-        state = replace(state, samples=(), recommendations=(), recommending_since=None,
-                        capacity_check=None, scale_up_blocked=None)
+        state = replace(
+            state, samples=(), recommendations=(), recommending_since=None, capacity_check=None, scale_up_blocked=None
+        )
     sample = sample_since(state.counters, status) if state.counters is not None else None
     state = replace(state, counters=counters)
     return add_sample(state, sample, policy) if sample is not None else state
@@ -125,12 +146,16 @@ def _merge_closest(samples: list[Sample]) -> list[Sample]:
     if not pairs:
         return samples[1:]
     i = min(pairs, key=lambda i: samples[i].duration + samples[i + 1].duration)
-    return [*samples[:i], _merged(samples[i], samples[i + 1]), *samples[i + 2:]]
+    return [*samples[:i], _merged(samples[i], samples[i + 1]), *samples[i + 2 :]]
 
 
 def _same_setup(a: Sample, b: Sample) -> bool:
-    return ((a.executors, a.executor_target, a.cores_per_executor, a.max_useful_tasks)
-            == (b.executors, b.executor_target, b.cores_per_executor, b.max_useful_tasks))
+    return (a.executors, a.executor_target, a.cores_per_executor, a.max_useful_tasks) == (
+        b.executors,
+        b.executor_target,
+        b.cores_per_executor,
+        b.max_useful_tasks,
+    )
 
 
 def _merged(a: Sample, b: Sample) -> Sample:
@@ -139,19 +164,28 @@ def _merged(a: Sample, b: Sample) -> Sample:
     def mean(x: float, y: float, digits: int) -> float:
         return round((x * a.duration + y * b.duration) / duration, digits)
 
-    return replace(b, duration=duration, input_rate=mean(a.input_rate, b.input_rate, 3),
-                   processed_rate=mean(a.processed_rate, b.processed_rate, 3), busy=mean(a.busy, b.busy, 5),
-                   batch_busy=mean(a.batch_busy, b.batch_busy, 5))
+    return replace(
+        b,
+        duration=duration,
+        input_rate=mean(a.input_rate, b.input_rate, 3),
+        processed_rate=mean(a.processed_rate, b.processed_rate, 3),
+        busy=mean(a.busy, b.busy, 5),
+        batch_busy=mean(a.batch_busy, b.batch_busy, 5),
+    )
 
 
 # ------------------------------------------------------------------------------------------- JSON
 
+
 def _counters_json(counters: Counters | None) -> list[Any] | None:
     if counters is None or len(counters.queries) > MAX_QUERIES:
         return None  # the first sample after a restart is then skipped
-    return [counters.time, counters.revision,
-            [[q.key, q.run, q.input_rows, q.busy_ms, q.completed_busy_ms] for q in counters.queries],
-            counters.read_offsets]
+    return [
+        counters.time,
+        counters.revision,
+        [[q.key, q.run, q.input_rows, q.busy_ms, q.completed_busy_ms] for q in counters.queries],
+        counters.read_offsets,
+    ]
 
 
 def _record_json(record: DecisionRecord | None) -> list[Any] | None:
@@ -173,31 +207,60 @@ def _state_from(document: dict[str, Any]) -> AutoscalerState:
         recommending_since=_optional(document["rs"], _number),
         last_change=_optional(document["lc"], _record_from),
         last_decision=_optional(document["ld"], _record_from),
-        capacity_check=None if check is None else CapacityCheck(
-            _count(check[0]), _count(check[1]), _number(check[2]), _number(check[3])),
+        capacity_check=None
+        if check is None
+        else CapacityCheck(_count(check[0]), _count(check[1]), _number(check[2]), _number(check[3])),
         scale_up_blocked=_optional(document["b"], _text),
-        spec_key=_text(document["k"]))
+        spec_key=_text(document["k"]),
+    )
 
 
 def _sample_from(row: list[Any]) -> Sample:
-    (time, duration, input_rate, processed_rate, busy, batch_busy, backlog, executors, target, cores, tasks,
-     bound, trigger) = row
+    (
+        time,
+        duration,
+        input_rate,
+        processed_rate,
+        busy,
+        batch_busy,
+        backlog,
+        executors,
+        target,
+        cores,
+        tasks,
+        bound,
+        trigger,
+    ) = row
     if bound not in get_args(TaskBound) or _number(duration) <= 0 or min(_number(busy), _number(batch_busy)) < 0:
         raise ValueError(f"not a sample: {row}")
-    return Sample(time=_number(time), duration=_number(duration), input_rate=_number(input_rate),
-                  processed_rate=_number(processed_rate), busy=_number(busy), batch_busy=_number(batch_busy),
-                  backlog=_count(backlog),
-                  executors=_positive(executors), executor_target=_optional(target, _count),
-                  cores_per_executor=_positive(cores), max_useful_tasks=_count(tasks), tasks_limited_by=bound,
-                  trigger_interval=_number(trigger))
+    return Sample(
+        time=_number(time),
+        duration=_number(duration),
+        input_rate=_number(input_rate),
+        processed_rate=_number(processed_rate),
+        busy=_number(busy),
+        batch_busy=_number(batch_busy),
+        backlog=_count(backlog),
+        executors=_positive(executors),
+        executor_target=_optional(target, _count),
+        cores_per_executor=_positive(cores),
+        max_useful_tasks=_count(tasks),
+        tasks_limited_by=bound,
+        trigger_interval=_number(trigger),
+    )
 
 
 def _counters_from(row: list[Any]) -> Counters:
     time, revision, queries, read_offsets = row
-    return Counters(time=_number(time), revision=_text(revision),
-                    queries=tuple(QueryCounters(_text(k), _text(r), _count(rows), _count(busy), _count(completed))
-                                  for k, r, rows, busy, completed in queries[:MAX_QUERIES]),
-                    read_offsets=_count(read_offsets))
+    return Counters(
+        time=_number(time),
+        revision=_text(revision),
+        queries=tuple(
+            QueryCounters(_text(k), _text(r), _count(rows), _count(busy), _count(completed))
+            for k, r, rows, busy, completed in queries[:MAX_QUERIES]
+        ),
+        read_offsets=_count(read_offsets),
+    )
 
 
 def _record_from(row: list[Any]) -> DecisionRecord:

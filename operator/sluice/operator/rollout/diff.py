@@ -79,33 +79,48 @@ class SpecDiff:
 
 _GUIDE = "Spark guide"
 SOURCES_NOT_ALLOWED = f'{_GUIDE}: "Changes in the number or type (i.e. different source) of input sources: not allowed"'
-TOPICS_NOT_ALLOWED = (f'{_GUIDE}: "Changes to subscribed topics/files are generally not allowed as the results are '
-                      'unpredictable"')
+TOPICS_NOT_ALLOWED = (
+    f'{_GUIDE}: "Changes to subscribed topics/files are generally not allowed as the results are unpredictable"'
+)
 RATE_LIMITS_ALLOWED = f'{_GUIDE}: "Addition/deletion/modification of rate limits is allowed"'
 FILTERS_ALLOWED = f'{_GUIDE}: "Addition / deletion of filters is allowed"'
-PROJECTIONS_ALLOWED = (f'{_GUIDE}: "Changes in projections with different output schema are conditionally '
-                       'allowed" (the sink takes the new rows)')
-STATEFUL_NOT_ALLOWED = (f'{_GUIDE}: "any changes (that is, additions, deletions, or schema modifications) to the '
-                        'stateful operations of a streaming query are not allowed"')
-AGGREGATION_NOT_ALLOWED = (f'{_GUIDE}: "Streaming aggregation: Any change in number or type of grouping keys or '
-                           'aggregates is not allowed"')
-DEDUPE_NOT_ALLOWED = (f'{_GUIDE}: "Streaming deduplication: Any change in number or type of deduplicating columns is '
-                      'not allowed"')
-JOIN_NOT_ALLOWED = (f'{_GUIDE}: "Stream-stream join: Changes in the schema or equi-joining columns are not allowed. '
-                    'Changes in join type (outer or inner) are not allowed. Other changes in the join condition are '
-                    'ill-defined"')
-FOREACH_ALLOWED = (f'{_GUIDE}: "Changes to the user-defined foreach sink (that is, the ForeachWriter code) are '
-                   'allowed" (top-N runs per micro-batch in foreachBatch, after the state)')
+PROJECTIONS_ALLOWED = (
+    f'{_GUIDE}: "Changes in projections with different output schema are conditionally '
+    'allowed" (the sink takes the new rows)'
+)
+STATEFUL_NOT_ALLOWED = (
+    f'{_GUIDE}: "any changes (that is, additions, deletions, or schema modifications) to the '
+    'stateful operations of a streaming query are not allowed"'
+)
+AGGREGATION_NOT_ALLOWED = (
+    f'{_GUIDE}: "Streaming aggregation: Any change in number or type of grouping keys or aggregates is not allowed"'
+)
+DEDUPE_NOT_ALLOWED = (
+    f'{_GUIDE}: "Streaming deduplication: Any change in number or type of deduplicating columns is not allowed"'
+)
+JOIN_NOT_ALLOWED = (
+    f'{_GUIDE}: "Stream-stream join: Changes in the schema or equi-joining columns are not allowed. '
+    "Changes in join type (outer or inner) are not allowed. Other changes in the join condition are "
+    'ill-defined"'
+)
+FOREACH_ALLOWED = (
+    f'{_GUIDE}: "Changes to the user-defined foreach sink (that is, the ForeachWriter code) are '
+    'allowed" (top-N runs per micro-batch in foreachBatch, after the state)'
+)
 OUTPUT_TOPIC_ALLOWED = f'{_GUIDE}: "Changes to output topic are allowed"'
 FILE_DIRECTORY_NOT_ALLOWED = f'{_GUIDE}: "Changes to output directory of a file sink are not allowed"'
 FILE_TO_KAFKA_ALLOWED = f'{_GUIDE}: "File sink to Kafka sink is allowed. Kafka will see only the new data"'
 KAFKA_TO_FILE_NOT_ALLOWED = f'{_GUIDE}: "Kafka sink to file sink is not allowed"'
-KAFKA_FOREACH_ALLOWED = (f'{_GUIDE}: "Kafka sink changed to foreach, or vice versa is allowed" (exactlyOnce writes '
-                         'through foreachBatch)')
-SINK_TYPE_UNLISTED = (f'{_GUIDE}: changes of sink type "need to be verified on a case-by-case basis"; this one is '
-                      'not listed')
-REAL_TIME_CHECKPOINT = ('Spark Real-time Mode guide: a stateful query switched between micro-batch and real-time '
-                        'mode cannot start on the same checkpoint ("Use a fresh checkpoint location")')
+KAFKA_FOREACH_ALLOWED = (
+    f'{_GUIDE}: "Kafka sink changed to foreach, or vice versa is allowed" (exactlyOnce writes through foreachBatch)'
+)
+SINK_TYPE_UNLISTED = (
+    f'{_GUIDE}: changes of sink type "need to be verified on a case-by-case basis"; this one is not listed'
+)
+REAL_TIME_CHECKPOINT = (
+    "Spark Real-time Mode guide: a stateful query switched between micro-batch and real-time "
+    'mode cannot start on the same checkpoint ("Use a fresh checkpoint location")'
+)
 
 
 class _Kind(enum.Enum):
@@ -124,8 +139,9 @@ class _Rule:
 
 _MAP_LIKE = _Rule(_Kind.AHEAD_OF_STATE, f"a projection or map-like change; {PROJECTIONS_ALLOWED}")
 _STATEFUL = _Rule(_Kind.INCOMPATIBLE, STATEFUL_NOT_ALLOWED)
-_ARBITRARY_CODE = _Rule(_Kind.INCOMPATIBLE, "arbitrary code may hold state or change any column: Spark's table "
-                                            "cannot vouch for it")
+_ARBITRARY_CODE = _Rule(
+    _Kind.INCOMPATIBLE, "arbitrary code may hold state or change any column: Spark's table cannot vouch for it"
+)
 
 _FIELD_RULES: dict[str, dict[str, _Rule]] = {
     "fromKafka": {
@@ -135,10 +151,10 @@ _FIELD_RULES: dict[str, dict[str, _Rule]] = {
         "maxRecordsPerTrigger": _Rule(_Kind.COMPATIBLE, RATE_LIMITS_ALLOWED),
         "minPartitions": _Rule(_Kind.COMPATIBLE, "only splits Kafka partitions into more tasks; offsets stay"),
         "startingOffsets": _Rule(_Kind.COMPATIBLE, "applies only to a query without a checkpoint"),
-        "isolationLevel": _Rule(_Kind.COMPATIBLE, "which records are read, like a filter; offsets stay. "
-                                + FILTERS_ALLOWED),
-        "watermark": _Rule(_Kind.AHEAD_OF_STATE, "the watermark delay decides when state is evicted and windows "
-                                                 "close"),
+        "isolationLevel": _Rule(
+            _Kind.COMPATIBLE, "which records are read, like a filter; offsets stay. " + FILTERS_ALLOWED
+        ),
+        "watermark": _Rule(_Kind.AHEAD_OF_STATE, "the watermark delay decides when state is evicted and windows close"),
         # format, schema, csvDelimiter, metadata, eventTime: the parsed rows change shape
     },
     "filter": {"": _Rule(_Kind.COMPATIBLE, FILTERS_ALLOWED)},
@@ -168,19 +184,35 @@ _FIELD_RULES: dict[str, dict[str, _Rule]] = {
     "toConsole": {"": _Rule(_Kind.COMPATIBLE, "display only")},
     "toMemory": {"": _Rule(_Kind.COMPATIBLE, "the in-memory table is rebuilt when the query starts")},
 }
-_OUTPUT_MODE = _Rule(_Kind.IN_STATEFUL_QUERY, "the output mode decides what a stateful operation keeps and emits; "
-                                              "not in Spark's table")
-_OP_DEFAULTS: dict[str, _Rule] = {"fromKafka": _MAP_LIKE, "select": _MAP_LIKE, "withColumns": _MAP_LIKE,
-                                  "explode": _MAP_LIKE, "lookup": _MAP_LIKE, "union": _MAP_LIKE}
+_OUTPUT_MODE = _Rule(
+    _Kind.IN_STATEFUL_QUERY, "the output mode decides what a stateful operation keeps and emits; not in Spark's table"
+)
+_OP_DEFAULTS: dict[str, _Rule] = {
+    "fromKafka": _MAP_LIKE,
+    "select": _MAP_LIKE,
+    "withColumns": _MAP_LIKE,
+    "explode": _MAP_LIKE,
+    "lookup": _MAP_LIKE,
+    "union": _MAP_LIKE,
+}
 
 # Kafka source options (beyond the fields above), by what they change.
 _SUBSCRIPTION_OPTIONS = frozenset({"subscribe", "subscribePattern", "assign", "kafka.bootstrap.servers"})
-_RATE_OPTIONS = frozenset({"maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-                           "maxRecordsPerPartition"})
-_HARMLESS_OPTIONS = frozenset({"startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp",
-                               "startingOffsetsByTimestampStrategy", "failOnDataLoss", "fetchOffset.numRetries",
-                               "fetchOffset.retryIntervalMs", "kafkaConsumer.pollTimeoutMs", "groupIdPrefix",
-                               "minPartitions"})
+_RATE_OPTIONS = frozenset({"maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition"})
+_HARMLESS_OPTIONS = frozenset(
+    {
+        "startingOffsets",
+        "startingOffsetsByTimestamp",
+        "startingTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "failOnDataLoss",
+        "fetchOffset.numRetries",
+        "fetchOffset.retryIntervalMs",
+        "kafkaConsumer.pollTimeoutMs",
+        "groupIdPrefix",
+        "minPartitions",
+    }
+)
 
 
 def _source_option_rule(key: str) -> _Rule:
@@ -192,8 +224,7 @@ def _source_option_rule(key: str) -> _Rule:
         return _Rule(_Kind.COMPATIBLE, "a Kafka client or start-only setting; offsets stay")
     if key == "includeHeaders":
         return _MAP_LIKE
-    return _Rule(_Kind.INCOMPATIBLE, "a Kafka source option Spark's table does not cover: results may be "
-                                     "unpredictable")
+    return _Rule(_Kind.INCOMPATIBLE, "a Kafka source option Spark's table does not cover: results may be unpredictable")
 
 
 def _field_rule(op: str, name: str) -> _Rule:
@@ -223,6 +254,7 @@ def _added_or_removed_rule(op: str) -> _Rule:
 
 
 # --------------------------------------------------------------------------------------- the DAG
+
 
 @dataclass(frozen=True)
 class _Query:
@@ -270,13 +302,13 @@ class _Graph:
 
     def stateful_after(self, name: str, members: frozenset[str]) -> str | None:
         """The first stateful node of the query that `name` feeds (not `name` itself)."""
-        after = [m for m in members if m != name and self.nodes[m].operation in STATEFUL_OPS
-                 and name in self.feeds(m)]
+        after = [m for m in members if m != name and self.nodes[m].operation in STATEFUL_OPS and name in self.feeds(m)]
         return min(after, key=self.index.__getitem__, default=None)
 
     def stateful_in(self, members: frozenset[str]) -> str | None:
-        return min((m for m in members if self.nodes[m].operation in STATEFUL_OPS),
-                   key=self.index.__getitem__, default=None)
+        return min(
+            (m for m in members if self.nodes[m].operation in STATEFUL_OPS), key=self.index.__getitem__, default=None
+        )
 
     def path(self, name: str, *parts: str) -> str:
         return ".".join([f"spec.pipeline.nodes[{self.index[name]}]", *parts])
@@ -334,26 +366,44 @@ def _dump(model: Any) -> Any:
 
 # ------------------------------------------------------------------------------- classification
 
+
 def classify(old: StreamingAppSpec, new: StreamingAppSpec) -> SpecDiff:
     """How `new` differs from `old` (the running revision's spec), per query, plus what only a new driver
     applies. Pure; the reasons name spec paths. Both specs passed validation (no cycles, no unknown inputs)."""
     before, after = _Graph(old), _Graph(new)
     names = sorted(before.queries.keys() | after.queries.keys())
     queries = tuple(_classify_query(name, before, after) for name in names)
-    return SpecDiff(queries=queries, runtime=tuple(_runtime_reasons(old, new)),
-                    unaffected=tuple(_unaffected(old, new)))
+    return SpecDiff(queries=queries, runtime=tuple(_runtime_reasons(old, new)), unaffected=tuple(_unaffected(old, new)))
 
 
 def _classify_query(name: str, before: _Graph, after: _Graph) -> QueryChange:
     old_query, new_query = before.queries.get(name), after.queries.get(name)
     if new_query is None:
-        return QueryChange(name, Change.COMPATIBLE, (Reason(_query_path(before, old_query), Change.COMPATIBLE,
-                           "the query is removed: it stops; its checkpoint is kept until the new revision is "
-                           "healthy"),), presence="removed")
+        return QueryChange(
+            name,
+            Change.COMPATIBLE,
+            (
+                Reason(
+                    _query_path(before, old_query),
+                    Change.COMPATIBLE,
+                    "the query is removed: it stops; its checkpoint is kept until the new revision is healthy",
+                ),
+            ),
+            presence="removed",
+        )
     if old_query is None:
-        return QueryChange(name, Change.COMPATIBLE, (Reason(_query_path(after, new_query), Change.COMPATIBLE,
-                           "a new query: it starts on a checkpoint of its own, from its sources' "
-                           "startingOffsets"),), presence="added")
+        return QueryChange(
+            name,
+            Change.COMPATIBLE,
+            (
+                Reason(
+                    _query_path(after, new_query),
+                    Change.COMPATIBLE,
+                    "a new query: it starts on a checkpoint of its own, from its sources' startingOffsets",
+                ),
+            ),
+            presence="added",
+        )
     context = _QueryContext(before, after, old_query, new_query)
     reasons = tuple(context.reasons())
     change = max((r.change for r in reasons), default=Change.NONE)
@@ -396,13 +446,23 @@ class _QueryContext:
         in_old, in_new = name in self.old_members, name in self.new_members
         if not in_old:
             node = self.after.nodes[name]
-            yield self._reason(self.after, name, _added_or_removed_rule(node.operation), self.after.path(name),
-                               f"node '{name}' ({node.operation}) joins the query")
+            yield self._reason(
+                self.after,
+                name,
+                _added_or_removed_rule(node.operation),
+                self.after.path(name),
+                f"node '{name}' ({node.operation}) joins the query",
+            )
             return
         if not in_new:
             node = self.before.nodes[name]
-            yield self._reason(self.before, name, _added_or_removed_rule(node.operation), self.before.path(name),
-                               f"node '{name}' ({node.operation}) leaves the query")
+            yield self._reason(
+                self.before,
+                name,
+                _added_or_removed_rule(node.operation),
+                self.before.path(name),
+                f"node '{name}' ({node.operation}) leaves the query",
+            )
             return
         old, new = self.before.nodes[name], self.after.nodes[name]
         if old.operation != new.operation:
@@ -414,12 +474,22 @@ class _QueryContext:
     def _operation_changed(self, name: str, old: Node, new: Node) -> Iterator[Reason]:
         path = self.after.path(name, new.operation)
         if old.kind == new.kind == "sink":
-            yield self._reason(self.after, name, _sink_type_rule(old.operation, new.operation), path,
-                               f"the sink changes from {old.operation} to {new.operation}")
+            yield self._reason(
+                self.after,
+                name,
+                _sink_type_rule(old.operation, new.operation),
+                path,
+                f"the sink changes from {old.operation} to {new.operation}",
+            )
             return
         for graph, node, verb in ((self.before, old, "leaves"), (self.after, new, "joins")):
-            yield self._reason(graph, name, _added_or_removed_rule(node.operation), graph.path(name, node.operation),
-                               f"operation {node.operation} {verb} node '{name}'")
+            yield self._reason(
+                graph,
+                name,
+                _added_or_removed_rule(node.operation),
+                graph.path(name, node.operation),
+                f"operation {node.operation} {verb} node '{name}'",
+            )
 
     def _inputs(self, name: str, old: Node, new: Node) -> Iterator[Reason]:
         if (old.inputs or []) == (new.inputs or []):
@@ -437,36 +507,52 @@ class _QueryContext:
         old_config, new_config = self.before.config_of(op, old.config), self.after.config_of(op, new.config)
         if not isinstance(new_config, dict):  # select and filter: the value is the configuration
             if old_config != new_config:
-                yield self._reason(self.after, name, _field_rule(op, ""), self.after.path(name, op),
-                                   f"{op} changes")
+                yield self._reason(self.after, name, _field_rule(op, ""), self.after.path(name, op), f"{op} changes")
             return
         for key in sorted(k for k in new_config if old_config.get(k) != new_config.get(k)):
             if op == "fromKafka" and key == "options":
                 yield from self._source_options(name, old_config[key], new_config[key])
             elif key == "bootstrapServers" and _both_inherit_kafka(old.config, new.config):
-                yield self._reason(self.after, name, _field_rule(op, key), "spec.kafka",
-                                   f"the app's Kafka changes and {op} node '{name}' uses it")
+                yield self._reason(
+                    self.after,
+                    name,
+                    _field_rule(op, key),
+                    "spec.kafka",
+                    f"the app's Kafka changes and {op} node '{name}' uses it",
+                )
             else:
-                yield self._reason(self.after, name, _field_rule(op, key), self.after.path(name, op, key),
-                                   f"{op}.{key} changes")
+                yield self._reason(
+                    self.after, name, _field_rule(op, key), self.after.path(name, op, key), f"{op}.{key} changes"
+                )
 
     def _source_options(self, name: str, old: dict[str, str], new: dict[str, str]) -> Iterator[Reason]:
         for key in sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)):
-            yield self._reason(self.after, name, _source_option_rule(key),
-                               self.after.path(name, "fromKafka", "options", key), f"option {key} changes")
+            yield self._reason(
+                self.after,
+                name,
+                _source_option_rule(key),
+                self.after.path(name, "fromKafka", "options", key),
+                f"option {key} changes",
+            )
 
     # ------------------------------------------------------------------------ pipeline
     def _pipeline(self) -> Iterator[Reason]:
         old, new = self.before.spec, self.after.spec
         if old.pipeline.trigger != new.pipeline.trigger:
             real_time_switch = bool(old.pipeline.trigger.realTime) != bool(new.pipeline.trigger.realTime)
-            rule = (_Rule(_Kind.IN_STATEFUL_QUERY, REAL_TIME_CHECKPOINT) if real_time_switch else
-                    _Rule(_Kind.COMPATIBLE, "the trigger only paces batches; the checkpoint does not depend on it"))
+            rule = (
+                _Rule(_Kind.IN_STATEFUL_QUERY, REAL_TIME_CHECKPOINT)
+                if real_time_switch
+                else _Rule(_Kind.COMPATIBLE, "the trigger only paces batches; the checkpoint does not depend on it")
+            )
             yield self._reason(self.after, None, rule, "spec.pipeline.trigger", "the trigger changes")
         for key in ("location", "volumeClaim"):
             if getattr(old.checkpoint, key) != getattr(new.checkpoint, key):
-                yield Reason(f"spec.checkpoint.{key}", Change.INCOMPATIBLE,
-                             "the checkpoint moves: the query continues on a new one")
+                yield Reason(
+                    f"spec.checkpoint.{key}",
+                    Change.INCOMPATIBLE,
+                    "the checkpoint moves: the query continues on a new one",
+                )
         if self.new_query.source is not None:
             yield from self._dead_letter()
 
@@ -476,18 +562,29 @@ class _QueryContext:
         base = "spec.pipeline.deadLetter"
         old_op, new_op = old.sink_operation, new.sink_operation
         if old_op != new_op:
-            yield self._reason(self.after, None, _sink_type_rule(old_op, new_op), f"{base}.{new_op}",
-                               f"the dead-letter sink changes from {old_op} to {new_op}")
+            yield self._reason(
+                self.after,
+                None,
+                _sink_type_rule(old_op, new_op),
+                f"{base}.{new_op}",
+                f"the dead-letter sink changes from {old_op} to {new_op}",
+            )
         else:
             old_model, new_model = getattr(old, old_op), getattr(new, new_op)
             old_sink, new_sink = self.before.config_of(old_op, old_model), self.after.config_of(new_op, new_model)
             for key in sorted(k for k in new_sink if old_sink.get(k) != new_sink.get(k)):
                 inherited = key == "bootstrapServers" and _both_inherit_kafka(old_model, new_model)
-                yield self._reason(self.after, None, _field_rule(new_op, key),
-                                   "spec.kafka" if inherited else f"{base}.{new_op}.{key}", f"{new_op}.{key} changes")
+                yield self._reason(
+                    self.after,
+                    None,
+                    _field_rule(new_op, key),
+                    "spec.kafka" if inherited else f"{base}.{new_op}.{key}",
+                    f"{new_op}.{key} changes",
+                )
         if old.lateRecords != new.lateRecords:
-            yield Reason(f"{base}.lateRecords", Change.COMPATIBLE, f"the dead-letter query's filter changes; "
-                                                                   f"{FILTERS_ALLOWED}")
+            yield Reason(
+                f"{base}.lateRecords", Change.COMPATIBLE, f"the dead-letter query's filter changes; {FILTERS_ALLOWED}"
+            )
         if new.lateRecords:
             yield from self._late_rule()
 
@@ -496,10 +593,16 @@ class _QueryContext:
         source = self.new_query.source
         for name in sorted(self.after.nodes, key=self.after.index.__getitem__):
             node, old = self.after.nodes[name], self.before.nodes.get(name)
-            if (node.operation in STATEFUL_OPS and source in self.after.feeds(name)
-                    and (old is None or _dump(old.config) != _dump(node.config))):
-                yield Reason(self.after.path(name), Change.COMPATIBLE,
-                             f"the dead-letter query's late-record filter follows it; {FILTERS_ALLOWED}")
+            if (
+                node.operation in STATEFUL_OPS
+                and source in self.after.feeds(name)
+                and (old is None or _dump(old.config) != _dump(node.config))
+            ):
+                yield Reason(
+                    self.after.path(name),
+                    Change.COMPATIBLE,
+                    f"the dead-letter query's late-record filter follows it; {FILTERS_ALLOWED}",
+                )
 
     # --------------------------------------------------------------------------- rules
     def _reason(self, graph: _Graph, name: str | None, rule: _Rule, path: str, what: str) -> Reason:
@@ -507,15 +610,22 @@ class _QueryContext:
         if rule.kind is _Kind.AHEAD_OF_STATE:
             stateful = graph.stateful_after(name, members) if name else None
             if stateful is not None:
-                return Reason(path, Change.INCOMPATIBLE, f"{what} ahead of {graph.path(stateful)} "
-                              f"({graph.nodes[stateful].operation}), whose state schema follows from its rows; "
-                              f"{STATEFUL_NOT_ALLOWED}")
+                return Reason(
+                    path,
+                    Change.INCOMPATIBLE,
+                    f"{what} ahead of {graph.path(stateful)} "
+                    f"({graph.nodes[stateful].operation}), whose state schema follows from its rows; "
+                    f"{STATEFUL_NOT_ALLOWED}",
+                )
             return Reason(path, Change.COMPATIBLE, f"{what}: {rule.why}")
         if rule.kind is _Kind.IN_STATEFUL_QUERY:
             stateful = graph.stateful_in(members)
             if stateful is not None:
-                return Reason(path, Change.INCOMPATIBLE, f"{what} in a query with {graph.path(stateful)} "
-                              f"({graph.nodes[stateful].operation}): {rule.why}")
+                return Reason(
+                    path,
+                    Change.INCOMPATIBLE,
+                    f"{what} in a query with {graph.path(stateful)} ({graph.nodes[stateful].operation}): {rule.why}",
+                )
             return Reason(path, Change.COMPATIBLE, f"{what} in a stateless query")
         if rule.kind is _Kind.ANOTHER_CLUSTER:
             return Reason(path, Change.INCOMPATIBLE, f"{what}: {rule.why}", offsets_carry_over=False)
@@ -548,6 +658,9 @@ def _runtime_reasons(old: StreamingAppSpec, new: StreamingAppSpec) -> Iterator[R
 
 def _unaffected(old: StreamingAppSpec, new: StreamingAppSpec) -> Iterable[str]:
     paths = [f"spec.{key}" for key in _UNAFFECTED if _dump(getattr(old, key)) != _dump(getattr(new, key))]
-    paths += [f"spec.checkpoint.{key}" for key in ("size", "storageClassName", "deletionPolicy")
-              if getattr(old.checkpoint, key) != getattr(new.checkpoint, key)]
+    paths += [
+        f"spec.checkpoint.{key}"
+        for key in ("size", "storageClassName", "deletionPolicy")
+        if getattr(old.checkpoint, key) != getattr(new.checkpoint, key)
+    ]
     return paths

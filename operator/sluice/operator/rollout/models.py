@@ -14,8 +14,9 @@ from sluice.pipelines.contract import QueryStep
 from sluice.pipelines.spec import Strict
 
 Strategy = Literal["hotSwap", "checkpointMigration", "fencedHandover", "restart"]
-RolloutPhase = Literal["Planned", "Draining", "Starting", "Verifying", "Complete", "RollingBack", "RolledBack",
-                       "Failed"]
+RolloutPhase = Literal[
+    "Planned", "Draining", "Starting", "Verifying", "Complete", "RollingBack", "RolledBack", "Failed"
+]
 TERMINAL_PHASES: tuple[RolloutPhase, ...] = ("Complete", "RolledBack", "Failed")
 
 
@@ -36,8 +37,10 @@ class RolloutStatus(Strict):
     fromDrivers: list[DriverRef] = Field(default_factory=list, description="The drivers running when planned.")
     toDriver: str = Field(description="The SparkApplication a new driver gets (when one is needed).")
     queries: list[QueryStep] = Field(default_factory=list)
-    deadline: str = Field(description="When the current direction (forward, or back) gives up: the start of it "
-                          "plus rollback.healthTimeout.")
+    deadline: str = Field(
+        description="When the current direction (forward, or back) gives up: the start of it "
+        "plus rollback.healthTimeout."
+    )
 
     @property
     def terminal(self) -> bool:

@@ -80,6 +80,7 @@ class Target:
 
 # ------------------------------------------------------------------------------------------ actions
 
+
 @dataclass(frozen=True)
 class ApplyRevision:
     """Ensure the revision's pipeline ConfigMap exists (others are left alone)."""
@@ -176,6 +177,7 @@ class Step:
 
 # ------------------------------------------------------------------------------------------ strategy
 
+
 def unsafe_reasons(strategy: Strategy, diff: SpecDiff) -> tuple[Reason, ...]:
     """Why `strategy` cannot roll out the change; empty when it can. Only checkpointMigration gives a query a
     new checkpoint; only a new driver (every strategy but hotSwap) applies runtime changes."""
@@ -200,8 +202,12 @@ def choose_strategy(requested: str, diff: SpecDiff) -> Strategy | Refusal:
     reasons = unsafe_reasons(requested, diff)  # type: ignore[arg-type]
     shown = "; ".join(dict.fromkeys(map(str, reasons[:3])))
     more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
-    return Refusal(requested, safe, f"updateStrategy.type {requested} cannot roll out this change safely: {shown}"
-                                    f"{more}. Safe: {', '.join(safe)} (or type auto)")
+    return Refusal(
+        requested,
+        safe,
+        f"updateStrategy.type {requested} cannot roll out this change safely: {shown}"
+        f"{more}. Safe: {', '.join(safe)} (or type auto)",
+    )
 
 
 def query_steps(diff: SpecDiff, migrate_every_change: bool = False) -> tuple[QueryStep, ...]:
@@ -211,8 +217,12 @@ def query_steps(diff: SpecDiff, migrate_every_change: bool = False) -> tuple[Que
 
 def _query_step(query: QueryChange, migrate_every_change: bool) -> QueryStep:
     action = _query_action(query, migrate_every_change)
-    return QueryStep(name=query.name, action=action, rewindMs=query.rewind_ms if action == "migrate" else None,
-                     reason=_main_reason(query))
+    return QueryStep(
+        name=query.name,
+        action=action,
+        rewindMs=query.rewind_ms if action == "migrate" else None,
+        reason=_main_reason(query),
+    )
 
 
 def _query_action(query: QueryChange, migrate_every_change: bool) -> QueryAction:
@@ -230,8 +240,9 @@ def _main_reason(query: QueryChange) -> str | None:
     return str(worst[0]) if worst else None
 
 
-def plan(app: str, diff: SpecDiff, from_revision: str, to_revision: str, update_strategy: UpdateStrategy,
-         observed: Observed) -> RolloutStatus | Refusal:
+def plan(
+    app: str, diff: SpecDiff, from_revision: str, to_revision: str, update_strategy: UpdateStrategy, observed: Observed
+) -> RolloutStatus | Refusal:
     """A Planned rollout, or the refusal of an unsafe explicit strategy."""
     strategy = choose_strategy(update_strategy.type, diff)
     if isinstance(strategy, Refusal):
@@ -239,16 +250,26 @@ def plan(app: str, diff: SpecDiff, from_revision: str, to_revision: str, update_
     steps = query_steps(diff, migrate_every_change=update_strategy.type == "checkpointMigration")
     new_driver = strategy in ("fencedHandover", "restart") or (strategy == "checkpointMigration" and bool(diff.runtime))
     return RolloutStatus(
-        fromRevision=from_revision, toRevision=to_revision, strategy=strategy, phase="Planned",
-        startedAt=format_time(observed.now), message=_summary(strategy, steps, diff, new_driver),
-        newDriver=new_driver, fromDrivers=[DriverRef(name=d.name, restarts=d.restarts) for d in observed.drivers],
-        toDriver=_free_driver_name(f"{app}-{to_revision}", observed), queries=list(steps),
-        deadline=_deadline(observed, update_strategy))
+        fromRevision=from_revision,
+        toRevision=to_revision,
+        strategy=strategy,
+        phase="Planned",
+        startedAt=format_time(observed.now),
+        message=_summary(strategy, steps, diff, new_driver),
+        newDriver=new_driver,
+        fromDrivers=[DriverRef(name=d.name, restarts=d.restarts) for d in observed.drivers],
+        toDriver=_free_driver_name(f"{app}-{to_revision}", observed),
+        queries=list(steps),
+        deadline=_deadline(observed, update_strategy),
+    )
 
 
 def _summary(strategy: Strategy, steps: Iterable[QueryStep], diff: SpecDiff, new_driver: bool) -> str:
-    parts = [f"{s.action} {s.name}" + (f" (rewind {s.rewindMs} ms)" if s.rewindMs else "")
-             for s in steps if s.action != "keep"]
+    parts = [
+        f"{s.action} {s.name}" + (f" (rewind {s.rewindMs} ms)" if s.rewindMs else "")
+        for s in steps
+        if s.action != "keep"
+    ]
     if new_driver:
         parts.append("new driver" + (f" for {', '.join(r.path for r in diff.runtime)}" if diff.runtime else ""))
     return f"{strategy}: {'; '.join(parts)}"
@@ -265,6 +286,7 @@ def _deadline(observed: Observed, update_strategy: UpdateStrategy) -> str:
 
 # ----------------------------------------------------------------------------------- state machine
 
+
 def diff_base(rollout: RolloutStatus | None, stable_revision: str | None, target_revision: str) -> str | None:
     """The revision whose spec a new rollout to `target_revision` starts from, or None when none is due: no
     stable revision yet (the first one is adopted), a rollout in progress (it finishes first), the target
@@ -277,16 +299,23 @@ def diff_base(rollout: RolloutStatus | None, stable_revision: str | None, target
     return None if target_revision == base or tried else base
 
 
-def step(app: str, rollout: RolloutStatus | None, stable_revision: str | None, target: Target,
-         observed: Observed) -> Step:
+def step(
+    app: str, rollout: RolloutStatus | None, stable_revision: str | None, target: Target, observed: Observed
+) -> Step:
     if stable_revision is None and rollout is None:
-        return Step(None, target.revision, events=(Event("Normal", "StableRevision",
-                                                         f"revision {target.revision} is the first one"),))
+        return Step(
+            None,
+            target.revision,
+            events=(Event("Normal", "StableRevision", f"revision {target.revision} is the first one"),),
+        )
     if rollout is not None and not rollout.terminal:
         reverted = target.revision == rollout.fromRevision and rollout.phase != "RollingBack"
         abort = f"the spec went back to revision {rollout.fromRevision}" if reverted else None
-        waiting = (f"revision {target.revision} rolls out once the rollout to {rollout.toRevision} is over"
-                   if target.revision not in (rollout.fromRevision, rollout.toRevision) else None)
+        waiting = (
+            f"revision {target.revision} rolls out once the rollout to {rollout.toRevision} is over"
+            if target.revision not in (rollout.fromRevision, rollout.toRevision)
+            else None
+        )
         return _continue(rollout, stable_revision, target, observed, abort, waiting=waiting)
     base = diff_base(rollout, stable_revision, target.revision)
     if base is None:
@@ -296,8 +325,17 @@ def step(app: str, rollout: RolloutStatus | None, stable_revision: str | None, t
     if not target.diff.needs_rollout:
         unaffected = ", ".join(target.diff.unaffected) or "nothing the driver runs"
         adopted = target.revision if base == stable_revision else stable_revision
-        return Step(rollout, adopted, events=(Event("Normal", "NoRollout", f"revision {base} -> {target.revision}: "
-                                                    f"no rollout, only {unaffected} changed"),))
+        return Step(
+            rollout,
+            adopted,
+            events=(
+                Event(
+                    "Normal",
+                    "NoRollout",
+                    f"revision {base} -> {target.revision}: no rollout, only {unaffected} changed",
+                ),
+            ),
+        )
     planned = plan(app, target.diff, base, target.revision, target.update_strategy, observed)
     if isinstance(planned, Refusal):
         return Step(rollout, stable_revision, refusal=planned)
@@ -305,8 +343,15 @@ def step(app: str, rollout: RolloutStatus | None, stable_revision: str | None, t
     return _continue(planned, stable_revision, target, observed, abort=None, first_events=(event,))
 
 
-def _continue(rollout: RolloutStatus, stable_revision: str | None, target: Target, observed: Observed,
-              abort: str | None, first_events: tuple[Event, ...] = (), waiting: str | None = None) -> Step:
+def _continue(
+    rollout: RolloutStatus,
+    stable_revision: str | None,
+    target: Target,
+    observed: Observed,
+    abort: str | None,
+    first_events: tuple[Event, ...] = (),
+    waiting: str | None = None,
+) -> Step:
     events = list(first_events)
     actions: list[Action] = []
     for _ in range(len(get_args(RolloutPhase))):  # each phase is entered at most once per call
@@ -389,8 +434,11 @@ class _View:
 
     def crash_loops(self, drivers: Iterable[DriverFacts]) -> list[str]:
         baseline = {ref.name: ref.restarts for ref in self.rollout.fromDrivers}
-        return [f"driver {d.name} restarted {d.restarts - baseline.get(d.name, 0)} times" for d in drivers
-                if d.restarts - baseline.get(d.name, 0) >= CRASH_LOOP_RESTARTS]
+        return [
+            f"driver {d.name} restarted {d.restarts - baseline.get(d.name, 0)} times"
+            for d in drivers
+            if d.restarts - baseline.get(d.name, 0) >= CRASH_LOOP_RESTARTS
+        ]
 
     # --------------------------------------------------------------------------- queries
     @staticmethod
@@ -398,8 +446,9 @@ class _View:
         found = [q for d in drivers if d.state == "running" for q in d.queries if q.name == name]
         return next((q for q in found if q.revision == revision), found[0] if found else None)
 
-    def not_running(self, drivers: list[DriverFacts], revision: str, steps: Iterable[QueryStep],
-                    pinned: Pinned) -> list[str]:
+    def not_running(
+        self, drivers: list[DriverFacts], revision: str, steps: Iterable[QueryStep], pinned: Pinned
+    ) -> list[str]:
         """What keeps the steps' queries from running `revision` (empty: they do). Which queries must report
         that revision: all (a new driver runs every query on its plan), the changed ones (in-driver: the others
         run on untouched), none (a resumed driver runs what it ran)."""
@@ -430,16 +479,24 @@ class _View:
 
     def failure(self) -> str | None:
         drivers = self.forward_drivers()
-        failed = [f"query {q.name} failed: {q.error}" for d in drivers for q in d.queries
-                  if q.error and q.revision == self.rollout.toRevision]
+        failed = [
+            f"query {q.name} failed: {q.error}"
+            for d in drivers
+            for q in d.queries
+            if q.error and q.revision == self.rollout.toRevision
+        ]
         problems = self.crash_loops(drivers) + failed
         return "; ".join(problems) if problems else None
 
     def in_place_drained(self) -> bool:
         """No query the rollout changes runs the old plan any more."""
         changing = {s.name for s in self.steps if s.action not in ("keep", "start")}
-        return not any(q.active and q.revision != self.rollout.toRevision and q.name in changing
-                       for d in self.in_place_drivers() if d.state == "running" for q in d.queries)
+        return not any(
+            q.active and q.revision != self.rollout.toRevision and q.name in changing
+            for d in self.in_place_drivers()
+            if d.state == "running"
+            for q in d.queries
+        )
 
 
 def _goal_missing(view: _View) -> list[str]:
@@ -460,8 +517,7 @@ def _goal_missing(view: _View) -> list[str]:
     return view.not_healthy()
 
 
-def _transition(view: _View, update_strategy: UpdateStrategy, abort: str | None
-                ) -> tuple[RolloutStatus, Event] | None:
+def _transition(view: _View, update_strategy: UpdateStrategy, abort: str | None) -> tuple[RolloutStatus, Event] | None:
     rollout, now = view.rollout, format_time(view.now)
     if rollout.terminal:
         return None
@@ -470,13 +526,18 @@ def _transition(view: _View, update_strategy: UpdateStrategy, abort: str | None
         back = reverse_steps(view.steps)
         pinned: Pinned = "none" if rollout.newDriver else "changed"
         if not view.not_running(drivers, rollout.fromRevision, back, pinned):
-            return (_moved(rollout, "RolledBack", now, finished=True),
-                    Event("Warning", "RolledBack", f"back on revision {rollout.fromRevision}: {rollout.message}"))
+            return (
+                _moved(rollout, "RolledBack", now, finished=True),
+                Event("Warning", "RolledBack", f"back on revision {rollout.fromRevision}: {rollout.message}"),
+            )
         if view.past_deadline():
-            message = (f"rollback to revision {rollout.fromRevision} did not complete within "
-                       f"{update_strategy.rollback.healthTimeout} ({rollout.message})")
-            return _moved(rollout, "Failed", now, finished=True, message=message), Event("Warning", "RolloutFailed",
-                                                                                          message)
+            message = (
+                f"rollback to revision {rollout.fromRevision} did not complete within "
+                f"{update_strategy.rollback.healthTimeout} ({rollout.message})"
+            )
+            return _moved(rollout, "Failed", now, finished=True, message=message), Event(
+                "Warning", "RolloutFailed", message
+            )
         return None
     failure = abort or view.failure()
     missing = _goal_missing(view)
@@ -489,15 +550,18 @@ def _transition(view: _View, update_strategy: UpdateStrategy, abort: str | None
         return None
     if not update_strategy.rollback.enabled:
         message = f"revision {rollout.toRevision} failed, rollback is disabled: {failure}"
-        return _moved(rollout, "Failed", now, finished=True, message=message), Event("Warning", "RolloutFailed",
-                                                                                      message)
-    rolling_back = _moved(rollout, "RollingBack", now, message=failure,
-                          deadline=_deadline(view.observed, update_strategy))
+        return _moved(rollout, "Failed", now, finished=True, message=message), Event(
+            "Warning", "RolloutFailed", message
+        )
+    rolling_back = _moved(
+        rollout, "RollingBack", now, message=failure, deadline=_deadline(view.observed, update_strategy)
+    )
     return rolling_back, Event("Warning", "RollingBack", f"to revision {rollout.fromRevision}: {failure}")
 
 
-def _moved(rollout: RolloutStatus, phase: RolloutPhase, now: str, finished: bool = False, **changes: str
-           ) -> RolloutStatus:
+def _moved(
+    rollout: RolloutStatus, phase: RolloutPhase, now: str, finished: bool = False, **changes: str
+) -> RolloutStatus:
     return rollout.model_copy(update={"phase": phase, **({"finishedAt": now} if finished else {}), **changes})
 
 
@@ -505,12 +569,18 @@ def _forward_event(view: _View, phase: RolloutPhase) -> Event:
     rollout = view.rollout
     changing = ", ".join(s.name for s in view.steps if s.action != "keep") or "no query"
     messages = {
-        "Draining": (f"driver(s) {', '.join(d.name for d in view.old_drivers()) or 'none'} drain at a batch boundary"
-                     if rollout.newDriver else f"{changing} stop at a batch boundary"),
-        "Starting": (f"driver {view.new_name} starts revision {rollout.toRevision}" if rollout.newDriver
-                     else f"{changing} start on revision {rollout.toRevision}"),
+        "Draining": (
+            f"driver(s) {', '.join(d.name for d in view.old_drivers()) or 'none'} drain at a batch boundary"
+            if rollout.newDriver
+            else f"{changing} stop at a batch boundary"
+        ),
+        "Starting": (
+            f"driver {view.new_name} starts revision {rollout.toRevision}"
+            if rollout.newDriver
+            else f"{changing} start on revision {rollout.toRevision}"
+        ),
         "Verifying": f"every query runs revision {rollout.toRevision}; healthy after {HEALTHY_BATCHES} batches each, "
-                     f"by {rollout.deadline}",
+        f"by {rollout.deadline}",
         "Complete": f"revision {rollout.toRevision} is healthy and stable",
     }
     return Event("Normal", f"Rollout{phase}", messages[phase])
@@ -518,10 +588,16 @@ def _forward_event(view: _View, phase: RolloutPhase) -> Event:
 
 # ----------------------------------------------------------------------------------------- actions
 
+
 def reverse_steps(steps: Iterable[QueryStep]) -> tuple[QueryStep, ...]:
     """The steps that return to the stable revision: the same mechanism backwards."""
-    back: dict[QueryAction, QueryAction] = {"keep": "keep", "restart": "restart", "migrate": "restore",
-                                            "start": "stop", "stop": "restore"}
+    back: dict[QueryAction, QueryAction] = {
+        "keep": "keep",
+        "restart": "restart",
+        "migrate": "restore",
+        "start": "stop",
+        "stop": "restore",
+    }
     return tuple(s.model_copy(update={"action": back[s.action], "rewindMs": None}) for s in steps)
 
 

@@ -38,8 +38,13 @@ def kafka_offsets(offsets: Any) -> dict[TopicPartition, int]:
 
 def source_partitions(progresses: Iterable[Mapping[str, Any]]) -> set[TopicPartition]:
     """The Kafka partitions the queries' last progresses name."""
-    return {partition for progress in progresses for source in progress.get("sources") or []
-            for key in ("startOffset", "endOffset", "latestOffset") for partition in kafka_offsets(source.get(key))}
+    return {
+        partition
+        for progress in progresses
+        for source in progress.get("sources") or []
+        for key in ("startOffset", "endOffset", "latestOffset")
+        for partition in kafka_offsets(source.get(key))
+    }
 
 
 def source_topics(progress: Mapping[str, Any]) -> list[str]:
@@ -47,8 +52,9 @@ def source_topics(progress: Mapping[str, Any]) -> list[str]:
     return sorted({topic for topic, _ in source_partitions([progress])})
 
 
-def topic_backlogs(progresses: Iterable[Mapping[str, Any]],
-                   latest: Mapping[TopicPartition, int] | None = None) -> list[TopicStatus]:
+def topic_backlogs(
+    progresses: Iterable[Mapping[str, Any]], latest: Mapping[TopicPartition, int] | None = None
+) -> list[TopicStatus]:
     """Each source topic once, with its backlog behind the slowest query reading it.
 
     `progresses` holds the last progress of each query; `latest`, Kafka's end offsets now, when known (the
@@ -69,7 +75,12 @@ def topic_backlogs(progresses: Iterable[Mapping[str, Any]],
     by_topic: dict[str, list[TopicPartition]] = {}
     for partition in newest:
         by_topic.setdefault(partition[0], []).append(partition)
-    return [TopicStatus(topic=topic, partitions=len(partitions),
-                        latestOffsets=sum(max(newest[p], 0) for p in partitions),
-                        backlog=sum(max(newest[p] - max(slowest_end.get(p, 0), 0), 0) for p in partitions))
-            for topic, partitions in sorted(by_topic.items())]
+    return [
+        TopicStatus(
+            topic=topic,
+            partitions=len(partitions),
+            latestOffsets=sum(max(newest[p], 0) for p in partitions),
+            backlog=sum(max(newest[p] - max(slowest_end.get(p, 0), 0), 0) for p in partitions),
+        )
+        for topic, partitions in sorted(by_topic.items())
+    ]

@@ -6,8 +6,9 @@ from ..contract import ApiError
 
 
 class ApiFailure(Exception):
-    def __init__(self, status: int, message: str, field: str | None = None,
-                 headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self, status: int, message: str, field: str | None = None, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.error = ApiError(error=message, field=field)

@@ -16,16 +16,18 @@ from ..contract import ExecutorsResponse, ExecutorStatus
 from .errors import ApiFailure
 
 LOCAL_MODE = "executor scaling needs a cluster manager (this driver runs Spark in local mode)"
-DYNAMIC_ALLOCATION = ("executor scaling is off: spark.dynamicAllocation.enabled is true, so Spark sets the "
-                      "number of executors itself")
+DYNAMIC_ALLOCATION = (
+    "executor scaling is off: spark.dynamicAllocation.enabled is true, so Spark sets the number of executors itself"
+)
 
 
 def least_loaded(executors: list[ExecutorStatus], count: int) -> list[str]:
     """The ids of the `count` executors to stop: fewest active tasks first, the newest among equals."""
+
     def newest_first(executor: ExecutorStatus) -> int:
         return -int(executor.id) if executor.id.isdigit() else 0
 
-    return [e.id for e in sorted(executors, key=lambda e: (e.activeTasks, newest_first(e)))[:max(count, 0)]]
+    return [e.id for e in sorted(executors, key=lambda e: (e.activeTasks, newest_first(e)))[: max(count, 0)]]
 
 
 def host_of(host_port: str) -> str:
@@ -70,9 +72,16 @@ class Executors:
             if not backend.isExecutorActive(executor_id):
                 continue
             summary = summaries.get(executor_id)
-            out.append(ExecutorStatus(id=executor_id) if summary is None else
-                       ExecutorStatus(id=executor_id, host=host_of(summary.hostPort()),
-                                      totalCores=summary.totalCores(), activeTasks=summary.activeTasks()))
+            out.append(
+                ExecutorStatus(id=executor_id)
+                if summary is None
+                else ExecutorStatus(
+                    id=executor_id,
+                    host=host_of(summary.hostPort()),
+                    totalCores=summary.totalCores(),
+                    activeTasks=summary.activeTasks(),
+                )
+            )
         return out
 
     def task_slots(self, executors: list[ExecutorStatus]) -> int:
@@ -104,6 +113,7 @@ class Executors:
             if victims:
                 # The backend's kill, not SparkContext.killExecutors, which lowers the target once more per
                 # executor. Arguments: adjustTargetNumExecutors=False, countFailures=False, force=True (busy too).
-                killed = [str(i) for i in self._seq(backend.killExecutors(python_utils.toSeq(victims),
-                                                                          False, False, True))]
+                killed = [
+                    str(i) for i in self._seq(backend.killExecutors(python_utils.toSeq(victims), False, False, True))
+                ]
             return ExecutorsResponse(target=target, previous=len(live), killed=killed)

@@ -63,9 +63,12 @@ class LatestOffsets:
         client = self._clients.get(bootstrap) or self._clients.setdefault(bootstrap, self._admin(bootstrap))
         deadline = time.monotonic() + self.timeout
         try:
-            futures = client.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
-                                          request_timeout=self.timeout)
-            return {(tp.topic, tp.partition): future.result(timeout=max(0.0, deadline - time.monotonic())).offset
-                    for tp, future in futures.items()}
+            futures = client.list_offsets(
+                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout
+            )
+            return {
+                (tp.topic, tp.partition): future.result(timeout=max(0.0, deadline - time.monotonic())).offset
+                for tp, future in futures.items()
+            }
         except Exception as exc:  # whatever the client raises, the caller falls back to progress
             raise LatestOffsetsUnavailable(f"Kafka {bootstrap}: {exc or type(exc).__name__}") from exc

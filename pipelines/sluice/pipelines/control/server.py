@@ -64,10 +64,17 @@ def read_body(environ: Environ) -> bytes:
     return environ["wsgi.input"].read(length) if length > 0 else b""
 
 
-def respond(start_response: StartResponse, status: int, body: bytes, content_type: str = "application/json",
-            headers: Iterable[tuple[str, str]] = ()) -> list[bytes]:
-    start_response(f"{status} {HTTPStatus(status).phrase}",
-                   [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers])
+def respond(
+    start_response: StartResponse,
+    status: int,
+    body: bytes,
+    content_type: str = "application/json",
+    headers: Iterable[tuple[str, str]] = (),
+) -> list[bytes]:
+    start_response(
+        f"{status} {HTTPStatus(status).phrase}",
+        [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers],
+    )
     return [body]
 
 
@@ -78,8 +85,9 @@ def respond_model(start_response: StartResponse, model: BaseModel, status: int =
 class ControlApi:
     """The WSGI app of the control port."""
 
-    def __init__(self, run: PipelineRun, executors: Executors, token: ControlToken,
-                 latest: LatestOffsets | None = None) -> None:
+    def __init__(
+        self, run: PipelineRun, executors: Executors, token: ControlToken, latest: LatestOffsets | None = None
+    ) -> None:
         self.run = run
         self.executors = executors
         self.token = token
@@ -101,12 +109,14 @@ class ControlApi:
                 raise ApiFailure(404, f"no such path: {path} (try {', '.join(self.routes)})")
             handler = methods.get(method)
             if handler is None:
-                raise ApiFailure(405, f"{path} takes {', '.join(methods)}, not {method}",
-                                 headers=(("Allow", ", ".join(methods)),))
+                raise ApiFailure(
+                    405, f"{path} takes {', '.join(methods)}, not {method}", headers=(("Allow", ", ".join(methods)),)
+                )
             return handler(environ, start_response)
         except ApiFailure as failure:
-            return respond(start_response, failure.status, failure.error.model_dump_json().encode(),
-                           headers=failure.headers)
+            return respond(
+                start_response, failure.status, failure.error.model_dump_json().encode(), headers=failure.headers
+            )
         except Exception as exc:  # a broken request must not take the driver down
             log.exception("control API: %s %s failed", method, path)
             return respond_model(start_response, ApiError(error=f"internal error: {exc}"), 500)
@@ -118,8 +128,9 @@ class ControlApi:
     def health(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         healthy = self.run.healthy()
         states = [state.__dict__ | {"progress": None} for state in self.run.states()]
-        return respond(start_response, 200 if healthy else 503,
-                       json.dumps({"healthy": healthy, "queries": states}).encode())
+        return respond(
+            start_response, 200 if healthy else 503, json.dumps({"healthy": healthy, "queries": states}).encode()
+        )
 
     def status(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         return respond_model(start_response, driver_status(self.run, self.executors, self.latest))
@@ -128,8 +139,12 @@ class ControlApi:
         self.token.check(environ.get("HTTP_AUTHORIZATION"))
         request = parse_request(ExecutorsRequest, read_body(environ), '{"target": N}')
         response = self.executors.scale(request.target)
-        log.info("executors: target %d (%d live before), killed %s", response.target, response.previous,
-                 response.killed or "none")
+        log.info(
+            "executors: target %d (%d live before), killed %s",
+            response.target,
+            response.previous,
+            response.killed or "none",
+        )
         return respond_model(start_response, response)
 
     def put_pipeline(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -147,10 +162,18 @@ class ControlApi:
             first = exc.problems[0]
             raise ApiFailure(422, str(exc), field=join_path("config", first.path)) from None
         except Exception as exc:  # Spark refused to start a query: its first line names the problem
-            raise ApiFailure(422, f"a query failed to start on revision {request.config.revision}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-        log.info("revision %s: restarted %s, started %s, stopped %s", response.revision, response.restarted,
-                 response.started, response.stopped)
+            raise ApiFailure(
+                422,
+                f"a query failed to start on revision {request.config.revision}: "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+            ) from None
+        log.info(
+            "revision %s: restarted %s, started %s, stopped %s",
+            response.revision,
+            response.restarted,
+            response.started,
+            response.stopped,
+        )
         return respond_model(start_response, response)
 
 
@@ -170,8 +193,9 @@ class ControlServer:
 
     def __init__(self, run: PipelineRun, host: str = "0.0.0.0") -> None:
         self.api = ControlApi(run, Executors(run.spark), ControlToken(run.config.controlTokenFile), LatestOffsets())
-        self.server = make_server(host, run.config.controlPort, self.api, server_class=_ThreadingWSGIServer,
-                                  handler_class=_QuietHandler)
+        self.server = make_server(
+            host, run.config.controlPort, self.api, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
+        )
         self.port = self.server.server_port
         self.thread = threading.Thread(target=self.server.serve_forever, name="sluice-control", daemon=True)
         self._stopped = threading.Event()

@@ -42,9 +42,10 @@ def subscribed_topics(source: FromKafka, known_topics: Iterable[str]) -> list[st
 
 def source_tasks(sources: Iterable[FromKafka], partitions: Mapping[str, int]) -> int:
     """Tasks a batch's Kafka reads split into: per source, its topics' partitions or minPartitions if more."""
-    return sum(max(sum(partitions.get(t, 0) for t in subscribed_topics(source, partitions)),
-                   source.minPartitions or 0)
-               for source in sources)
+    return sum(
+        max(sum(partitions.get(t, 0) for t in subscribed_topics(source, partitions)), source.minPartitions or 0)
+        for source in sources
+    )
 
 
 def observe_triggers(run: PipelineRun, now: float | None = None) -> None:
@@ -57,32 +58,52 @@ def observe_triggers(run: PipelineRun, now: float | None = None) -> None:
         run.metrics.running.observe(query.name, active, time.time() if now is None else now)
 
 
-def query_status(query: StreamingQuery, record: QueryRecord | None, trigger: ProcessingTime,
-                 running: RunningBatches, now: float, revision: str | None = None) -> QueryStatus:
+def query_status(
+    query: StreamingQuery,
+    record: QueryRecord | None,
+    trigger: ProcessingTime,
+    running: RunningBatches,
+    now: float,
+    revision: str | None = None,
+) -> QueryStatus:
     error = query.exception()
     progress = record.last_progress if record else {}
     duration = progress.get("batchDuration", (progress.get("durationMs") or {}).get("triggerExecution"))
     busy_ms, running_ms = running.busy_ms(query.name, record, now)
     return QueryStatus(
-        name=query.name, id=query.id, runId=query.runId, active=query.isActive,
-        error=str(error).split("\n")[0] if error else None, batchId=progress.get("batchId"),
-        batches=record.batches if record else 0, inputRows=record.input_rows if record else 0,
-        busyMs=busy_ms, completedBusyMs=record.busy_ms if record else 0, runningBatchMs=running_ms,
+        name=query.name,
+        id=query.id,
+        runId=query.runId,
+        active=query.isActive,
+        error=str(error).split("\n")[0] if error else None,
+        batchId=progress.get("batchId"),
+        batches=record.batches if record else 0,
+        inputRows=record.input_rows if record else 0,
+        busyMs=busy_ms,
+        completedBusyMs=record.busy_ms if record else 0,
+        runningBatchMs=running_ms,
         revision=revision,
         inputRowsPerSecond=progress.get("inputRowsPerSecond"),
         processedRowsPerSecond=progress.get("processedRowsPerSecond"),
         lastBatchDurationMs=int(duration) if duration is not None else None,
-        triggerIntervalMs=trigger_interval_ms(trigger), stateful=bool(progress.get("stateOperators")),
-        topics=source_topics(progress))
+        triggerIntervalMs=trigger_interval_ms(trigger),
+        stateful=bool(progress.get("stateOperators")),
+        topics=source_topics(progress),
+    )
 
 
-def partitions_by_bootstrap(partitions: Iterable[TopicPartition], sources: Iterable[FromKafka],
-                            default_bootstrap: str) -> dict[str, list[TopicPartition]]:
+def partitions_by_bootstrap(
+    partitions: Iterable[TopicPartition], sources: Iterable[FromKafka], default_bootstrap: str
+) -> dict[str, list[TopicPartition]]:
     """The partitions grouped by the Kafka cluster holding them: a source's own bootstrapServers, else the app's."""
     partitions = sorted(partitions)
     topics = {topic for topic, _ in partitions}
-    cluster = {topic: source.bootstrapServers for source in sources if source.bootstrapServers
-               for topic in subscribed_topics(source, topics)}
+    cluster = {
+        topic: source.bootstrapServers
+        for source in sources
+        if source.bootstrapServers
+        for topic in subscribed_topics(source, topics)
+    }
     grouped: dict[str, list[TopicPartition]] = {}
     for partition in partitions:
         grouped.setdefault(cluster.get(partition[0], default_bootstrap), []).append(partition)
@@ -100,21 +121,31 @@ def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets 
     offsets, latest_error = None, None
     if latest is not None:
         try:
-            offsets = latest.get(partitions_by_bootstrap(source_partitions(progresses), kafka_sources,
-                                                         run.config.kafkaBootstrap))
+            offsets = latest.get(
+                partitions_by_bootstrap(source_partitions(progresses), kafka_sources, run.config.kafkaBootstrap)
+            )
         except Exception as exc:  # the status must answer whatever Kafka does
             latest_error = str(exc) or type(exc).__name__
             log.warning("status: Kafka end offsets unavailable, backlog from the last progress: %s", latest_error)
     topics = topic_backlogs(progresses, offsets)
     live = executors.live()
     return DriverStatus(
-        app=run.config.app, revision=run.config.revision,
+        app=run.config.app,
+        revision=run.config.revision,
         observedAt=datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        queries=[query_status(q, records.get(q.name), run.spec.trigger, run.metrics.running, now,
-                              run.query_revisions.get(q.name)) for q in list(run.queries)],
-        topics=topics, backlog=sum(t.backlog for t in topics),
-        latestOffsetsFrom="kafka" if offsets is not None else "progress", latestOffsetsError=latest_error,
-        executors=live, executorTarget=executors.target,
+        queries=[
+            query_status(
+                q, records.get(q.name), run.spec.trigger, run.metrics.running, now, run.query_revisions.get(q.name)
+            )
+            for q in list(run.queries)
+        ],
+        topics=topics,
+        backlog=sum(t.backlog for t in topics),
+        latestOffsetsFrom="kafka" if offsets is not None else "progress",
+        latestOffsetsError=latest_error,
+        executors=live,
+        executorTarget=executors.target,
         taskSlots=executors.task_slots(live),
         sourceTasks=source_tasks(kafka_sources, {t.topic: t.partitions for t in topics}),
-        shufflePartitions=int(run.spark.conf.get("spark.sql.shuffle.partitions") or 0))
+        shufflePartitions=int(run.spark.conf.get("spark.sql.shuffle.partitions") or 0),
+    )

@@ -33,8 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     kafka_parser.add_argument("action", choices=["up", "down", "status"])
     kafka_parser.add_argument("--brokers", type=int, choices=[1, 3], default=1)
     kafka_parser.add_argument("--state-dir", default=str(kafka.LOCAL_KAFKA_DIR))
-    kafka_parser.add_argument("--host", default="127.0.0.1",
-                              help="address clients reach the broker on (the local cluster's pods: 10.245.0.1)")
+    kafka_parser.add_argument(
+        "--host", default="127.0.0.1", help="address clients reach the broker on (the local cluster's pods: 10.245.0.1)"
+    )
     kafka_parser.set_defaults(func=kafka_command)
 
     return run_command(parser, argv)

@@ -68,8 +68,10 @@ def java_binary() -> str:
     out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
     match = re.search(r'version "(\d+)', out)
     if not match or int(match.group(1)) < MIN_JAVA:
-        raise ProvisionError(f"Kafka {KAFKA} and Spark 4 need Java >= {MIN_JAVA}; `java -version` says: "
-                             f"{out.splitlines()[0] if out else 'nothing'} (apt-get install openjdk-17-jdk-headless)")
+        raise ProvisionError(
+            f"Kafka {KAFKA} and Spark 4 need Java >= {MIN_JAVA}; `java -version` says: "
+            f"{out.splitlines()[0] if out else 'nothing'} (apt-get install openjdk-17-jdk-headless)"
+        )
     return java
 
 
@@ -145,8 +147,16 @@ class KafkaCluster:
         log4j = self.state_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2_CONFIG)
         cluster_id = new_cluster_id()
-        jvm = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-               f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+        jvm = [
+            java,
+            f"-Xmx{self.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            classpath,
+        ]
         for node in self.nodes:
             if port_in_use(node.port, self.host) or port_in_use(node.controller_port):
                 raise ProvisionError(f"Kafka port {node.port} or {node.controller_port} is already in use")
@@ -155,13 +165,24 @@ class KafkaCluster:
             shutil.rmtree(node_dir, ignore_errors=True)  # a fresh cluster id needs fresh storage
             node_dir.mkdir(parents=True)
             config.write_text(server_properties(node, self.nodes, node_dir / "data", self.host))
-            run([*jvm, "kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
-                 "--config", config, "--ignore-formatted"],
+            run(
+                [
+                    *jvm,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--cluster-id",
+                    cluster_id,
+                    "--config",
+                    config,
+                    "--ignore-formatted",
+                ],
                 what=f"formatting Kafka storage for node {node.node_id}",
-                hint="the Kafka jars in the cache may be incomplete; delete "
-                     f"{cache_dir('kafka', KAFKA)} and retry", log=node_dir / "format.log")
-            process = ManagedProcess(f"kafka-{node.node_id}", [*jvm, "kafka.Kafka", str(config)],
-                                     node_dir / "kafka.log")
+                hint=f"the Kafka jars in the cache may be incomplete; delete {cache_dir('kafka', KAFKA)} and retry",
+                log=node_dir / "format.log",
+            )
+            process = ManagedProcess(
+                f"kafka-{node.node_id}", [*jvm, "kafka.Kafka", str(config)], node_dir / "kafka.log"
+            )
             self.processes.append(process.start())
         try:
             self.wait_ready(timeout)
@@ -175,8 +196,12 @@ class KafkaCluster:
         from confluent_kafka.admin import AdminClient
 
         for node, process in zip(self.nodes, self.processes, strict=True):
-            wait_until(lambda n=node: port_in_use(n.port, self.host), timeout=timeout,
-                       what=f"Kafka node {node.node_id} on port {node.port}", process=process)
+            wait_until(
+                lambda n=node: port_in_use(n.port, self.host),
+                timeout=timeout,
+                what=f"Kafka node {node.node_id} on port {node.port}",
+                process=process,
+            )
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000})
 
         def all_brokers_registered() -> bool:

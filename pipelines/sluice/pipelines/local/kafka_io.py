@@ -27,8 +27,9 @@ class ConsumedRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1, replicas: int = 1,
-                 config: dict[str, str] | None = None) -> None:
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 1, replicas: int = 1, config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient(_config(bootstrap))
     futures = admin.create_topics([NewTopic(name, partitions, replicas, config=config or {})])
     for future in futures.values():
@@ -52,11 +53,20 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
         time.sleep(0.2)
 
 
-def produce(bootstrap: str, topic: str, records: Iterable[Record | bytes], *,
-            timestamps_ms: Iterable[int] | None = None, partition: int | None = None) -> int:
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[Record | bytes],
+    *,
+    timestamps_ms: Iterable[int] | None = None,
+    partition: int | None = None,
+) -> int:
     """Produce records (value or (key, value)) and flush; returns how many were delivered."""
-    producer = Producer(_config(bootstrap, **{"linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4",
-                                            "enable.idempotence": True}))
+    producer = Producer(
+        _config(
+            bootstrap, **{"linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4", "enable.idempotence": True}
+        )
+    )
     errors: list[str] = []
 
     def on_delivery(err, _msg) -> None:
@@ -89,22 +99,31 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     consumer = Consumer(_config(bootstrap, **{"group.id": "sluice-offsets", "enable.auto.commit": False}))
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in partitions}
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
     finally:
         consumer.close()
 
 
-def consume_all(bootstrap: str, topic: str, *, expected: int | None = None,
-                timeout_s: float = 120.0) -> list[ConsumedRecord]:
+def consume_all(
+    bootstrap: str, topic: str, *, expected: int | None = None, timeout_s: float = 120.0
+) -> list[ConsumedRecord]:
     """Every committed record of a topic from the beginning: up to the end offsets at call time (the last
     stable offsets: before any transaction still open), or, with `expected`, until that many records arrived
     (waiting up to timeout_s for them)."""
     # The end of a partition comes as an event: an exactly-once writer's last offset is a transaction marker,
     # which no consumer is given, so the last record's offset + 1 stays short of the end offset.
-    consumer = Consumer(_config(bootstrap, **{"group.id": f"sluice-read-{time.time_ns()}", "enable.auto.commit": False,
-                                            "fetch.max.bytes": 52428800, "isolation.level": "read_committed",
-                                            "enable.partition.eof": True}))
+    consumer = Consumer(
+        _config(
+            bootstrap,
+            **{
+                "group.id": f"sluice-read-{time.time_ns()}",
+                "enable.auto.commit": False,
+                "fetch.max.bytes": 52428800,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            },
+        )
+    )
     out: list[ConsumedRecord] = []
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -126,11 +145,20 @@ def consume_all(bootstrap: str, topic: str, *, expected: int | None = None,
                         continue
                     raise KafkaException(msg.error())
                 position[msg.partition()] = msg.offset() + 1
-                out.append(ConsumedRecord(msg.key(), msg.value(), msg.partition(), msg.offset(),
-                                          msg.timestamp()[1], tuple(msg.headers() or ())))
+                out.append(
+                    ConsumedRecord(
+                        msg.key(),
+                        msg.value(),
+                        msg.partition(),
+                        msg.offset(),
+                        msg.timestamp()[1],
+                        tuple(msg.headers() or ()),
+                    )
+                )
         if expected is None and not done():
-            raise TimeoutError(f"{topic}: not read to its end offsets {ends} within {timeout_s:.0f}s "
-                               f"(reached {position})")
+            raise TimeoutError(
+                f"{topic}: not read to its end offsets {ends} within {timeout_s:.0f}s (reached {position})"
+            )
     finally:
         consumer.close()
     return out

@@ -60,8 +60,7 @@ def artifact_name(jar: str) -> str:
     return match.group(1) if match else stem
 
 
-def fetch_jars(name: str, coordinates: list[str], dest: Path, *,
-               skip_artifacts: set[str] = frozenset()) -> list[Path]:
+def fetch_jars(name: str, coordinates: list[str], dest: Path, *, skip_artifacts: set[str] = frozenset()) -> list[Path]:
     """Resolve `coordinates` with Maven into `dest` once; later calls return the cached jars.
 
     `skip_artifacts` drops jars already provided elsewhere (e.g. by pyspark) so two versions of one
@@ -84,15 +83,29 @@ def _resolve(name: str, coordinates: list[str], dest: Path, skip_artifacts: set[
     (work / "settings.xml").write_text(_SETTINGS)
     log = dest.parent / f"{dest.name}.maven.log"
     try:
-        run([mvn, "-B", "-q", "-s", work / "settings.xml", "-f", work / "pom.xml",
-             "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={work / 'jars'}"],
+        run(
+            [
+                mvn,
+                "-B",
+                "-q",
+                "-s",
+                work / "settings.xml",
+                "-f",
+                work / "pom.xml",
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={work / 'jars'}",
+            ],
             what=f"fetching {', '.join(coordinates)} from Maven Central",
-            hint="check that Maven Central is reachable (mvn -B dependency:get works)", log=log)
+            hint="check that Maven Central is reachable (mvn -B dependency:get works)",
+            log=log,
+        )
     except ProvisionError as exc:
         missing = re.findall(r"Could not find artifact (\S+)", log.read_text(errors="replace"))
         if missing:
-            raise ProvisionError(f"Maven Central does not serve {missing[-1]} (needed by "
-                                 f"{', '.join(coordinates)}); pin a version it has") from exc
+            raise ProvisionError(
+                f"Maven Central does not serve {missing[-1]} (needed by {', '.join(coordinates)}); pin a version it has"
+            ) from exc
         raise
     jars = [j for j in (work / "jars").glob("*.jar") if artifact_name(j.name) not in skip_artifacts]
     if not jars:

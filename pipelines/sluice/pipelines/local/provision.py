@@ -50,16 +50,24 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def run(cmd: Sequence[str | os.PathLike[str]], *, what: str, hint: str, log: Path,
-        cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+def run(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    what: str,
+    hint: str,
+    log: Path,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
     """Run a provisioning command; on failure raise one line naming the step, the hint and the log."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(map(str, cmd))}\n".encode())
         out.flush()
         try:
-            code = subprocess.call(list(map(str, cmd)), cwd=cwd, env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            code = subprocess.call(
+                list(map(str, cmd)), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         except FileNotFoundError as exc:
             raise ProvisionError(f"{what}: '{cmd[0]}' not found: {hint}") from exc
     if code != 0:
@@ -121,9 +129,15 @@ class ManagedProcess:
     def start(self) -> ManagedProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
         return self
 
     @property
@@ -136,8 +150,9 @@ class ManagedProcess:
 
     def check_alive(self) -> None:
         if not self.alive():
-            raise ProvisionError(f"{self.name} exited early; last lines of {self.log}: "
-                                 + " | ".join(tail(self.log, 5)))
+            raise ProvisionError(
+                f"{self.name} exited early; last lines of {self.log}: " + " | ".join(tail(self.log, 5))
+            )
 
     def stop(self, grace: float = 15.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -181,8 +196,9 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def wait_until(predicate, *, timeout: float, what: str, process: ManagedProcess | None = None,
-               interval: float = 0.2) -> None:
+def wait_until(
+    predicate, *, timeout: float, what: str, process: ManagedProcess | None = None, interval: float = 0.2
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -192,7 +208,6 @@ def wait_until(predicate, *, timeout: float, what: str, process: ManagedProcess 
         time.sleep(interval)
     detail = f"; see {process.log}" if process is not None else ""
     raise ProvisionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-
 
 
 def tail(path: Path, lines: int) -> list[str]:

@@ -16,5 +16,9 @@ def spark_kafka_jars() -> list[Path]:
 
     version = pyspark.__version__
     provided = {artifact_name(jar.name) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return fetch_jars("spark-kafka", [f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{version}"],
-                      cache_dir("spark-kafka", version) / "jars", skip_artifacts=provided)
+    return fetch_jars(
+        "spark-kafka",
+        [f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{version}"],
+        cache_dir("spark-kafka", version) / "jars",
+        skip_artifacts=provided,
+    )

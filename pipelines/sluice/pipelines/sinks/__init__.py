@@ -20,5 +20,13 @@ def create_sink(operation: str, config: Any, context: SinkContext) -> Sink:
     return kinds[operation](config, context)
 
 
-__all__ = ["ExactlyOnceKafkaSink", "KafkaSink", "MemoryTables", "Sink", "SinkContext", "create_sink",
-           "dead_letter_record", "kafka_record"]
+__all__ = [
+    "ExactlyOnceKafkaSink",
+    "KafkaSink",
+    "MemoryTables",
+    "Sink",
+    "SinkContext",
+    "create_sink",
+    "dead_letter_record",
+    "kafka_record",
+]

@@ -50,8 +50,11 @@ class BatchFiles:
         """The file of the highest batch id (below `before` when given), with its data; None if none."""
         if not self._fs.exists(self._folder):
             return None
-        ids = [int(status.getPath().getName()) for status in self._fs.listStatus(self._folder)
-               if status.getPath().getName().isdigit()]
+        ids = [
+            int(status.getPath().getName())
+            for status in self._fs.listStatus(self._folder)
+            if status.getPath().getName().isdigit()
+        ]
         ids = [i for i in ids if before is None or i < before]
         if not ids:
             return None

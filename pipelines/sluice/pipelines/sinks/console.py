@@ -10,8 +10,11 @@ from .base import Sink
 
 class ConsoleSink(Sink):
     def stream_writer(self, records: DataFrame) -> DataStreamWriter:
-        return (records.writeStream.format("console").option("numRows", self.config.numRows)
-                .option("truncate", str(self.config.truncate).lower()))
+        return (
+            records.writeStream.format("console")
+            .option("numRows", self.config.numRows)
+            .option("truncate", str(self.config.truncate).lower())
+        )
 
     def write_batch(self, records: DataFrame, batch_id: int) -> None:
         records.show(self.config.numRows, truncate=self.config.truncate)

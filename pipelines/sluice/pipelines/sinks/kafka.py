@@ -25,13 +25,21 @@ def kafka_record(rows: DataFrame, config: ToKafka) -> DataFrame:
 
 def dead_letter_record(rows: DataFrame) -> DataFrame:
     """Original key and value bytes, with the error and the record's origin in headers."""
+
     def header(name: str, column: str):
         return F.struct(F.lit(name).alias("key"), F.col(column).cast("string").cast("binary").alias("value"))
 
-    return rows.select("key", "value", F.array(header("sluice.error", "error"), header("sluice.source", "source"),
-                                               header("sluice.topic", "topic"),
-                                               header("sluice.partition", "partition"),
-                                               header("sluice.offset", "offset")).alias("headers"))
+    return rows.select(
+        "key",
+        "value",
+        F.array(
+            header("sluice.error", "error"),
+            header("sluice.source", "source"),
+            header("sluice.topic", "topic"),
+            header("sluice.partition", "partition"),
+            header("sluice.offset", "offset"),
+        ).alias("headers"),
+    )
 
 
 class KafkaRecords(Sink):

@@ -86,35 +86,45 @@ def _murmur2() -> str:
     block = " + ".join(f"{_byte(f'4 * i + {o}')} * {1 << 8 * o}" for o in range(4))
     blocks = f"transform(IF(_sluice_length >= 4, sequence(0, _sluice_length div 4 - 1), array()), i -> {block})"
     base = "_sluice_length - _sluice_length % 4"
-    tail = (f"h ^ IF(_sluice_length % 4 = 3, shiftleft({_byte(f'{base} + 2')}, 16), 0)"
-            f" ^ IF(_sluice_length % 4 >= 2, shiftleft({_byte(f'{base} + 1')}, 8), 0) ^ {_byte(base)}")
+    tail = (
+        f"h ^ IF(_sluice_length % 4 = 3, shiftleft({_byte(f'{base} + 2')}, 16), 0)"
+        f" ^ IF(_sluice_length % 4 >= 2, shiftleft({_byte(f'{base} + 1')}, 8), 0) ^ {_byte(base)}"
+    )
     final = _xorshift(_mul32(_xorshift("t", 13)), 15)  # on a lambda variable: copies of it are cheap
     with_tail = f"element_at(transform(array(IF(_sluice_length % 4 = 0, h, {_mul32(tail)})), t -> {final}), 1)"
-    return (f"aggregate({blocks}, (2538058380 ^ _sluice_length) & 4294967295, "
-            f"(h, k) -> {_mul32('h')} ^ {_mul32(_xorshift(_mul32('k'), 24))}, h -> {with_tail})")
+    return (
+        f"aggregate({blocks}, (2538058380 ^ _sluice_length) & 4294967295, "
+        f"(h, k) -> {_mul32('h')} ^ {_mul32(_xorshift(_mul32('k'), 24))}, h -> {with_tail})"
+    )
 
 
 def with_kafka_partition(records: DataFrame, partitions: int) -> DataFrame:
     """The records with the partition Kafka's default partitioner gives their key, murmur2(key) mod N (a record
     without a key: by its value), in PARTITION_COLUMN. Computed in the JVM: no Python stage before the shuffle."""
     placed_by = F.coalesce("key", "value") if "key" in records.columns else F.col("value")
-    return (records.withColumn("_sluice_latin1", F.decode(placed_by.cast("binary"), "ISO-8859-1"))
-            .withColumn("_sluice_length", F.length("_sluice_latin1"))
-            .withColumn(PARTITION_COLUMN, F.expr(f"CAST(IF(_sluice_latin1 IS NULL, 0, "
-                                                 f"pmod({_murmur2()} & 2147483647, {partitions})) AS INT)"))
-            .drop("_sluice_latin1", "_sluice_length"))
+    return (
+        records.withColumn("_sluice_latin1", F.decode(placed_by.cast("binary"), "ISO-8859-1"))
+        .withColumn("_sluice_length", F.length("_sluice_latin1"))
+        .withColumn(
+            PARTITION_COLUMN,
+            F.expr(f"CAST(IF(_sluice_latin1 IS NULL, 0, pmod({_murmur2()} & 2147483647, {partitions})) AS INT)"),
+        )
+        .drop("_sluice_latin1", "_sluice_length")
+    )
 
 
 def routes(spark: SparkSession, partitions: int) -> list[int]:
     """Per partition p an INT that repartition(N, it) sends to Spark partition p (pmod(hash(it), N) = p):
     routed by them, Spark partition p holds exactly Kafka partition p's records."""
     candidates = spark.range(0, 64 * partitions).select(F.col("id").cast("int").alias("route"))
-    found = dict(candidates.groupBy(F.expr(f"pmod(hash(route), {partitions})").alias("p"))
-                 .agg(F.min("route")).collect())
+    found = dict(
+        candidates.groupBy(F.expr(f"pmod(hash(route), {partitions})").alias("p")).agg(F.min("route")).collect()
+    )
     return [found[p] for p in range(partitions)]
 
 
 # ------------------------------------------------------------------------------------------ driver
+
 
 class PartitionResult(NamedTuple):
     partition: int
@@ -130,9 +140,11 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         # Connections to every broker at once: with sparse connections (librdkafka's default) a new client's
         # first coordinator or metadata request often finds no connection up yet and is retried 500 ms later;
         # and producers are new whenever a partition's task lands on another Python worker.
-        self.client_config = {"bootstrap.servers": self.bootstrap, "enable.sparse.connections": False,
-                              **{k.removeprefix("kafka."): v for k, v in config.options.items()
-                                 if k.startswith("kafka.")}}
+        self.client_config = {
+            "bootstrap.servers": self.bootstrap,
+            "enable.sparse.connections": False,
+            **{k.removeprefix("kafka."): v for k, v in config.options.items() if k.startswith("kafka.")},
+        }
         self.writer = f"{context.app_id}/{context.query}"
         self.transactional_prefix = self.client_config.pop("transactional.id", f"sluice/{self.writer}")
         self._query_id: str | None = None
@@ -149,14 +161,23 @@ class ExactlyOnceKafkaSink(KafkaRecords):
             if job.partitions not in self._routes:
                 self._routes[job.partitions] = routes(spark, job.partitions)
             route = F.element_at(F.array(*map(F.lit, self._routes[job.partitions])), F.col(PARTITION_COLUMN) + 1)
-        spread = (with_kafka_partition(records, job.partitions).withColumn("_sluice_route", route)
-                  .repartition(job.partitions, "_sluice_route").drop("_sluice_route"))
+        spread = (
+            with_kafka_partition(records, job.partitions)
+            .withColumn("_sluice_route", route)
+            .repartition(job.partitions, "_sluice_route")
+            .drop("_sluice_route")
+        )
         results = spread.rdd.mapPartitionsWithIndex(job.write).collect()
         self.last_results = sorted(results)
         skipped = [r.partition for r in results if r.skipped]
         if skipped:
-            log.info("%s: batch %d was already committed to %s partition(s) %s: not written again",
-                     self.context.query, batch_id, self.config.topic, skipped)
+            log.info(
+                "%s: batch %d was already committed to %s partition(s) %s: not written again",
+                self.context.query,
+                batch_id,
+                self.config.topic,
+                skipped,
+            )
 
     def _batch_write(self, spark: SparkSession, batch_id: int, columns: list[str]) -> BatchWrite:
         if self._query_id is None:  # the first batch of this run
@@ -164,11 +185,17 @@ class ExactlyOnceKafkaSink(KafkaRecords):
                 raise ValueError(f"sink {self.context.query}: delivery exactlyOnce needs spark.speculation=false")
             self._query_id = checkpoint_query_id(spark, self.context.checkpoint)
             self._transaction_timeout_ms = self._transaction_timeout()
-        return BatchWrite(topic=self.config.topic, writer=self.writer, query_id=self._query_id, batch_id=batch_id,
-                          partitions=self._partitions(spark, batch_id), columns=tuple(columns),
-                          client_config=self.client_config,
-                          transactional_prefix=self.transactional_prefix,
-                          transaction_timeout_ms=self._transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS)
+        return BatchWrite(
+            topic=self.config.topic,
+            writer=self.writer,
+            query_id=self._query_id,
+            batch_id=batch_id,
+            partitions=self._partitions(spark, batch_id),
+            columns=tuple(columns),
+            client_config=self.client_config,
+            transactional_prefix=self.transactional_prefix,
+            transaction_timeout_ms=self._transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS,
+        )
 
     # ------------------------------------------------------------------- partitions per batch
     def _partitions(self, spark: SparkSession, batch_id: int) -> int:
@@ -181,8 +208,10 @@ class ExactlyOnceKafkaSink(KafkaRecords):
                 return self._pinned[1]
         current = self._topic_partitions()
         if self._pinned is not None and current < self._pinned[1]:
-            raise RuntimeError(f"topic {self.config.topic} has {current} partitions, fewer than the "
-                               f"{self._pinned[1]} this sink wrote to: was it re-created?")
+            raise RuntimeError(
+                f"topic {self.config.topic} has {current} partitions, fewer than the "
+                f"{self._pinned[1]} this sink wrote to: was it re-created?"
+            )
         if self._pinned is None or current != self._pinned[1]:
             history.write(batch_id, {"partitions": current})
             self._pinned = (batch_id, current)
@@ -191,8 +220,10 @@ class ExactlyOnceKafkaSink(KafkaRecords):
     def _topic_partitions(self) -> int:
         metadata = self._new_admin().list_topics(self.config.topic, timeout=CLIENT_TIMEOUT_S).topics[self.config.topic]
         if metadata.error is not None:
-            raise RuntimeError(f"output topic {self.config.topic} at {self.bootstrap}: {metadata.error.str()} "
-                               "(an exactly-once sink does not create its topic: declare it in spec.topics)")
+            raise RuntimeError(
+                f"output topic {self.config.topic} at {self.bootstrap}: {metadata.error.str()} "
+                "(an exactly-once sink does not create its topic: declare it in spec.topics)"
+            )
         return len(metadata.partitions)
 
     def _new_admin(self) -> AdminClient:
@@ -211,8 +242,12 @@ class ExactlyOnceKafkaSink(KafkaRecords):
             configs = admin.describe_configs([resource])[resource].result(timeout=CLIENT_TIMEOUT_S)
             maximum = int(configs["transaction.max.timeout.ms"].value)
         except (KafkaException, KeyError, StopIteration, ValueError, TypeError) as exc:
-            log.warning("%s: cannot read the brokers' transaction.max.timeout.ms (%s); transactions time out "
-                        "after %d ms", self.context.query, exc, DEFAULT_TRANSACTION_TIMEOUT_MS)
+            log.warning(
+                "%s: cannot read the brokers' transaction.max.timeout.ms (%s); transactions time out after %d ms",
+                self.context.query,
+                exc,
+                DEFAULT_TRANSACTION_TIMEOUT_MS,
+            )
             return DEFAULT_TRANSACTION_TIMEOUT_MS
         return min(DEFAULT_TRANSACTION_TIMEOUT_MS, maximum)
 
@@ -225,6 +260,7 @@ def _as_bytes(value: str | bytes | bytearray | None) -> bytes | None:
 
 # --------------------------------------------------------------------------------------- executors
 
+
 @dataclass(frozen=True)
 class Marker:
     """The `sluice.commit` header on the last record of every transaction."""
@@ -234,8 +270,9 @@ class Marker:
     batch_id: int
 
     def header(self) -> Header:
-        return COMMIT_HEADER, json.dumps({"writer": self.writer, "query": self.query_id,
-                                          "batch": self.batch_id}).encode()
+        return COMMIT_HEADER, json.dumps(
+            {"writer": self.writer, "query": self.query_id, "batch": self.batch_id}
+        ).encode()
 
     @classmethod
     def of(cls, headers: Iterable[Header] | None) -> Marker | None:
@@ -295,8 +332,10 @@ class BatchWrite:
                 break
             owner, fresh = self._owner(partition, replace=True)  # fenced: a newer producer took the id
         else:
-            raise RuntimeError(f"{self._transactional_id(partition)}: fenced {MAX_FENCED} times in a row: is "
-                               "another query writing with the same transactional ids?")
+            raise RuntimeError(
+                f"{self._transactional_id(partition)}: fenced {MAX_FENCED} times in a row: is "
+                "another query writing with the same transactional ids?"
+            )
         written = self._send_all(owner.producer, partition, head, records, probed=not fresh)
         try:
             retried(owner.producer.commit_transaction)
@@ -309,11 +348,16 @@ class BatchWrite:
     def _record(self, row: Row, partition: int) -> KafkaRecord:
         fields = dict(zip(self.columns, row, strict=True))
         if fields[PARTITION_COLUMN] != partition:
-            raise RuntimeError(f"a record of partition {fields[PARTITION_COLUMN]} reached the task of partition "
-                               f"{partition}: Spark's hash partitioning is not what routes() found")
+            raise RuntimeError(
+                f"a record of partition {fields[PARTITION_COLUMN]} reached the task of partition "
+                f"{partition}: Spark's hash partitioning is not what routes() found"
+            )
         headers = fields.get("headers")
-        return (_as_bytes(fields.get("key")), _as_bytes(fields["value"]),
-                [(h[0], _as_bytes(h[1])) for h in headers] if headers else None)
+        return (
+            _as_bytes(fields.get("key")),
+            _as_bytes(fields["value"]),
+            [(h[0], _as_bytes(h[1])) for h in headers] if headers else None,
+        )
 
     # ---------------------------------------------------------------------- ownership
     def _transactional_id(self, partition: int) -> str:
@@ -327,8 +371,14 @@ class BatchWrite:
         if kept is not None and not replace:
             _Workers.producers[transactional_id] = kept
             return kept, False
-        producer = Producer({"linger.ms": 5, **self.client_config, "transactional.id": transactional_id,
-                             "transaction.timeout.ms": self.transaction_timeout_ms})
+        producer = Producer(
+            {
+                "linger.ms": 5,
+                **self.client_config,
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": self.transaction_timeout_ms,
+            }
+        )
         # Brokers known first: a coordinator lookup sent while the bootstrap connection is being replaced
         # fails and is retried only 500 ms later.
         producer.list_topics(self.topic, timeout=CLIENT_TIMEOUT_S)
@@ -366,8 +416,14 @@ class BatchWrite:
             _Workers.producers.pop(self._transactional_id(partition), None)
 
     def _consumer(self) -> Consumer:
-        config = {**self.client_config, "group.id": "sluice-exactly-once", "isolation.level": "read_committed",
-                  "enable.partition.eof": True, "enable.auto.commit": False, "fetch.wait.max.ms": 10}
+        config = {
+            **self.client_config,
+            "group.id": "sluice-exactly-once",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+        }
         key = json.dumps(config, sort_keys=True)
         with _Workers.lock:
             if key not in _Workers.consumers:
@@ -375,8 +431,9 @@ class BatchWrite:
             return _Workers.consumers[key]
 
     # ------------------------------------------------------------------------- writing
-    def _send_all(self, producer: Producer, partition: int, head: list[KafkaRecord],
-                  rest: Iterator[KafkaRecord], probed: bool) -> int:
+    def _send_all(
+        self, producer: Producer, partition: int, head: list[KafkaRecord], rest: Iterator[KafkaRecord], probed: bool
+    ) -> int:
         """Send the records (the first one already, when probed); the last one carries the marker."""
         pending = head[1:] if probed else head
         count = len(head)
@@ -398,18 +455,30 @@ class BatchWrite:
             headers = [*(headers or []), self.marker.header()]
         while True:
             try:
-                with_fresh_metadata(producer, self.topic, lambda: producer.produce(
-                    self.topic, value=value, key=key, headers=headers, partition=partition))
+                with_fresh_metadata(
+                    producer,
+                    self.topic,
+                    lambda: producer.produce(self.topic, value=value, key=key, headers=headers, partition=partition),
+                )
                 return
             except BufferError:
                 producer.poll(0.05)
 
 
 # Errors a client meets while a broker restarts or a topic grows: its metadata is behind, the next try works.
-TRANSIENT = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.NOT_LEADER_FOR_PARTITION,
-                       KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-                       KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_COORDINATOR,
-                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+TRANSIENT = frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 
 def transient(error: KafkaError) -> bool:
@@ -453,8 +522,11 @@ def with_fresh_metadata(client: Producer | Consumer, topic: str, action: Callabl
 def last_marker(consumer: Consumer, topic: str, partition: int, writer: str) -> Marker | None:
     """The marker of the writer's last committed transaction in the partition, reading backwards from the end
     in growing steps (usually it is the last record: the first step finds it)."""
-    low, end = with_fresh_metadata(consumer, topic, lambda: consumer.get_watermark_offsets(
-        TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S))  # `end`: the last stable offset (read_committed)
+    low, end = with_fresh_metadata(
+        consumer,
+        topic,
+        lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S),
+    )  # `end`: the last stable offset (read_committed)
     window, stop = 16, end
     while stop > low:
         start = max(low, stop - window)
@@ -465,16 +537,18 @@ def last_marker(consumer: Consumer, topic: str, partition: int, writer: str) -> 
     return None
 
 
-def _last_marker_between(consumer: Consumer, topic: str, partition: int, start: int, stop: int,
-                         writer: str) -> Marker | None:
+def _last_marker_between(
+    consumer: Consumer, topic: str, partition: int, start: int, stop: int, writer: str
+) -> Marker | None:
     consumer.assign([TopicPartition(topic, partition, start)])
     found: Marker | None = None
     try:
         while True:
             first = consumer.poll(CLIENT_TIMEOUT_S)
             if first is None:
-                raise TimeoutError(f"reading {topic}[{partition}] from offset {start}: nothing within "
-                                   f"{CLIENT_TIMEOUT_S:.0f}s")
+                raise TimeoutError(
+                    f"reading {topic}[{partition}] from offset {start}: nothing within {CLIENT_TIMEOUT_S:.0f}s"
+                )
             # consume(n, timeout) would wait for n messages: take only what is already fetched
             for message in [first, *consumer.consume(num_messages=1000, timeout=0)]:
                 error = message.error()
