@@ -88,7 +88,8 @@ def test_a_saturated_executor_whose_batches_outlast_the_samples_looks_busy_and_s
     assert evaluation.rate_per_executor == pytest.approx(RATE_PER_EXECUTOR)
     assert evaluation.backlog > 2_000 * 40 and evaluation.needed_executors >= needed(2_000)
 
-    timeline = run(step(300, 2_000, 60), executors=1, duration=1800, policy=policy, trigger=10.0)
+    # The step comes after the warm-up that follows the start (stabilization), as a step in a running app.
+    timeline = run(step(300, 2_000, 120), executors=1, duration=1800, policy=policy, trigger=10.0)
     assert timeline.changes and timeline.changes[0].decision.kind == "up"
     final = timeline.moments[-1]
     assert final.decision.target == needed(2_000) and max(timeline.targets()) <= needed(2_000) + 1
@@ -118,7 +119,7 @@ def test_a_drop_to_a_quarter_scales_down_after_the_delay_to_the_right_count(wind
 def test_an_over_provisioned_start_scales_down_only_once_recommendations_cover_the_window():
     policy = policy_of()
     timeline = run(constant(LOAD), executors=8, duration=1200, policy=policy)
-    first_recommendation = policy.metrics_window  # the first full window
+    first_recommendation = policy.stabilization + policy.metrics_window  # the first full window after the warm-up
     assert timeline.changes[0].time >= first_recommendation + policy.scale_down_window - policy.slack
     early = next(m.decision.reason for m in timeline.moments if m.time == first_recommendation + 20)
     assert early.endswith("scale-down to 2 waits for 5m of recommendations (20s so far)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -149,6 +150,29 @@ def test_observe_skips_the_reading_after_a_driver_restart_and_carries_on():
     for reading in readings:
         state = observe(state, reading, POLICY)
     assert [s.time - EPOCH for s in state.samples] == [10, 30]
+
+
+def test_the_queries_start_is_noted_when_first_seen_and_at_each_new_run():
+    state = AutoscalerState()
+    for seconds, run in ((0, "run-1"), (10, "run-1"), (20, "run-2"), (30, "run-2")):
+        state = observe(state, driver_status(seconds, 100 * seconds, 50 * seconds, 100 * seconds, run=run), POLICY)
+        assert state.runs_since == EPOCH + (0 if run == "run-1" else 20)
+    assert AutoscalerState.from_json(state.to_json()).runs_since == EPOCH + 20
+    older = json.loads(state.to_json())
+    del older["rb"]  # stored by an operator before this field: no warm-up known, not an unreadable state
+    assert AutoscalerState.from_json(json.dumps(older)).counters == state.counters
+
+
+def test_a_cold_start_is_no_measure_the_samples_of_the_warm_up_are_ignored():
+    """A new driver's first batches run on a cold JVM (found on pods: 27 s for a batch that takes 3.6 s warm):
+    saturated-looking samples from the warm-up must not scale the app up."""
+    cold = [sample(time=EPOCH + t, input_rate=3000, processed_rate=500, busy=1.0) for t in range(10, 70, 10)]
+    state = replace(state_with(cold), runs_since=EPOCH)
+    assert (
+        decide(POLICY, BOUNDS, state, EPOCH + 50).reason == "hold at 2: warming up after the queries started (10s left)"
+    )
+    assert "collecting samples (0s of 1m)" in decide(POLICY, BOUNDS, state, EPOCH + 60).reason
+    assert decide(POLICY, BOUNDS, state_with(cold), EPOCH + 60).kind == "up"  # the same samples, no start noted
 
 
 # --------------------------------------------------------------------------------------------- evaluate

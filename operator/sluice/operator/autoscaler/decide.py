@@ -3,8 +3,8 @@
 Pure: the clock is passed in. In order:
 
 1. executors.min/max are hard bounds: a count outside them is corrected at once.
-2. After a change, samples are ignored for `stabilization` (new executors warm up), then a decision
-   waits until the samples cover a whole `metricsWindow`.
+2. After a change, and after the queries start (a cold JVM), samples are ignored for `stabilization`
+   (executors warm up), then a decision waits until the samples cover a whole `metricsWindow`.
 3. Dead band: no change while utilization is within target ± band and the backlog drains within
    targetLagSeconds. Otherwise the evaluation's needed executors, capped by the executors the tasks
    can keep busy and by min/max, is the recommendation.
@@ -88,6 +88,11 @@ def decide(policy: Policy, bounds: ExecutorBounds, state: AutoscalerState, now: 
         return hold(
             f"stabilizing after {last.from_executors} → {last.to} "
             f"({duration_text(last.time + policy.stabilization - now)} left)"
+        )
+    if state.runs_since is not None and now < state.runs_since + policy.stabilization:
+        return hold(
+            f"warming up after the queries started "
+            f"({duration_text(state.runs_since + policy.stabilization - now)} left)"
         )
     samples = window_samples(state, policy, now)
     covered = sum(s.time - max(s.start, now - policy.metrics_window) for s in samples)
@@ -215,8 +220,12 @@ def current_executors(state: AutoscalerState, bounds: ExecutorBounds) -> int:
 
 
 def window_samples(state: AutoscalerState, policy: Policy, now: float) -> list[Sample]:
-    """Samples ending within the metrics window and begun after the last change's stabilization."""
-    settled = -math.inf if state.last_change is None else state.last_change.time + policy.stabilization
+    """Samples ending within the metrics window and begun after the stabilization that follows the last
+    change and the queries' start."""
+    settled = max(
+        -math.inf if state.last_change is None else state.last_change.time + policy.stabilization,
+        -math.inf if state.runs_since is None else state.runs_since + policy.stabilization,
+    )
     return [s for s in state.samples if s.time > now - policy.metrics_window and s.start >= settled - policy.slack]
 
 

@@ -59,6 +59,9 @@ class AutoscalerState:
     last_decision: DecisionRecord | None = None
     capacity_check: CapacityCheck | None = None
     scale_up_blocked: str | None = None  # why scale-ups are off (ineffective), until a scale-down
+    # When the queries' current runs were first seen (a driver start, a query restart): its first batches run
+    # on a cold JVM and are no measure of the app, so they are ignored for `stabilization` as after a change.
+    runs_since: float | None = None
     spec_key: str = ""  # the settings the state was recorded under
 
     def to_json(self) -> str:
@@ -97,6 +100,7 @@ class AutoscalerState:
                 self.capacity_check.expected,
             ],
             "b": self.scale_up_blocked,
+            "rb": self.runs_since,
         }
         return json.dumps(document, separators=(",", ":"))
 
@@ -123,8 +127,14 @@ def observe(state: AutoscalerState, status: DriverStatus, policy: Policy) -> Aut
             state, samples=(), recommendations=(), recommending_since=None, capacity_check=None, scale_up_blocked=None
         )
     sample = sample_since(state.counters, status) if state.counters is not None else None
+    if state.counters is None or _runs(state.counters) != _runs(counters):
+        state = replace(state, runs_since=counters.time)
     state = replace(state, counters=counters)
     return add_sample(state, sample, policy) if sample is not None else state
+
+
+def _runs(counters: Counters) -> list[tuple[str, str]]:
+    return [(q.key, q.run) for q in counters.queries]
 
 
 def add_sample(state: AutoscalerState, sample: Sample, policy: Policy) -> AutoscalerState:
@@ -212,6 +222,7 @@ def _state_from(document: dict[str, Any]) -> AutoscalerState:
         else CapacityCheck(_count(check[0]), _count(check[1]), _number(check[2]), _number(check[3])),
         scale_up_blocked=_optional(document["b"], _text),
         spec_key=_text(document["k"]),
+        runs_since=_optional(document.get("rb"), _number),
     )
 
 
