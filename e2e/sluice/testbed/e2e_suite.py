@@ -403,7 +403,7 @@ AUTOSCALING = {
     "enabled": True,
     "interval": "5s",
     "metricsWindow": "30s",
-    "stabilization": "20s",
+    "stabilization": "60s",  # also the warm-up after the driver starts: a cold JVM here runs ~40 s slow
     "targetLagSeconds": 20,
     "targetUtilization": 0.7,
     "scaleUpCooldown": "20s",
