@@ -129,7 +129,7 @@ class AutoscalingSpec(Strict):
     interval: Duration = Field("10s", description="How often the driver is sampled.")
     metricsWindow: Duration = Field("1m", description="Samples a decision averages over.")
     stabilization: Duration = Field(
-        "1m", description="After a change, samples are ignored this long (new executors warm up)."
+        "1m", description="After a change and after the driver starts, samples are ignored this long (warm-up)."
     )
     targetLagSeconds: int = Field(30, ge=1, description="Catch up on the backlog within this time.")
     targetUtilization: float = Field(0.7, gt=0, le=1, description="Busy time per batch interval to aim for.")
