@@ -92,14 +92,13 @@ def default_bootstrap(document: PipelineDocument, flag: str | None) -> str | Non
     return local_bootstrap(LOCAL_KAFKA_DIR)
 
 
-DEAD_LETTER_SUFFIX = "-dead-letters"  # a source's dead letter query is named <source>-dead-letters
-
-
 def dead_letters(run, query: str) -> int | None:
     """Records a dead letter query wrote in this run (None for other queries)."""
-    if not query.endswith(DEAD_LETTER_SUFFIX):
+    from .compiler import DEAD_LETTER_QUERY_SUFFIX
+
+    if not query.endswith(DEAD_LETTER_QUERY_SUFFIX):
         return None
-    source = query.removesuffix(DEAD_LETTER_SUFFIX)
+    source = query.removesuffix(DEAD_LETTER_QUERY_SUFFIX)
     return int(
         run.metrics.registry.get_sample_value(
             "sluice_dead_letter_records_total", {"app": run.metrics.app, "source": source}

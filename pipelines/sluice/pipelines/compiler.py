@@ -38,6 +38,7 @@ ERROR_COLUMN = "_sluice_error"
 CORRUPT_COLUMN = "_sluice_corrupt"
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 ISOLATION_LEVELS = {"readCommitted": "read_committed", "readUncommitted": "read_uncommitted"}
+DEAD_LETTER_QUERY_SUFFIX = "-dead-letters"  # a source's dead letter query is named <source>-dead-letters
 
 
 @dataclass(frozen=True)
@@ -428,7 +429,7 @@ class Compiler:
             df = df.where(F.col("error").isNotNull())
         sink_op = dead.sink_operation
         return QueryPlan(
-            f"{name}-dead-letters",
+            f"{name}{DEAD_LETTER_QUERY_SUFFIX}",
             df,
             sink_op,
             getattr(dead, sink_op),

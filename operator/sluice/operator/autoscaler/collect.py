@@ -104,6 +104,11 @@ def counters_of(status: DriverStatus) -> Counters | None:
     )
 
 
+def query_runs(counters: Counters) -> list[tuple[str, str]]:
+    """The queries and their runs: a new run (a restart) or another set of queries changes it."""
+    return [(q.key, q.run) for q in counters.queries]
+
+
 def sample_between(previous: DriverStatus, current: DriverStatus) -> Sample | None:
     earlier = counters_of(previous)
     return sample_since(earlier, current) if earlier is not None else None
@@ -120,7 +125,7 @@ def sample_since(earlier: Counters, current: DriverStatus) -> Sample | None:
     executors = [e for e in current.executors if e.id != "driver"]
     if seconds <= 0 or not executors:
         return None
-    if [(q.key, q.run) for q in later.queries] != [(q.key, q.run) for q in earlier.queries]:
+    if query_runs(later) != query_runs(earlier):
         return None
     row_deltas = [b.input_rows - a.input_rows for a, b in zip(earlier.queries, later.queries, strict=True)]
     busy_deltas = [b.busy_ms - a.busy_ms for a, b in zip(earlier.queries, later.queries, strict=True)]

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, get_args
 
 from sluice.pipelines.contract import DriverStatus
 
-from .collect import Counters, QueryCounters, Sample, TaskBound, counters_of, sample_since
+from .collect import Counters, QueryCounters, Sample, TaskBound, counters_of, query_runs, sample_since
 from .policy import Policy
 
 FORMAT_VERSION = 2  # 2: samples keep batch_busy and the trigger interval, counters the completed busy time
@@ -127,14 +127,10 @@ def observe(state: AutoscalerState, status: DriverStatus, policy: Policy) -> Aut
             state, samples=(), recommendations=(), recommending_since=None, capacity_check=None, scale_up_blocked=None
         )
     sample = sample_since(state.counters, status) if state.counters is not None else None
-    if state.counters is None or _runs(state.counters) != _runs(counters):
+    if state.counters is None or query_runs(state.counters) != query_runs(counters):
         state = replace(state, runs_since=counters.time)
     state = replace(state, counters=counters)
     return add_sample(state, sample, policy) if sample is not None else state
-
-
-def _runs(counters: Counters) -> list[tuple[str, str]]:
-    return [(q.key, q.run) for q in counters.queries]
 
 
 def add_sample(state: AutoscalerState, sample: Sample, policy: Policy) -> AutoscalerState:
