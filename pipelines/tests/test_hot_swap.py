@@ -119,13 +119,19 @@ def test_a_filter_change_restarts_only_its_query(
         assert after["everything"] == before["everything"], "a kept query never stops"
         assert after["picked"][0] == before["picked"][0], "the same checkpoint (query id)"
         assert after["picked"][1] != before["picked"][1] and after["picked"][2] == "rev-2"
+        code, body = swap(base, SwapRequest(config=new, steps=steps))  # asked again (a retried request): no change
+        assert (code, body["restarted"], sorted(body["kept"])) == (200, [], ["everything", "picked"]), body
+        assert runs(driver_status(base)) == after
 
         later = [f"a{i}" for i in range(20, 30)] + [f"b{i}" for i in range(20, 30)]
         time.sleep(1)
         produce(kafka_bootstrap, source, [v.encode() for v in later])
         out = values(kafka_bootstrap, picked, 30)
         everything_out = values(kafka_bootstrap, everything, len(first) + len(later))
-        wait_for(lambda: all(q.batches for q in driver_status(base).queries), what="batches on the new plan")
+        wait_for(lambda: all(q.runBatches for q in driver_status(base).queries), what="batches on the new plan")
+        by_name = {q.name: q for q in driver_status(base).queries}
+        assert by_name["picked"].runBatches < by_name["picked"].batches, "a new run counts its own batches"
+        assert by_name["everything"].runBatches == by_name["everything"].batches
     finally:
         server.stop()
         run.stop()

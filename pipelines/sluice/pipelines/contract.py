@@ -63,6 +63,9 @@ class QueryStatus(Strict):
     error: str | None = None
     batchId: int | None = None
     batches: int = 0
+    runBatches: int = Field(
+        0, description="Batches completed by the query's current run (runId): a restart or a hot swap starts anew."
+    )
     inputRows: int = 0
     busyMs: int = Field(
         0,

@@ -29,6 +29,7 @@ class QueryRecord:
     busy_ms: int = 0
     source_rows: Mapping[str, int] = field(default_factory=dict)  # by source label (the topic)
     output_rows: int | None = 0  # None: the sink does not count (a foreachBatch sink says -1)
+    run_batches: int = 0  # completed by the query's current run (a restart or a hot swap is a new run)
 
     def add(self, progress: dict[str, Any]) -> QueryRecord:
         source_rows = dict(self.source_rows)
@@ -37,6 +38,7 @@ class QueryRecord:
             source_rows[label] = source_rows.get(label, 0) + int(source.get("numInputRows") or 0)
         written = (progress.get("sink") or {}).get("numOutputRows", -1)
         output_rows = None if self.output_rows is None or written < 0 else self.output_rows + written
+        same_run = progress.get("runId") is not None and progress.get("runId") == self.last_progress.get("runId")
         return QueryRecord(
             progress,
             self.batches + 1,
@@ -44,6 +46,7 @@ class QueryRecord:
             self.busy_ms + int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
             source_rows,
             output_rows,
+            self.run_batches + 1 if same_run else 1,
         )
 
     def last_batch_end(self) -> float | None:

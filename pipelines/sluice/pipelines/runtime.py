@@ -224,7 +224,7 @@ class PipelineRun:
         with self._changing:
             compiled = self._compile(config)
             plans = {plan.name: plan for plan in compiled.queries}
-            by_action = self._check_swap(config, steps, set(plans))
+            by_action = self._check_swap(config, self._still_to_do(config.revision, steps), set(plans))
             running = {query.name: query for query in self.queries}
             old_plans = {plan.name: plan for plan in self._compile(self.config).queries}
             for name in by_action["stop"] + by_action["restart"]:
@@ -249,6 +249,21 @@ class PipelineRun:
                 stopped=by_action["stop"],
                 kept=by_action["keep"],
             )
+
+    def _still_to_do(self, revision: str, steps: Sequence[QueryStep]) -> list[QueryStep]:
+        """The same swap asked twice changes nothing the second time: a query that already runs the revision is
+        kept, one already stopped needs no step."""
+        running = {query.name: query for query in self.queries}
+        todo = []
+        for step in steps:
+            query = running.get(step.name)
+            there = query is not None and query.isActive and self.query_revisions.get(step.name) == revision
+            if step.action == "stop" and query is None:
+                continue
+            todo.append(
+                step.model_copy(update={"action": "keep"}) if step.action in ("restart", "start") and there else step
+            )
+        return todo
 
     def _check_swap(self, config: RunnerConfig, steps: Sequence[QueryStep], new: set[str]) -> dict[str, list[str]]:
         """The steps' query names by action, or SwapRefused."""

@@ -78,6 +78,7 @@ def query_status(
         error=str(error).split("\n")[0] if error else None,
         batchId=progress.get("batchId"),
         batches=record.batches if record else 0,
+        runBatches=record.run_batches if record and record.last_progress.get("runId") == query.runId else 0,
         inputRows=record.input_rows if record else 0,
         busyMs=busy_ms,
         completedBusyMs=record.busy_ms if record else 0,
