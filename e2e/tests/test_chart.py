@@ -560,6 +560,7 @@ def operator_uses() -> list[tuple[str, str, str]]:
         uses += [("create", resource, ""), ("patch", resource, "")]  # server-side apply
     uses += [
         ("list", "configmaps", ""),
+        ("get", "configmaps", ""),  # a revision's spec (a rollout's diff base)
         ("delete", "configmaps", ""),
         ("get", SPARK_APPS, ""),
         ("delete", SPARK_APPS, ""),

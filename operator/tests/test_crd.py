@@ -51,6 +51,7 @@ def test_scale_subresource_and_printer_columns():
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Phase",
         "Revision",
+        "Rollout",
         "Executors",
         "Desired",
         "Scaling",

@@ -92,37 +92,56 @@ def test_example_gets_its_children_and_loses_them_on_delete(
     )
 
 
-def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kube_cluster, namespace, kafka_bootstrap):
+def test_update_makes_a_new_revision_without_resubmitting_and_drift_is_repaired(
+    operator_process, kube_cluster, namespace, kafka_bootstrap
+):
+    """No driver runs here (no spark-operator): a pipeline change is adopted for the next driver to start, and
+    the SparkApplication is left alone (spark-operator would resubmit on any change of its spec)."""
     manifest = example("wordcount", kafka_bootstrap, namespace)
     apply(kube_cluster, manifest, namespace)
     first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
-    old_cm = children.pipeline_configmap_of(first)
+    runner_cm = children.pipeline_configmap_of(first)
+    assert runner_cm == children.runner_configmap_name("wordcount")
+    old = wait_for(
+        lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)).get("status", {}).get("stableRevision") and a,
+        what="the first stable revision",
+    )["status"]["stableRevision"]
 
     manifest["spec"]["pipeline"]["nodes"][2]["filter"] = "word != '' AND length(word) > 2"
     manifest["spec"]["executors"]["instances"] = 3
     apply(kube_cluster, manifest, namespace)
 
-    def updated():
-        spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
-        cm = children.pipeline_configmap_of(spark)
-        return cm != old_cm and spark["spec"]["executor"]["instances"] == 3 and spark
+    def runs_new_revision():
+        config = RunnerConfig.model_validate_json(
+            get(kube_cluster, "configmap", runner_cm, namespace)["data"][RUNNER_CONFIG_FILE]
+        )
+        return config.revision != old and config
 
-    spark = wait_for(updated, what="the new revision")
-    new_cm = children.pipeline_configmap_of(spark)
-    assert "length(word) > 2" in get(kube_cluster, "configmap", new_cm, namespace)["data"][RUNNER_CONFIG_FILE]
-    wait_for(lambda: get(kube_cluster, "configmap", old_cm, namespace) is None, what="old revision pruned")
+    config = wait_for(runs_new_revision, what="the runner ConfigMap on the new revision")
+    assert "length(word) > 2" in config.pipeline.model_dump_json()
+    kept = get(kube_cluster, "configmap", children.configmap_name("wordcount", config.revision), namespace)
+    assert "length(word) > 2" in kept["data"][children.SPEC_FILE], "a revision keeps its spec (the diff base)"
+    wait_for(
+        lambda: get(kube_cluster, "configmap", children.configmap_name("wordcount", old), namespace) is None,
+        what="old revision pruned",
+    )
     app = wait_for(
         lambda: (
-            (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"].get("revision")
-            == new_cm.rsplit("-", 1)[-1]
+            (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"].get("stableRevision") == config.revision
             and a
         ),
-        what="status.revision",
+        what="status.stableRevision",
     )
-    assert app["status"]["observedGeneration"] == app["metadata"]["generation"]
+    status = app["status"]
+    assert status["revision"] == config.revision and status["observedGeneration"] == app["metadata"]["generation"]
+    assert (status["rollout"]["strategy"], status["rollout"]["phase"]) == ("restart", "Complete")
+    assert "no driver runs" in status["rollout"]["message"]
+    assert condition(app, "Rollout")["status"] == "True"
+    spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
+    assert spark["spec"] == first["spec"], "no resubmission: executors change live, the pipeline by its ConfigMap"
 
     # Drift: a child deleted by hand comes back; a field edited by hand is restored.
-    kube_cluster.kubectl("delete", "configmap", new_cm, "-n", namespace)
+    kube_cluster.kubectl("delete", "configmap", runner_cm, "-n", namespace)
     kube_cluster.kubectl(
         "patch",
         "sparkapplication",
@@ -133,12 +152,49 @@ def test_update_rolls_a_new_revision_and_drift_is_repaired(operator_process, kub
         "-p",
         json.dumps({"spec": {"executor": {"instances": 9}}}),
     )
-    wait_for(lambda: get(kube_cluster, "configmap", new_cm, namespace), timeout=30, what="ConfigMap restored")
+    restored = wait_for(lambda: get(kube_cluster, "configmap", runner_cm, namespace), timeout=30, what="ConfigMap")
+    assert RunnerConfig.model_validate_json(restored["data"][RUNNER_CONFIG_FILE]).revision == config.revision
     wait_for(
-        lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"]["executor"]["instances"] == 3,
+        lambda: (
+            get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"]["executor"]["instances"]
+            == first["spec"]["executor"]["instances"]
+        ),
         timeout=30,
         what="executor instances restored",
     )
+
+
+def test_a_change_the_running_driver_cannot_take_is_refused_and_nothing_changes(
+    operator_process, kube_cluster, namespace, kafka_bootstrap
+):
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    apply(kube_cluster, manifest, namespace)
+    first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
+    stable = wait_for(
+        lambda: get(kube_cluster, "sapp", "wordcount", namespace).get("status", {}).get("stableRevision"),
+        what="the first stable revision",
+    )
+    manifest["spec"]["pipeline"]["nodes"][3]["aggregate"]["window"]["tumbling"] = "10s"
+    apply(kube_cluster, manifest, namespace)
+    app = wait_for(
+        lambda: (
+            (a := get(kube_cluster, "sapp", "wordcount", namespace))
+            and condition(a, "Rollout").get("reason") == "StrategyNotAvailable"
+            and a
+        ),
+        what="the Rollout condition",
+    )
+    message = condition(app, "Rollout")["message"]
+    assert "spec.pipeline.nodes[3].aggregate.window" in message and "checkpointMigration" in message, message
+    assert condition(app, "Rollout")["status"] == "False"
+    assert app["status"]["stableRevision"] == stable and app["status"]["revision"] == stable
+    runner = get(kube_cluster, "configmap", children.runner_configmap_name("wordcount"), namespace)
+    assert RunnerConfig.model_validate_json(runner["data"][RUNNER_CONFIG_FILE]).revision == stable
+    assert get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"] == first["spec"]
+    events = kube_cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", "reason=StrategyNotAvailable", "-o", "name"
+    ).stdout.split()
+    assert len(events) == 1, "one event for the refusal, not one per pass"
 
 
 def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kafka_bootstrap):

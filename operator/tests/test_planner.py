@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,7 @@ def test_children_of_an_app(raw_spec):
         "Role",
         "RoleBinding",
         "ConfigMap",
+        "ConfigMap",
         "Service",
         "NetworkPolicy",
         "NetworkPolicy",
@@ -67,9 +69,11 @@ def test_children_of_an_app(raw_spec):
     assert spark["spec"]["arguments"] == [f"{ch.PIPELINE_MOUNT}/{RUNNER_CONFIG_FILE}"]
     assert spark["spec"]["executor"]["instances"] == raw_spec["executors"]["instances"]
     assert spark["spec"]["restartPolicy"]["type"] == "Always"
-    configmap = desired.children[3]
+    configmap, runner = desired.children[3:5]
     driver = spark["spec"]["driver"]["template"]["spec"]
-    assert ch.pipeline_configmap_of(spark) == configmap["metadata"]["name"]
+    assert ch.pipeline_configmap_of(spark) == runner["metadata"]["name"] == "wc-runner"
+    assert runner["data"] == {RUNNER_CONFIG_FILE: configmap["data"][RUNNER_CONFIG_FILE]}
+    assert parse_spec(json.loads(configmap["data"][ch.SPEC_FILE])) == parse_spec(raw_spec), "the revision's spec"
     assert driver["containers"][0]["name"] == "spark-kubernetes-driver"  # the container Spark fills in
     mounts = driver["containers"][0]["volumeMounts"]
     assert {"name": "pipeline", "mountPath": ch.PIPELINE_MOUNT, "readOnly": True} in mounts
@@ -167,20 +171,27 @@ def test_scaling_never_edits_the_submitted_executor_count(raw_spec):
     scaled = copy.deepcopy(raw_spec)
     scaled["executors"]["instances"] = 3
     spec3 = parse_spec(scaled)
-    kept = desired_state("wc", "ns", spec3, submitted_executors=submitted_executors(running, spec3)).children[-1]
+    rev = ch.revision(spec)
+    kept = desired_state("wc", "ns", spec3, submitted_executors=submitted_executors(running, rev)).children[-1]
     assert kept["spec"] == running["spec"], "a SparkApplication spec change makes spark-operator resubmit"
     edited = copy.deepcopy(running)
     edited["spec"]["executor"]["instances"] = 9  # by hand: repaired to the recorded submission count
-    repaired = desired_state("wc", "ns", spec3, submitted_executors=submitted_executors(edited, spec3)).children[-1]
+    repaired = desired_state("wc", "ns", spec3, submitted_executors=submitted_executors(edited, rev)).children[-1]
     assert repaired["spec"]["executor"]["instances"] == raw_spec["executors"]["instances"]
     assert plan_scaling(spec3, {}, None, 0.0).desired == 3  # the driver is asked instead
     changed = copy.deepcopy(scaled)
     changed["pipeline"]["nodes"][2]["filter"] = "word != 'the'"
     spec_new = parse_spec(changed)
-    resubmitted = desired_state(
-        "wc", "ns", spec_new, submitted_executors=submitted_executors(running, spec_new)
+    swapped = desired_state(
+        "wc", "ns", spec_new, submitted_executors=submitted_executors(running, rev), pin=ch.DriverPin(rev, rev)
     ).children[-1]
-    assert resubmitted["spec"]["executor"]["instances"] == 3, "a new revision is submitted with today's count"
+    assert swapped["spec"] == running["spec"], "a new pipeline alone (a hot swap) does not touch the driver's spec"
+    restart = ch.DriverPin(ch.revision(spec_new), ch.revision(spec_new))
+    resubmitted = desired_state(
+        "wc", "ns", spec_new, submitted_executors=submitted_executors(running, restart.submitted), pin=restart
+    ).children[-1]
+    assert resubmitted["spec"]["executor"]["instances"] == 3, "a resubmitted driver starts with today's count"
+    assert resubmitted["spec"]["driver"]["annotations"][ch.SUBMITTED_REVISION_ANNOTATION] == restart.submitted
 
 
 def test_revision_follows_what_the_user_wrote(raw_spec):

@@ -104,7 +104,7 @@ a child that does not exist yet.
   verbs: [create, patch, list, watch]
 # The driver Role grants pods, services, configmaps and persistentvolumeclaims verbs: Kubernetes lets
 # the operator create (and bind) it only with the same permissions held here. They also cover the
-# pipeline ConfigMaps (applied, listed and pruned) and the driver Service (applied).
+# pipeline ConfigMaps (applied, read for a rollout's diff base, listed and pruned) and the driver Service.
 - apiGroups: [""]
   resources: [pods]
   verbs: [create, get, list, watch, delete, deletecollection, patch]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.pipelines.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, RunnerConfig
@@ -20,6 +21,10 @@ MANAGED_BY = "sluice-operator"
 APP_LABEL = "sluice.dev/app"
 REVISION_LABEL = "sluice.dev/revision"
 SUBMITTED_EXECUTORS_ANNOTATION = "sluice.dev/submitted-executors"
+# On the driver pod template: the revision the SparkApplication was submitted for. spark-operator resubmits
+# on any spec change, so it changes only when a rollout restarts the driver (a hot swap does not).
+SUBMITTED_REVISION_ANNOTATION = "sluice.dev/submitted-revision"
+SPEC_FILE = "spec.json"  # in a revision's ConfigMap: the app's spec of that revision (what rollouts diff)
 CONTROL_PORT = DEFAULT_CONTROL_PORT  # the driver's control API: /metrics, /healthz, /v1/...
 RUNNER_FILE = "local:///opt/sluice/runner.py"
 PIPELINE_MOUNT = "/etc/sluice"
@@ -66,6 +71,10 @@ def configmap_name(app: str, rev: str) -> str:
     return f"{app}-pipeline-{rev}"
 
 
+def runner_configmap_name(app: str) -> str:
+    return f"{app}-runner"
+
+
 def control_secret_name(app: str) -> str:
     return f"{app}-control"
 
@@ -107,6 +116,15 @@ def checkpoint_claim(
     }
 
 
+@dataclass(frozen=True)
+class DriverPin:
+    """The revisions of the app's driver: `runs`, what a starting driver runs (the runner ConfigMap);
+    `submitted`, what its SparkApplication was submitted for (changing it resubmits the driver)."""
+
+    runs: str
+    submitted: str
+
+
 def owned_by_app(child: dict[str, Any], spec: StreamingAppSpec) -> bool:
     """Children are garbage-collected with their app, except a checkpoint claim the app retains."""
     return child["kind"] != "PersistentVolumeClaim" or spec.checkpoint.deletionPolicy == "delete"
@@ -130,9 +148,13 @@ def runner_config(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: s
     )
 
 
+def _runner_json(config: RunnerConfig) -> str:
+    return config.model_dump_json(by_alias=True, exclude_none=True, indent=2)
+
+
 def pipeline_configmap(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> dict[str, Any]:
+    """One revision: what its driver runs, and the spec it came from (a rollout's diff base)."""
     rev = revision(spec)
-    config = runner_config(app, namespace, spec, bootstrap)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -141,7 +163,26 @@ def pipeline_configmap(app: str, namespace: str, spec: StreamingAppSpec, bootstr
             "namespace": namespace,
             "labels": {**labels(app, "pipeline"), REVISION_LABEL: rev},
         },
-        "data": {RUNNER_CONFIG_FILE: config.model_dump_json(by_alias=True, exclude_none=True, indent=2)},
+        "data": {
+            RUNNER_CONFIG_FILE: _runner_json(runner_config(app, namespace, spec, bootstrap)),
+            SPEC_FILE: spec.model_dump_json(by_alias=True, exclude_none=True, indent=2),
+        },
+    }
+
+
+def runner_configmap(app: str, namespace: str, config: RunnerConfig) -> dict[str, Any]:
+    """What the driver runs when it starts (the runner reads it once): the stable revision, or the one a rollout
+    swapped in. A fixed name, so a new revision does not change the SparkApplication (spark-operator would
+    resubmit it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": runner_configmap_name(app),
+            "namespace": namespace,
+            "labels": {**labels(app, "runner"), REVISION_LABEL: config.revision},
+        },
+        "data": {RUNNER_CONFIG_FILE: _runner_json(config)},
     }
 
 
@@ -218,7 +259,7 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
         mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.location})
     if role == "driver":
-        volumes.append({"name": "pipeline", "configMap": {"name": configmap_name(app, revision(spec))}})
+        volumes.append({"name": "pipeline", "configMap": {"name": runner_configmap_name(app)}})
         mounts.append({"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True})
         volumes.append({"name": "control", "secret": {"secretName": control_secret_name(app)}})
         mounts.append({"name": "control", "mountPath": CONTROL_TOKEN_MOUNT, "readOnly": True})
@@ -228,7 +269,7 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]
 
 
 def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
-    """The name of the pipeline ConfigMap a SparkApplication's driver mounts."""
+    """The name of the ConfigMap a SparkApplication's driver mounts (the app's runner ConfigMap)."""
     volumes = spark_app["spec"]["driver"]["template"]["spec"]["volumes"]
     return next(v["configMap"]["name"] for v in volumes if v["name"] == "pipeline")
 
@@ -250,14 +291,19 @@ def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
 
 
 def spark_application(
-    app: str, namespace: str, spec: StreamingAppSpec, submitted_executors: int | None = None
+    app: str,
+    namespace: str,
+    spec: StreamingAppSpec,
+    submitted_executors: int | None = None,
+    pin: DriverPin | None = None,
 ) -> dict[str, Any]:
     """`submitted_executors`: the count the running SparkApplication was submitted with. spark-operator
     resubmits on any spec change, so the count is never edited to scale; the live count goes through the
-    driver's control API instead."""
+    driver's control API instead. `pin`: the revisions it runs and was submitted for (default: the spec's)."""
     rev = revision(spec)
+    pin = pin or DriverPin(rev, rev)
     driver = _pod_spec(app, spec, "driver")
-    driver["labels"][REVISION_LABEL] = rev
+    driver["annotations"] = {**driver.get("annotations", {}), SUBMITTED_REVISION_ANNOTATION: pin.submitted}
     instances = spec.executors.instances if submitted_executors is None else submitted_executors
     executor = {**_pod_spec(app, spec, "executor"), "instances": instances}
     executor.pop("serviceAccount")
@@ -267,7 +313,7 @@ def spark_application(
         "metadata": {
             "name": app,
             "namespace": namespace,
-            "labels": {**labels(app, "driver"), REVISION_LABEL: rev},
+            "labels": {**labels(app, "driver"), REVISION_LABEL: pin.runs},
             "annotations": {SUBMITTED_EXECUTORS_ANNOTATION: str(instances)},
         },
         "spec": {
@@ -382,14 +428,18 @@ def children(
     bootstrap: str,
     submitted_executors: int | None = None,
     claims: ClaimDefaults | None = None,
+    pin: DriverPin | None = None,
+    runner: RunnerConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Every child the app should have now (topics are handled on their own: they outlive the driver; the
-    control Secret too: its token is made once, not on every pass)."""
+    control Secret too: its token is made once, not on every pass). `runner`: what a starting driver runs
+    (`pin.runs`'s config; default: this spec's)."""
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
     out += [
         driver_role(app, namespace),
         driver_role_binding(app, namespace, spec),
         pipeline_configmap(app, namespace, spec, bootstrap),
+        runner_configmap(app, namespace, runner or runner_config(app, namespace, spec, bootstrap)),
         driver_service(app, namespace),
         *network_policies(app, namespace),
     ]
@@ -397,5 +447,5 @@ def children(
     if claim is not None and (claims or ClaimDefaults()).create:
         out.append(claim)
     if not spec.suspend:
-        out.append(spark_application(app, namespace, spec, submitted_executors))
+        out.append(spark_application(app, namespace, spec, submitted_executors, pin))
     return out

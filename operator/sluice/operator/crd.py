@@ -99,6 +99,7 @@ def crd() -> dict[str, Any]:
     columns = [
         ("Phase", "string", ".status.phase"),
         ("Revision", "string", ".status.revision"),
+        ("Rollout", "string", ".status.rollout.phase"),
         ("Executors", "integer", ".status.executors"),
         ("Desired", "integer", ".status.desiredExecutors"),
         ("Scaling", "string", ".status.scaling"),

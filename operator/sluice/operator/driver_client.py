@@ -10,11 +10,23 @@ from __future__ import annotations
 import httpx
 from pydantic import ValidationError
 
-from sluice.pipelines.contract import DriverStatus, ExecutorsRequest, ExecutorsResponse
+from sluice.pipelines.contract import (
+    ApiError,
+    DriverStatus,
+    ExecutorsRequest,
+    ExecutorsResponse,
+    SwapRequest,
+    SwapResponse,
+)
 
 
 class DriverUnavailable(Exception):
     """The driver did not answer, or answered with an error; the message says which."""
+
+
+class SwapRefused(DriverUnavailable):
+    """The driver refused a hot swap and runs on as before: the new pipeline does not compile or a query did
+    not start on it (422), or the request does not fit its queries (409). The message is the driver's."""
 
 
 class DriverClient:
@@ -42,6 +54,27 @@ class DriverClient:
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
         return ExecutorsResponse.model_validate_json(text)
+
+    def swap(self, address: str, token: str, request: SwapRequest) -> SwapResponse:
+        url = f"{address}/v1/pipeline"
+        try:
+            response = self.http.put(
+                url,
+                content=request.model_dump_json(),
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                timeout=120.0,  # the driver stops the queries at a batch boundary and starts them on the new plan
+            )
+        except httpx.HTTPError as exc:
+            raise DriverUnavailable(f"PUT {url}: {exc.__class__.__name__}: {exc}") from exc
+        if response.status_code in (409, 422):
+            try:
+                error = ApiError.model_validate_json(response.text).error
+            except ValidationError:
+                error = response.text[:300].strip()
+            raise SwapRefused(error)
+        if response.status_code >= 400:
+            raise DriverUnavailable(f"PUT {url}: {response.status_code} {response.text[:300].strip()}")
+        return SwapResponse.model_validate_json(response.text)
 
     def _call(self, method: str, url: str, **kwargs: object) -> str:
         try:

@@ -30,11 +30,12 @@ from sluice.pipelines.app import (  # noqa: F401  (re-exported: the operator's m
     TopicSpec,
     UpdateStrategy,
 )
+from sluice.pipelines.contract import QueryStep
 from sluice.pipelines.spec import Strict
 
 
 class Condition(Strict):
-    type: Literal["Valid", "TopicsReady", "DriverSubmitted", "Running"]
+    type: Literal["Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout"]
     status: Literal["True", "False", "Unknown"]
     reason: str = ""
     message: str = ""
@@ -62,10 +63,53 @@ class AutoscalerStatus(Strict):
     message: str | None = Field(None, description="Why the autoscaler holds (e.g. an ineffective scale-up).")
 
 
+# ---------------------------------------- status.rollout: the rolling update in progress (or the last one)
+# Everything a restarted operator needs to finish a rollout is here: the plan (strategy, per-query steps, which
+# drivers were there), the phase reached and the deadline.
+Strategy = Literal["hotSwap", "checkpointMigration", "fencedHandover", "restart"]
+RolloutPhase = Literal[
+    "Planned", "Draining", "Starting", "Verifying", "Complete", "RollingBack", "RolledBack", "Failed"
+]
+TERMINAL_PHASES: tuple[RolloutPhase, ...] = ("Complete", "RolledBack", "Failed")
+
+
+class DriverRef(Strict):
+    name: str = Field(description="The SparkApplication.")
+    restarts: int = Field(0, description="Its restarts when the rollout began: crash loops count from there.")
+
+
+class RolloutStatus(Strict):
+    fromRevision: str = Field(description="The stable revision the rollout started from.")
+    toRevision: str
+    strategy: Strategy
+    phase: RolloutPhase
+    startedAt: str
+    finishedAt: str | None = None
+    message: str | None = Field(None, description="The plan, or why it rolled back or failed.")
+    newDriver: bool = Field(False, description="The new revision runs in a driver of its own (toDriver).")
+    fromDrivers: list[DriverRef] = Field(default_factory=list, description="The drivers running when planned.")
+    toDriver: str = Field(description="The SparkApplication a new driver gets (when one is needed).")
+    queries: list[QueryStep] = Field(default_factory=list)
+    deadline: str = Field(
+        description="When the current direction (forward, or back) gives up: the start of it "
+        "plus rollback.healthTimeout."
+    )
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+
 class StreamingAppStatus(Strict):
     phase: Literal["Pending", "Invalid", "Submitted", "Running", "Suspended", "Failed", "Completed"] | None = None
     observedGeneration: int | None = None
-    revision: str | None = Field(None, description="Hash of the pipeline the driver runs.")
+    revision: str | None = Field(
+        None, description="The revision the driver runs (a hash of what the user wrote that the driver runs)."
+    )
+    stableRevision: str | None = Field(
+        None, description="The last revision that was healthy: what a rollback returns to."
+    )
+    rollout: RolloutStatus | None = Field(None, description="The rolling update in progress, or the last one.")
     executors: int | None = Field(None, description="Live executors the driver reports.")
     desiredExecutors: int | None = Field(None, description="Executors the operator asks the driver for.")
     scaling: Literal["manual", "autoscaler"] | None = Field(

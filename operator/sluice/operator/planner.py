@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.pipelines.app import app_problems
-from sluice.pipelines.contract import DriverStatus
+from sluice.pipelines.contract import DriverStatus, RunnerConfig
 from sluice.pipelines.sqlcheck import static_ddl_parser, static_sql_parser
 from sluice.pipelines.validation import Problem
 
@@ -80,8 +80,11 @@ def desired_state(
     spec: StreamingAppSpec,
     submitted_executors: int | None = None,
     claims: ClaimDefaults | None = None,
+    pin: ch.DriverPin | None = None,
+    runner: RunnerConfig | None = None,
 ) -> DesiredState:
-    """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children)."""
+    """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children);
+    `pin`, `runner`: the revisions its driver runs and was submitted for, and what a starting driver runs."""
     bootstrap = bootstrap_for(spec, namespace)
     by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
     for topic in spec.topics:
@@ -97,7 +100,7 @@ def desired_state(
         spec,
         bootstrap,
         ch.revision(spec),
-        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims),
+        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner),
         by_mode["admin"],
         strimzi,
     )
@@ -105,7 +108,7 @@ def desired_state(
 
 # ------------------------------------------------------------------------------------- status
 
-CONDITION_TYPES = ("Valid", "TopicsReady", "DriverSubmitted", "Running")
+CONDITION_TYPES = ("Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout")
 
 
 @dataclass
@@ -123,6 +126,7 @@ class Observation:
     driver: DriverStatus | None = None  # the driver's own answer (GET /v1/status)
     driver_error: str | None = None
     driver_address: str | None = None  # http://<driver pod IP>:<control port>
+    rollout: tuple[bool | None, str, str] | None = None  # the Rollout condition: (status, reason, message)
 
 
 def phase_of(obs: Observation) -> str:
@@ -165,7 +169,14 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
             state.title().replace("_", "") or "Pending",
             obs.spark_error or "",
         )
-    return [cond("Valid", True, "Valid"), cond("TopicsReady", topics_ok, reason, topics_message), submitted, running]
+    rollout = [cond("Rollout", *obs.rollout)] if obs.rollout else []
+    return [
+        cond("Valid", True, "Valid"),
+        cond("TopicsReady", topics_ok, reason, topics_message),
+        submitted,
+        running,
+        *rollout,
+    ]
 
 
 def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, str]], now: str) -> list[dict[str, Any]]:
@@ -203,9 +214,11 @@ def status_for(
     old_status: dict[str, Any],
     now: str,
     scaling: dict[str, Any] | None = None,
+    rollout: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
-    `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step."""
+    `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step; `rollout`:
+    stableRevision and rollout, by its rollout step."""
     status: dict[str, Any] = {
         "phase": phase_of(obs),
         "observedGeneration": generation,
@@ -219,6 +232,8 @@ def status_for(
             else obs.apply_error or obs.topics_error or "; ".join(obs.topics_refused.values()) or None
         ),
         "revision": revision,
+        "stableRevision": (rollout or {}).get("stableRevision", old_status.get("stableRevision")),
+        "rollout": (rollout or {}).get("rollout", old_status.get("rollout")),
         "executors": None,
         "lag": None,
         "inputRate": None,

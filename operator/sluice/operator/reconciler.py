@@ -21,10 +21,31 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
+from sluice.pipelines.contract import RunnerConfig, SwapRequest
+
 from . import children as ch
-from .driver_client import DriverClient, DriverUnavailable
-from .model import GROUP, KIND, PLURAL, VERSION
-from .planner import DesiredState, Invalid, Observation, admissible_spec, desired_state, parse_spec, status_for
+from .driver_client import DriverClient, DriverUnavailable, SwapRefused
+from .model import GROUP, KIND, PLURAL, VERSION, RolloutStatus, StreamingAppSpec
+from .planner import (
+    DesiredState,
+    Invalid,
+    Observation,
+    admissible_spec,
+    bootstrap_for,
+    desired_state,
+    parse_spec,
+    status_for,
+)
+from .rollout import ApplyRevision, Observed, ReleaseRevision, SwapQueries, Target, classify, diff_base
+from .rollout.inplace import (
+    Decision,
+    decide,
+    driver_facts,
+    lost_base,
+    pending_swap,
+    rollout_condition,
+    with_refused_swap,
+)
 from .scaling import ScalingPlan, needs_executor_request, plan_scaling
 from .settings import SETTINGS, Settings
 from .topics import AdminTopics, plan_topics
@@ -51,6 +72,27 @@ def _api_message(exc: ApiException) -> str:
 
 
 @dataclass
+class RolloutPass:
+    """What a pass decided about the app's rollout, for the children and the status."""
+
+    decision: Decision
+    pin: ch.DriverPin
+    runner: RunnerConfig  # what a starting driver runs (pin.runs)
+    condition: tuple[bool | None, str, str]
+    events: list[tuple[str, str, str]]
+    status: dict[str, Any]  # stableRevision, rollout
+    moved: bool  # the rollout changed or runs: the runner ConfigMap may have to follow (also on a tick)
+
+
+def _recorded_rollout(status: dict[str, Any]) -> RolloutStatus | None:
+    try:
+        return RolloutStatus.model_validate(status["rollout"]) if status.get("rollout") else None
+    except ValueError:
+        log.warning("status.rollout does not parse; it is started afresh")
+        return None
+
+
+@dataclass
 class Outcome:
     """What one pass decided: the whole status, annotations to set on the app, events to post."""
 
@@ -60,16 +102,21 @@ class Outcome:
     scaling_kinds: list[str] = field(default_factory=list)  # up, down, manual: the changes decided
 
 
-def submitted_executors(spark_app: dict[str, Any] | None, spec: Any) -> int | None:
-    """The executor count a running SparkApplication was submitted with, as recorded on it (a hand edit of
-    its spec is repaired back to it): changing it would make spark-operator resubmit. A new revision
-    resubmits anyway, and then starts with today's count (None)."""
+def submitted_revision(spark_app: dict[str, Any] | None) -> str | None:
+    """The revision a SparkApplication was submitted for (None: none, or one made before rollouts)."""
     if spark_app is None:
         return None
-    meta = spark_app["metadata"]
-    if (meta.get("labels") or {}).get(ch.REVISION_LABEL) != ch.revision(spec):
+    annotations = ((spark_app.get("spec") or {}).get("driver") or {}).get("annotations") or {}
+    return annotations.get(ch.SUBMITTED_REVISION_ANNOTATION)
+
+
+def submitted_executors(spark_app: dict[str, Any] | None, submitted: str) -> int | None:
+    """The executor count a running SparkApplication was submitted with, as recorded on it (a hand edit of
+    its spec is repaired back to it): changing it would make spark-operator resubmit. A driver resubmitted
+    for another revision (a restart) starts with today's count (None)."""
+    if spark_app is None or submitted_revision(spark_app) != submitted:
         return None
-    recorded = (meta.get("annotations") or {}).get(ch.SUBMITTED_EXECUTORS_ANNOTATION, "")
+    recorded = (spark_app["metadata"].get("annotations") or {}).get(ch.SUBMITTED_EXECUTORS_ANNOTATION, "")
     return int(recorded) if recorded.isdigit() else None
 
 
@@ -161,34 +208,45 @@ class Reconciler:
                 )
             )
         spark_app = None if parsed.suspend else self._spark_application(namespace, app)
+        obs = Observation(suspended=parsed.suspend)
+        if full:
+            topics = desired_state(app, namespace, parsed, claims=self.settings.checkpoints)
+            self._ensure_topics(body, topics, obs)  # before a rollout: a new revision may write a new topic
+            self._ensure_control_secret(body)
+        else:
+            obs.topics_error, obs.topics_refused, obs.apply_error = self._last_full_errors(old_status)
+        self._observe(spark_app, namespace, app, obs)
+        rollout = self._rollout(body, parsed, spark_app, obs, clock)
         desired = desired_state(
             app,
             namespace,
             parsed,
-            submitted_executors=submitted_executors(spark_app, parsed),
+            submitted_executors=submitted_executors(spark_app, rollout.pin.submitted),
             claims=self.settings.checkpoints,
+            pin=rollout.pin,
+            runner=rollout.runner,
         )
-        obs = Observation(suspended=parsed.suspend)
         if full:
-            self._ensure_topics(body, desired, obs)
-            self._ensure_control_secret(body)
-            self._ensure_children(body, desired, obs)
-        else:
-            obs.topics_error, obs.topics_refused, obs.apply_error = self._last_full_errors(old_status)
+            self._ensure_children(body, desired, obs, rollout.decision.keep)
+        elif rollout.moved:
+            self.apply(next(c for c in desired.children if c["metadata"]["name"] == ch.runner_configmap_name(app)))
         if spark_app is None and not parsed.suspend and full:
             spark_app = self._spark_application(namespace, app)
-        self._observe(spark_app, namespace, app, obs)
+            self._observe(spark_app, namespace, app, obs)
+        obs.rollout = rollout.condition
         plan = plan_scaling(parsed, meta.get("annotations") or {}, obs.driver, clock, periodic=periodic)
         events = self._realize(namespace, app, obs, plan)
         status = status_for(
             obs,
             generation=meta.get("generation"),
-            revision=desired.revision,
+            revision=rollout.pin.runs,
             children=desired.children,
             old_status=old_status,
             now=now,
             scaling=plan.status,
+            rollout=rollout.status,
         )
+        events = [*rollout.events, *events]
         return Outcome(status, plan.annotations, [*plan.events, *events], plan.kinds)
 
     @staticmethod
@@ -234,7 +292,9 @@ class Reconciler:
             kopf.adopt(topic, owner=owner)  # deleted with the app; Strimzi then deletes the Kafka topic
         self.apply(topic)
 
-    def _ensure_children(self, owner: dict[str, Any], desired: DesiredState, obs: Observation) -> list[dict]:
+    def _ensure_children(
+        self, owner: dict[str, Any], desired: DesiredState, obs: Observation, keep: frozenset[str]
+    ) -> list[dict]:
         applied = []
         for child in desired.children:
             if ch.owned_by_app(child, desired.spec):
@@ -252,7 +312,7 @@ class Reconciler:
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
         if desired.spec.suspend:
             self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, app)
-        self._prune_pipeline_configmaps(namespace, app, desired.revision)
+        self._prune_pipeline_configmaps(namespace, app, keep)
         return applied
 
     def _ensure_claim(self, claim: dict[str, Any]) -> None:
@@ -269,10 +329,14 @@ class Reconciler:
                 meta["name"], meta["namespace"], {"metadata": {"ownerReferences": owners or None}}
             )
 
-    def _prune_pipeline_configmaps(self, namespace: str, app: str, revision: str) -> None:
+    def _pipeline_configmaps(self, namespace: str, app: str) -> list[Any]:
         selector = f"{ch.APP_LABEL}={app},app.kubernetes.io/component=pipeline"
-        for item in self.core.list_namespaced_config_map(namespace, label_selector=selector).items:
-            if (item.metadata.labels or {}).get(ch.REVISION_LABEL) != revision:
+        return self.core.list_namespaced_config_map(namespace, label_selector=selector).items
+
+    def _prune_pipeline_configmaps(self, namespace: str, app: str, keep: frozenset[str]) -> None:
+        """Revisions no rollout needs any more (the stable one, and a rollout's two, are kept)."""
+        for item in self._pipeline_configmaps(namespace, app):
+            if (item.metadata.labels or {}).get(ch.REVISION_LABEL) not in keep:
                 try:
                     self.core.delete_namespaced_config_map(item.metadata.name, namespace)
                 except ApiException as exc:
@@ -330,6 +394,162 @@ class Reconciler:
             log.debug("driver of %s/%s not available: %s", namespace, app, exc)
             return
         obs.driver_address = address
+
+    # ---------------------------------------------------------------------------- rollouts
+    def _rollout(
+        self,
+        body: dict[str, Any],
+        spec: StreamingAppSpec,
+        spark_app: dict[str, Any] | None,
+        obs: Observation,
+        clock: float,
+    ) -> RolloutPass:
+        """Decide this pass of the app's rollout (rollout.inplace) and carry out its actions: the revisions'
+        ConfigMaps and the hot swap in the driver. A swap the driver refuses is a failure the same pass acts on."""
+        meta, status = body["metadata"], body.get("status") or {}
+        namespace, app = meta["namespace"], meta["name"]
+        recorded = _recorded_rollout(status)
+        stable = status.get("stableRevision")
+        revision = ch.revision(spec)
+        specs: dict[str, StreamingAppSpec] = {revision: spec}
+        base = diff_base(recorded, stable, revision)
+        busy = base is not None or (recorded is not None and not recorded.terminal)
+        revisions: set[str] = set()
+        if busy:
+            labels = (item.metadata.labels or {} for item in self._pipeline_configmaps(namespace, app))
+            revisions = {rev for rev in (label.get(ch.REVISION_LABEL) for label in labels) if rev}
+            if revision not in revisions:  # the new revision's ConfigMap first: a rollout starts in this pass
+                self._apply_revision(body, spec)
+                revisions.add(revision)
+        diff = None
+        if base is not None:
+            base_spec = self._revision_spec(namespace, app, base, specs)
+            diff = classify(base_spec, spec) if base_spec is not None else lost_base(base)
+        target = Target(revision, spec.updateStrategy, diff)
+        submitted = submitted_revision(spark_app)
+        restarts = int(((spark_app or {}).get("status") or {}).get("executionAttempts") or 0)
+        facts = driver_facts(app, submitted or "", obs.spark_state, restarts, obs.driver)
+        observed = Observed(clock, frozenset(revisions), (facts,) if spark_app else ())
+        decision = decide(app, recorded, stable, target, observed, submitted)
+        events = [(e.type, e.reason, e.message) for e in decision.step.events]
+        for _ in range(2):
+            refused = self._carry_out(body, decision, specs, obs, observed, events)
+            if refused is None:
+                break
+            observed = with_refused_swap(observed, *refused)
+            rollout = decision.step.rollout
+            decision = decide(app, rollout, decision.step.stable_revision, target, observed, submitted)
+            events += [(e.type, e.reason, e.message) for e in decision.step.events]
+        condition = rollout_condition(decision.step, revision)
+        old = next((c for c in status.get("conditions") or [] if c.get("type") == "Rollout"), {})
+        refusal = decision.step.refusal
+        if refusal is not None and old.get("message") != refusal.message:
+            events.append(("Warning", refusal.reason, refusal.message))
+        runs = decision.runner_revision
+        runs_spec = self._revision_spec(namespace, app, runs, specs) or spec
+        rollout = decision.step.rollout
+        return RolloutPass(
+            decision=decision,
+            pin=ch.DriverPin(runs, decision.submitted_revision),
+            runner=ch.runner_config(app, namespace, runs_spec, bootstrap_for(runs_spec, namespace)),
+            condition=condition,
+            events=events,
+            status={
+                "stableRevision": decision.step.stable_revision,
+                "rollout": rollout.model_dump(mode="json", exclude_none=True) if rollout else None,
+            },
+            moved=rollout != recorded or (rollout is not None and not rollout.terminal),
+        )
+
+    def _carry_out(
+        self,
+        owner: dict[str, Any],
+        decision: Decision,
+        specs: dict[str, StreamingAppSpec],
+        obs: Observation,
+        observed: Observed,
+        events: list[tuple[str, str, str]],
+    ) -> tuple[SwapQueries, str] | None:
+        """The decision's actions; returns the swap the driver refused, with its answer."""
+        namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        for action in decision.step.actions:
+            if isinstance(action, ApplyRevision):
+                spec = self._revision_spec(namespace, app, action.revision, specs)
+                if spec is not None and action.revision not in observed.revisions:
+                    self._apply_revision(owner, spec)
+            elif isinstance(action, SwapQueries):
+                error = self._swap(namespace, app, action, specs, obs, events)
+                if error is not None:
+                    return action, error
+            elif not isinstance(action, ReleaseRevision):  # released revisions are pruned with the children
+                log.warning("%s/%s: %s is not carried out by this operator", namespace, app, action)
+        return None
+
+    def _apply_revision(self, owner: dict[str, Any], spec: StreamingAppSpec) -> None:
+        namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        configmap = ch.pipeline_configmap(app, namespace, spec, bootstrap_for(spec, namespace))
+        kopf.adopt(configmap, owner=owner)
+        self.apply(configmap)
+
+    def _swap(
+        self,
+        namespace: str,
+        app: str,
+        action: SwapQueries,
+        specs: dict[str, StreamingAppSpec],
+        obs: Observation,
+        events: list[tuple[str, str, str]],
+    ) -> str | None:
+        """Ask the driver to run the swap's revision, unless it does; returns the driver's refusal."""
+        if obs.driver is None or obs.driver_address is None:
+            return None
+        steps = pending_swap(action, driver_facts(app, "", obs.spark_state, 0, obs.driver))
+        if steps is None:
+            return None
+        spec = self._revision_spec(namespace, app, action.revision, specs)
+        if spec is None:
+            return f"the spec of revision {action.revision} is gone (its ConfigMap was deleted)"
+        token = self._control_token(namespace, app)
+        if token is None:
+            events.append(("Warning", "SwapFailed", f"no control token in Secret {ch.control_secret_name(app)}"))
+            return None
+        config = ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace))
+        try:
+            answer = self.driver_client.swap(obs.driver_address, token, SwapRequest(config=config, steps=list(steps)))
+        except SwapRefused as exc:
+            return str(exc)
+        except DriverUnavailable as exc:
+            self._tokens.pop((namespace, app), None)
+            events.append(("Warning", "SwapFailed", str(exc)[:1000]))
+            return None
+        done = [
+            f"{what} {', '.join(names)}"
+            for what, names in (
+                ("restarted", answer.restarted),
+                ("started", answer.started),
+                ("stopped", answer.stopped),
+            )
+            if names
+        ]
+        log.info("%s/%s: revision %s swapped in: %s", namespace, app, answer.revision, "; ".join(done))
+        events.append(
+            ("Normal", "Swapped", f"revision {answer.revision}: {'; '.join(done)}; {len(answer.kept)} kept running")
+        )
+        return None
+
+    def _revision_spec(
+        self, namespace: str, app: str, revision: str, specs: dict[str, StreamingAppSpec]
+    ) -> StreamingAppSpec | None:
+        """A revision's spec, from its ConfigMap (None: gone, or written before revisions kept their spec)."""
+        if revision not in specs:
+            configmap = self.get("v1", "ConfigMap", namespace, ch.configmap_name(app, revision))
+            text = ((configmap or {}).get("data") or {}).get(ch.SPEC_FILE)
+            try:
+                specs[revision] = StreamingAppSpec.model_validate_json(text) if text else None  # type: ignore[assignment]
+            except ValueError:
+                log.warning("%s/%s: the spec kept for revision %s does not parse", namespace, app, revision)
+                specs[revision] = None  # type: ignore[assignment]
+        return specs[revision]
 
     def _realize(self, namespace: str, app: str, obs: Observation, plan: ScalingPlan) -> list[tuple[str, str, str]]:
         """Ask the driver for the desired count when it runs another one (after a restart it runs none:

@@ -2,11 +2,13 @@
 
 diff: per streaming query, what a spec change needs by Spark's rules for one checkpoint.
 plan: the cheapest safe strategy (or the refusal of an unsafe explicit one) and the rollout state machine
-kept in `status.rollout` (models).
+kept in `status.rollout` (its models are in ..model).
 """
 
+from sluice.pipelines.contract import QueryStep
+
+from ..model import DriverRef, RolloutStatus, Strategy
 from .diff import Change, QueryChange, Reason, SpecDiff, classify
-from .models import DriverRef, QueryStep, RolloutStatus, Strategy
 from .plan import (
     Action,
     Activate,

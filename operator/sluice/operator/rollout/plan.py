@@ -26,9 +26,8 @@ from sluice.pipelines.contract import QueryAction, QueryStep
 from sluice.pipelines.spec import duration_ms
 
 from ..autoscaler.collect import format_time, parse_time
-from ..model import UpdateStrategy
+from ..model import DriverRef, RolloutPhase, RolloutStatus, Strategy, UpdateStrategy
 from .diff import Change, QueryChange, Reason, SpecDiff
-from .models import DriverRef, RolloutPhase, RolloutStatus, Strategy
 
 HEALTHY_BATCHES = 3  # batches every query of a new revision completes before it is healthy
 CRASH_LOOP_RESTARTS = 3  # driver restarts since the rollout began that count as a crash loop
@@ -76,6 +75,7 @@ class Target:
     revision: str
     update_strategy: UpdateStrategy
     diff: SpecDiff | None = None  # diff_base's spec -> this one; needed when diff_base names a revision
+    available: tuple[Strategy, ...] = STRATEGIES_CHEAPEST_FIRST  # the strategies the caller carries out
 
 
 # ------------------------------------------------------------------------------------------ actions
@@ -157,7 +157,8 @@ class Event:
 
 @dataclass(frozen=True)
 class Refusal:
-    """An explicit updateStrategy.type that cannot roll out the change safely: nothing is rolled out."""
+    """An explicit updateStrategy.type that cannot roll out the change safely, or a change only strategies the
+    caller does not carry out can roll out (reason StrategyNotAvailable): nothing is rolled out."""
 
     requested: str
     safe: tuple[Strategy, ...]
@@ -193,12 +194,23 @@ def safe_strategies(diff: SpecDiff) -> tuple[Strategy, ...]:
     return tuple(s for s in STRATEGIES_CHEAPEST_FIRST if not unsafe_reasons(s, diff))
 
 
-def choose_strategy(requested: str, diff: SpecDiff) -> Strategy | Refusal:
+def choose_strategy(
+    requested: str, diff: SpecDiff, available: tuple[Strategy, ...] = STRATEGIES_CHEAPEST_FIRST
+) -> Strategy | Refusal:
     safe = safe_strategies(diff)
-    if requested == "auto":
-        return safe[0]
-    if requested in safe:
-        return requested  # type: ignore[return-value]
+    usable = tuple(s for s in safe if s in available)
+    if requested in (*usable, "auto") and usable:
+        return usable[0] if requested == "auto" else requested  # type: ignore[return-value]
+    if requested == "auto" or requested in safe:
+        needed = requested if requested in safe else " or ".join(safe)
+        why = "; ".join(dict.fromkeys(map(str, _strategy_reasons(safe[0], diff)[:3])))
+        return Refusal(
+            requested,
+            safe,
+            f"this change needs {needed}, which this operator version does not carry out yet ({why}); "
+            f"the running revision keeps running. It carries out {', '.join(available)}",
+            reason="StrategyNotAvailable",
+        )
     reasons = unsafe_reasons(requested, diff)  # type: ignore[arg-type]
     shown = "; ".join(dict.fromkeys(map(str, reasons[:3])))
     more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
@@ -208,6 +220,13 @@ def choose_strategy(requested: str, diff: SpecDiff) -> Strategy | Refusal:
         f"updateStrategy.type {requested} cannot roll out this change safely: {shown}"
         f"{more}. Safe: {', '.join(safe)} (or type auto)",
     )
+
+
+def _strategy_reasons(strategy: Strategy, diff: SpecDiff) -> tuple[Reason, ...]:
+    """What makes the change need `strategy` rather than a cheaper one."""
+    if strategy == "checkpointMigration":
+        return tuple(r for q in diff.incompatible for r in q.reasons if r.change is Change.INCOMPATIBLE)
+    return diff.runtime or tuple(r for q in diff.changed for r in q.reasons)
 
 
 def query_steps(diff: SpecDiff, migrate_every_change: bool = False) -> tuple[QueryStep, ...]:
@@ -241,10 +260,16 @@ def _main_reason(query: QueryChange) -> str | None:
 
 
 def plan(
-    app: str, diff: SpecDiff, from_revision: str, to_revision: str, update_strategy: UpdateStrategy, observed: Observed
+    app: str,
+    diff: SpecDiff,
+    from_revision: str,
+    to_revision: str,
+    update_strategy: UpdateStrategy,
+    observed: Observed,
+    available: tuple[Strategy, ...] = STRATEGIES_CHEAPEST_FIRST,
 ) -> RolloutStatus | Refusal:
     """A Planned rollout, or the refusal of an unsafe explicit strategy."""
-    strategy = choose_strategy(update_strategy.type, diff)
+    strategy = choose_strategy(update_strategy.type, diff, available)
     if isinstance(strategy, Refusal):
         return strategy
     steps = query_steps(diff, migrate_every_change=update_strategy.type == "checkpointMigration")
@@ -336,7 +361,7 @@ def step(
                 ),
             ),
         )
-    planned = plan(app, target.diff, base, target.revision, target.update_strategy, observed)
+    planned = plan(app, target.diff, base, target.revision, target.update_strategy, observed, target.available)
     if isinstance(planned, Refusal):
         return Step(rollout, stable_revision, refusal=planned)
     event = Event("Normal", "RolloutPlanned", f"revision {base} -> {target.revision} by {planned.message}")

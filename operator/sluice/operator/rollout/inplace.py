@@ -1,0 +1,183 @@
+"""The rollouts this operator carries out with the app's one SparkApplication: a hot swap inside the running
+driver (through its control API), and a restart by spark-operator (a new SparkApplication spec). Pure.
+
+A driver that (re)starts runs what the app's runner ConfigMap says, so which revision that is follows the
+rollout: the stable one, or the new one from the moment its queries are swapped in. The SparkApplication
+records the revision it was submitted for: changing it is what makes spark-operator resubmit, so it
+changes only when a restart is decided. Checkpoint migration and the fenced handover need a second driver
+and are refused (StrategyNotAvailable) rather than replaced by a restart Spark would run with undefined
+results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sluice.pipelines.contract import DriverStatus, QueryStep
+
+from ..autoscaler.collect import format_time
+from ..model import RolloutStatus, Strategy
+from .diff import Change, Reason, SpecDiff
+from .plan import (
+    DriverFacts,
+    Event,
+    Observed,
+    QueryFacts,
+    Step,
+    SwapQueries,
+    Target,
+    step,
+)
+
+IN_PLACE: tuple[Strategy, ...] = ("hotSwap", "restart")
+SWAPPED_PHASES = ("Draining", "Starting", "Verifying", "Complete")  # the new revision's queries are (being) swapped in
+FAILED_SPARK_STATES = ("FAILED", "SUBMISSION_FAILED")
+
+
+@dataclass(frozen=True)
+class Decision:
+    step: Step
+    runner_revision: str  # what a driver that starts now runs (the runner ConfigMap)
+    submitted_revision: str  # what the SparkApplication is submitted for: a change makes spark-operator resubmit
+    keep: frozenset[str]  # the revisions whose pipeline ConfigMaps stay
+
+
+def decide(
+    app: str,
+    rollout: RolloutStatus | None,
+    stable_revision: str | None,
+    target: Target,
+    observed: Observed,
+    submitted_revision: str | None,
+) -> Decision:
+    """One pass of the rollout: plan.step with the strategies carried out here, a restart completed at once
+    (spark-operator resubmits the driver on the same checkpoints), and the revisions the driver is pinned to.
+    `submitted_revision`: what the existing SparkApplication was submitted for (None: there is none)."""
+    result = step(app, rollout, stable_revision, replace(target, available=IN_PLACE), observed)
+    planned = result.rollout
+    fresh = planned is not None and not planned.terminal and (rollout is None or rollout.terminal)
+    running = any(d.state == "running" for d in observed.drivers)
+    if fresh and planned is not None and (planned.strategy == "restart" or not running):
+        # A restart is spark-operator's (a new submitted revision); with no driver running (suspended, pending,
+        # failed) the next driver to start runs the new revision, as a restart would.
+        how = "spark-operator resubmits the driver" if running else "no driver runs: the next one starts it"
+        done = planned.model_copy(
+            update={
+                "strategy": "restart",
+                "phase": "Complete",
+                "finishedAt": format_time(observed.now),
+                "newDriver": False,
+                "message": f"{planned.message.split(': ', 1)[-1]}; {how}, on the same checkpoints",
+            }
+        )
+        event = Event("Normal", "RolloutRestart", f"revision {planned.toRevision}: {how}")
+        result = Step(done, planned.toRevision, (), (*result.events[:1], event), waiting=result.waiting)
+        if planned.strategy == "restart":
+            submitted_revision = planned.toRevision
+    runner = runner_revision(result.rollout, result.stable_revision, target.revision)
+    return Decision(result, runner, submitted_revision or runner, kept_revisions(result, target.revision))
+
+
+def lost_base(revision: str) -> SpecDiff:
+    """The diff when the base revision's spec is gone (its ConfigMap deleted by hand): nothing is known to be
+    safe in the running driver, so the change restarts it."""
+    why = f"the spec of revision {revision} is gone (its ConfigMap was deleted)"
+    return SpecDiff(runtime=(Reason("spec", Change.COMPATIBLE, why),))
+
+
+def runner_revision(rollout: RolloutStatus | None, stable_revision: str | None, target_revision: str) -> str:
+    if rollout is not None and rollout.phase not in ("RolledBack", "Failed", "Complete"):
+        return rollout.toRevision if rollout.phase in SWAPPED_PHASES else rollout.fromRevision
+    if rollout is not None and rollout.phase == "Failed":
+        return rollout.toRevision  # rollback disabled, or it did not finish: what last ran forward
+    return stable_revision or target_revision
+
+
+def kept_revisions(result: Step, target_revision: str) -> frozenset[str]:
+    keep = {target_revision}
+    if result.stable_revision:
+        keep.add(result.stable_revision)
+    if result.rollout is not None and result.rollout.phase not in ("Complete", "RolledBack"):
+        keep.update((result.rollout.fromRevision, result.rollout.toRevision))
+    return frozenset(keep)
+
+
+# ----------------------------------------------------------------------------------- observations
+
+
+def driver_facts(
+    name: str, submitted_revision: str, spark_state: str | None, restarts: int, status: DriverStatus | None
+) -> DriverFacts:
+    """The app's driver as the rollout sees it, from spark-operator's state and the driver's /v1/status."""
+    if status is None:
+        state = "failed" if (spark_state or "").upper() in FAILED_SPARK_STATES else "pending"
+        return DriverFacts(name, submitted_revision, state, restarts)
+    backlog = {t.topic: t.backlog for t in status.topics}
+    queries = tuple(
+        QueryFacts(
+            name=q.name,
+            revision=q.revision or status.revision,
+            active=q.active,
+            batches=q.runBatches,
+            backlog=sum(backlog.get(t, 0) for t in q.topics) if q.topics else None,
+            error=q.error,
+        )
+        for q in status.queries
+    )
+    return DriverFacts(name, submitted_revision, "running", restarts, queries)
+
+
+def with_refused_swap(observed: Observed, swap: SwapQueries, error: str) -> Observed:
+    """The observation after the driver refused to run `swap.revision` (it does not compile, or a query did not
+    start on it; the old plan runs on): the steps' queries count as failed on that revision."""
+    failed = tuple(
+        QueryFacts(name=s.name, revision=swap.revision, active=False, error=error)
+        for s in swap.steps
+        if s.action in ("restart", "start")
+    )
+    drivers = tuple(
+        replace(d, queries=(*(q for q in d.queries if q.name not in {f.name for f in failed}), *failed))
+        if d.name == swap.driver
+        else d
+        for d in observed.drivers
+    )
+    return replace(observed, drivers=drivers)
+
+
+def pending_swap(swap: SwapQueries, driver: DriverFacts) -> tuple[QueryStep, ...] | None:
+    """The request that brings the driver's queries to the swap's revision, or None when they run it already: a
+    swap restarts every query it names, so an `ensure` repeated every pass must not send it twice. Queries on
+    the revision (or stopped, for `stop`) become `keep`, or are left out when they no longer run."""
+    running = {q.name: q for q in driver.queries}
+    steps: list[QueryStep] = []
+    for s in swap.steps:
+        query = running.get(s.name)
+        there = query is not None and query.revision == swap.revision and query.active and not query.error
+        if s.action == "stop":
+            action = "stop" if query is not None else None
+        elif s.action == "keep" or there:
+            action = "keep" if query is not None else None
+        else:  # restart, start, restore (a removed query back on the checkpoint it kept)
+            action = "start" if query is None else "restart"
+        if action is not None:
+            steps.append(s.model_copy(update={"action": action, "rewindMs": None}))
+    changes = any(s.action != "keep" for s in steps)
+    return tuple(steps) if changes else None
+
+
+def rollout_condition(result: Step, target_revision: str) -> tuple[bool | None, str, str]:
+    """The Rollout condition: True when the spec's revision is the stable one, Unknown while a rollout runs,
+    False when the spec's change was refused, rolled back or failed (the message says why)."""
+    if result.refusal is not None:
+        return False, result.refusal.reason, result.refusal.message
+    rollout = result.rollout
+    if rollout is None:
+        return True, "Stable", ""
+    message = rollout.message or ""
+    if not rollout.terminal:
+        waiting = f"; {result.waiting}" if result.waiting else ""
+        return None, rollout.phase, f"revision {rollout.fromRevision} -> {rollout.toRevision}: {message}{waiting}"
+    if rollout.phase != "Complete" and result.stable_revision == target_revision:
+        return True, "Stable", f"the spec is back on the stable revision (the rollout to {rollout.toRevision}: "
+        f"{rollout.phase})"
+    return rollout.phase == "Complete", rollout.phase, message

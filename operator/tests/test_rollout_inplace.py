@@ -1,0 +1,171 @@
+"""The rollouts carried out with the app's one driver: a hot swap through its control API, a restart by
+spark-operator, what is refused, and which revision a (re)starting driver runs at each phase. Pure."""
+
+from __future__ import annotations
+
+from test_rollout_plan import (
+    APP,
+    FILTER,
+    IMAGE,
+    QUERIES,
+    T0,
+    WINDOW,
+    diff_for,
+    driver,
+    observed,
+    queries,
+    strategy,
+)
+
+from sluice.operator.rollout import SwapQueries, Target
+from sluice.operator.rollout.inplace import (
+    decide,
+    driver_facts,
+    pending_swap,
+    rollout_condition,
+    with_refused_swap,
+)
+from sluice.pipelines.contract import DriverStatus, QueryStatus, QueryStep, TopicStatus
+
+
+def target(*edits: str, type_: str = "auto", to: str = "r2") -> Target:
+    return Target(to, strategy(type_), diff_for(*edits) if edits else None)
+
+
+def test_a_filter_change_is_swapped_in_the_running_driver_and_pins_the_new_revision_once_swapped() -> None:
+    planned = decide(APP, None, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
+    rollout = planned.step.rollout
+    assert rollout is not None and rollout.strategy == "hotSwap" and not rollout.newDriver
+    assert rollout.phase == "Draining"  # the ConfigMap of r2 is there: the swap is asked for at once
+    swaps = [a for a in planned.step.actions if isinstance(a, SwapQueries)]
+    assert [(s.driver, s.revision) for s in swaps] == [(APP, "r2")]
+    assert {s.name: s.action for s in swaps[0].steps} == {"out": "restart", "lines-dead-letters": "keep"}
+    # A driver restarting now runs r2 (its queries are being swapped); the SparkApplication is not resubmitted.
+    assert (planned.runner_revision, planned.submitted_revision) == ("r2", "r1")
+    assert planned.keep == {"r1", "r2"}
+
+    kept = queries("r1", batches=40, only=("lines-dead-letters",))  # never stopped: its run goes on
+    swapped = driver(running=(*kept, *queries("r2", batches=3, only=("out",))))
+    done = decide(APP, rollout, "r1", target(), observed(swapped, at=T0 + 20), submitted_revision="r1")
+    assert done.step.rollout is not None and done.step.rollout.phase == "Complete"
+    assert done.step.stable_revision == "r2"
+    assert (done.runner_revision, done.submitted_revision) == ("r2", "r1")
+    assert done.keep == {"r2"}
+    assert rollout_condition(done.step, "r2") == (True, "Complete", done.step.rollout.message)
+
+
+def test_a_refused_swap_rolls_back_at_once_and_the_driver_keeps_the_stable_revision() -> None:
+    planned = decide(APP, None, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
+    swap = next(a for a in planned.step.actions if isinstance(a, SwapQueries))
+    error = "a query failed to start on revision r2: [UNRESOLVED_COLUMN] `nope` cannot be resolved"
+    refused = with_refused_swap(observed(driver()), swap, error)
+    back = decide(APP, planned.step.rollout, "r1", target(), refused, submitted_revision="r1")
+    assert back.step.rollout is not None and back.step.rollout.phase == "RollingBack"
+    assert "UNRESOLVED_COLUMN" in (back.step.rollout.message or "")
+    assert back.runner_revision == "r1"
+    # The driver itself runs r1 untouched: nothing is left to swap back.
+    back_swap = next(a for a in back.step.actions if isinstance(a, SwapQueries))
+    assert back_swap.revision == "r1" and pending_swap(back_swap, driver()) is None
+    rolled = decide(APP, back.step.rollout, "r1", target(), observed(driver(), at=T0 + 5), submitted_revision="r1")
+    assert rolled.step.rollout is not None and rolled.step.rollout.phase == "RolledBack"
+    assert rolled.step.stable_revision == "r1" and rolled.runner_revision == "r1"
+    assert rollout_condition(rolled.step, "r2")[:2] == (False, "RolledBack")
+    assert rollout_condition(rolled.step, "r1")[:2] == (True, "Stable"), "the spec back on the stable revision"
+    # The same spec is not tried again; the next change rolls out normally.
+    again = decide(APP, rolled.step.rollout, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
+    assert again.step.rollout == rolled.step.rollout and not again.step.actions
+    with_r3 = observed(driver(), revisions=("r1", "r3"))
+    nxt = decide(APP, rolled.step.rollout, "r1", target(FILTER, to="r3"), with_r3, submitted_revision="r1")
+    assert nxt.step.rollout is not None and (nxt.step.rollout.toRevision, nxt.step.rollout.phase) == ("r3", "Draining")
+
+
+def test_a_runtime_change_restarts_the_driver_through_spark_operator() -> None:
+    result = decide(APP, None, "r1", target(IMAGE), observed(driver()), submitted_revision="r1")
+    rollout = result.step.rollout
+    assert rollout is not None and (rollout.strategy, rollout.phase) == ("restart", "Complete")
+    assert result.step.stable_revision == "r2" and not result.step.actions
+    assert (result.runner_revision, result.submitted_revision) == ("r2", "r2"), "a new submitted revision resubmits"
+    assert [e.reason for e in result.step.events] == ["RolloutPlanned", "RolloutRestart"]
+
+
+def test_changes_only_a_second_driver_could_roll_out_are_refused_and_the_stable_revision_runs_on() -> None:
+    for edits, type_ in (((WINDOW,), "auto"), ((WINDOW,), "checkpointMigration"), ((IMAGE,), "fencedHandover")):
+        result = decide(APP, None, "r1", target(*edits, type_=type_), observed(driver()), submitted_revision="r1")
+        assert result.step.refusal is not None and result.step.refusal.reason == "StrategyNotAvailable", edits
+        assert result.step.rollout is None and result.step.stable_revision == "r1" and not result.step.actions
+        assert (result.runner_revision, result.submitted_revision) == ("r1", "r1")
+        status, reason, message = rollout_condition(result.step, "r2")
+        assert (status, reason) == (False, "StrategyNotAvailable")
+        assert "does not carry out" in message and "keeps running" in message
+    window = decide(APP, None, "r1", target(WINDOW), observed(driver()), submitted_revision="r1")
+    assert "spec.pipeline.nodes[3].aggregate.window" in window.step.refusal.message  # type: ignore[union-attr]
+    unsafe = decide(APP, None, "r1", target(WINDOW, type_="hotSwap"), observed(driver()), submitted_revision="r1")
+    assert unsafe.step.refusal is not None and unsafe.step.refusal.reason == "UnsafeUpdateStrategy"
+
+
+def test_without_a_running_driver_the_next_driver_starts_the_new_revision() -> None:
+    for drivers in ((), (driver(state="pending", running=()),), (driver(state="failed", running=()),)):
+        result = decide(APP, None, "r1", target(FILTER), observed(*drivers), submitted_revision="r1")
+        rollout = result.step.rollout
+        assert rollout is not None and (rollout.strategy, rollout.phase) == ("restart", "Complete"), drivers
+        assert "no driver runs" in (rollout.message or "")
+        assert result.step.stable_revision == "r2" and not result.step.actions
+        assert (result.runner_revision, result.submitted_revision) == ("r2", "r1"), "nothing to resubmit"
+        # What a driver could not run on its checkpoints is refused all the same.
+        refused = decide(APP, None, "r1", target(WINDOW), observed(*drivers), submitted_revision="r1")
+        assert refused.step.refusal is not None and refused.runner_revision == "r1"
+    first = decide(APP, None, None, target(to="r1"), observed(), submitted_revision=None)
+    assert first.step.stable_revision == "r1" and (first.runner_revision, first.submitted_revision) == ("r1", "r1")
+
+
+def test_pending_swap_asks_only_for_what_the_driver_does_not_run_yet() -> None:
+    steps = (
+        QueryStep(name="out", action="restart"),
+        QueryStep(name="lines-dead-letters", action="keep"),
+        QueryStep(name="extra", action="start"),
+        QueryStep(name="old", action="stop"),
+    )
+    swap = SwapQueries(APP, "r2", steps)
+    running = driver(running=(*queries("r1"), *queries("r1", only=("old",))))
+    first = pending_swap(swap, running)
+    assert first is not None
+    assert [(s.name, s.action) for s in first] == [
+        ("out", "restart"),
+        ("lines-dead-letters", "keep"),
+        ("extra", "start"),
+        ("old", "stop"),
+    ]
+    done = driver(running=(*queries("r2", only=("out", "extra")), *queries("r1", only=("lines-dead-letters",))))
+    assert pending_swap(swap, done) is None
+    failed = driver(running=(*queries("r2", only=("out",), error="boom"), *queries("r1", only=("lines-dead-letters",))))
+    assert [(s.name, s.action) for s in pending_swap(swap, failed) or ()] == [
+        ("out", "restart"),
+        ("lines-dead-letters", "keep"),
+        ("extra", "start"),
+    ]
+    # Rolling back a removed query: it starts again on the checkpoint it kept.
+    restore = SwapQueries(APP, "r1", (QueryStep(name="old", action="restore"),))
+    assert [(s.name, s.action) for s in pending_swap(restore, driver(running=())) or ()] == [("old", "start")]
+
+
+def test_driver_facts_count_the_current_runs_batches_and_each_querys_topics_backlog() -> None:
+    status = DriverStatus(
+        app=APP,
+        revision="r1",
+        observedAt="2026-11-23T00:00:00Z",
+        queries=[
+            QueryStatus(name="out", active=True, batches=9, runBatches=2, revision="r2", topics=["a", "b"]),
+            QueryStatus(name=QUERIES[0], active=False, error="boom", topics=[]),
+        ],
+        topics=[
+            TopicStatus(topic="a", partitions=1, latestOffsets=10, backlog=3),
+            TopicStatus(topic="b", partitions=1, latestOffsets=10, backlog=4),
+        ],
+    )
+    facts = driver_facts(APP, "r1", "RUNNING", 1, status)
+    assert (facts.state, facts.revision, facts.restarts) == ("running", "r1", 1)
+    out, dead = facts.queries
+    assert (out.revision, out.batches, out.backlog, out.active) == ("r2", 2, 7, True)
+    assert (dead.revision, dead.backlog, dead.error) == ("r1", None, "boom")
+    assert driver_facts(APP, "r1", "FAILED", 3, None).state == "failed"
+    assert driver_facts(APP, "r1", "SUBMITTED", 0, None).state == "pending"
