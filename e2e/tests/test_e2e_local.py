@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
 
 CHECKPOINT_VOLUME = "e2e-checkpoints"
 REPORT = REPO_ROOT / ".sluice" / "e2e" / "autoscale.json"
+ROLLOUT_REPORT = REPO_ROOT / ".sluice" / "e2e" / "rollout.json"
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ def test_step(suite: E2ESuite, step: str) -> None:
     try:
         suite.run(step)
     finally:
-        if step == "autoscale":  # the decision timeline, for the record (also of a failed run)
-            REPORT.parent.mkdir(parents=True, exist_ok=True)
-            REPORT.write_text(json.dumps(suite.autoscale_report, indent=1))
+        reports = {"autoscale": (REPORT, suite.autoscale_report), "rollback": (ROLLOUT_REPORT, suite.rollout_report)}
+        if step in reports:  # the figures, for the record (also of a failed run)
+            path, report = reports[step]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report, indent=1))

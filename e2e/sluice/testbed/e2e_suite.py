@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ CHART_DIR = REPO_ROOT / "charts" / "sluice"
 IMAGES_DIR = REPO_ROOT / "images"
 EXAMPLES_DIR = REPO_ROOT / "pipelines" / "examples"
 LINES, COUNTS = "wordcount-lines", "wordcount-counts"  # the word count example's topics
+SEEN = "wordcount-seen"  # the e2e app's stateless query: every word kept, each batch (output gaps are measured on it)
 STRIMZI_CHART = "oci://quay.io/strimzi-helm/strimzi-kafka-operator"
 
 Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -390,6 +392,9 @@ def wordcount_app(
     }
     if checkpoint_claim:
         spec["checkpoint"] = {"location": "/checkpoints", "volumeClaim": checkpoint_claim}
+    # A stateless query beside the windowed one: it writes every batch, so a pause of the pipeline shows.
+    spec["topics"].append({"name": SEEN, "partitions": 1})
+    spec["pipeline"]["nodes"].append({"name": "seen", "inputs": ["non-empty"], "toKafka": {"topic": SEEN}})
     return app
 
 
@@ -502,6 +507,39 @@ class PacedLoad:
         return self.sent
 
 
+class OutputGaps:
+    """When a topic got new records, polled twice a second from a thread: the longest pause in its output."""
+
+    POLL = 0.5
+
+    def __init__(self, kafka: KafkaAccess, topic: str) -> None:
+        self.kafka, self.topic = kafka, topic
+        self.arrivals: list[float] = []  # monotonic times the record count grew
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="output-gaps", daemon=True)
+
+    def start(self) -> OutputGaps:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        seen = len(self.kafka.consume(self.topic))
+        while not self._stop.wait(self.POLL):
+            count = len(self.kafka.consume(self.topic))
+            if count > seen:
+                self.arrivals.append(time.monotonic())
+                seen = count
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def longest(self, since: float = 0.0, until: float = float("inf")) -> float:
+        """The longest time between consecutive arrivals within [since, until] (each arrival's poll granularity)."""
+        times = [t for t in self.arrivals if since <= t <= until]
+        return max((b - a for a, b in itertools.pairwise(times)), default=float("inf"))
+
+
 def word_tally(records: Iterable[str]) -> Counter[str]:
     """How often each word came out (the autoscale app passes each record on once)."""
     return Counter(records)
@@ -559,7 +597,18 @@ class E2ESuite:
 
     # "autoscale" is opt-in (SLUICE_E2E_AUTOSCALE=1, see steps()): it adds ~6 minutes, so CI runs it through
     # `make e2e-autoscale`, not `make e2e-local`.
-    STEPS = ("install", "kafka_ready", "deploy_app", "stream", "scale", "autoscale", "suspend_resume", "uninstall")
+    STEPS = (
+        "install",
+        "kafka_ready",
+        "deploy_app",
+        "stream",
+        "scale",
+        "hot_swap",
+        "rollback",
+        "autoscale",
+        "suspend_resume",
+        "uninstall",
+    )
 
     @classmethod
     def steps(cls) -> tuple[str, ...]:
@@ -569,6 +618,7 @@ class E2ESuite:
 
     CHECKPOINT_CLAIM = "wordcount-checkpoints"
     autoscale_report: dict[str, Any] = field(default_factory=dict)
+    rollout_report: dict[str, Any] = field(default_factory=dict)  # hot swap and rollback figures
 
     def run(self, step: str) -> None:
         try:
@@ -927,6 +977,110 @@ class E2ESuite:
         self.target.kubectl(
             "delete", "streamingapp", name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
         )
+
+    # -- rolling updates
+
+    def patch_pipeline(self, node: str, **fields: Any) -> None:
+        """Change one node of the app's pipeline (a merge of its spec: the whole node list is sent)."""
+        nodes = self.app["spec"]["pipeline"]["nodes"]
+        for n in nodes:
+            if n["name"] == node:
+                n.update(fields)
+        self.target.kubectl(
+            "patch",
+            "streamingapp",
+            self.app_name,
+            "-n",
+            self.apps_namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"pipeline": {"nodes": nodes}}}),
+        )
+
+    def rollout_of(self, to_revision: str | None = None) -> dict[str, Any] | None:
+        rollout = self.status().get("rollout")
+        return rollout if rollout and (to_revision is None or rollout["toRevision"] == to_revision) else None
+
+    def hot_swap(self) -> None:
+        """A filter change while words stream in: swapped inside the running driver (the same pod, no
+        resubmission, the dead letter query never stops), the changed queries on their own checkpoints, every
+        count exact and none written twice, and the longest pause of the stateless output measured."""
+        before = self.driver_identity()
+        stable = self.status()["stableRevision"]
+        self.send(["zeta", "alpha"])  # zeta counts under the old filter
+        self.assert_counts()
+        gaps = OutputGaps(self.kafka, SEEN).start()
+        load = PacedLoad(self.kafka, LINES, words=("ant", "bee", "cat")).start(rate=4)
+        try:
+            time.sleep(15)  # the cadence of the output before the change
+            started = time.monotonic()
+            self.patch_pipeline("non-empty", filter="word != '' AND word != 'zeta'")
+            done = wait_for(
+                lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r["phase"] == "Complete" and r,
+                timeout=self.timeout,
+                what="the hot swap to complete",
+                interval=0.5,
+            )
+            took = time.monotonic() - started
+            time.sleep(15)  # and after it
+        finally:
+            sent = load.stop()
+            gaps.stop()
+        self.expected.update(sent)
+        assert done["strategy"] == "hotSwap", done
+        after = self.driver_identity()
+        for key in ("driver_uid", "submissions", "submission_id", "spec_generation"):
+            assert after[key] == before[key], f"a hot swap must not restart the driver ({key})"
+        dead_letters = next(name for name in before["queries"] if name.endswith("-dead-letters"))
+        assert after["queries"][dead_letters] == before["queries"][dead_letters], "an unchanged query never stops"
+        for name in ("out", "seen"):
+            assert after["queries"][name][0] == before["queries"][name][0], f"{name} keeps its checkpoint"
+            assert after["queries"][name][1] != before["queries"][name][1], f"{name} runs the new plan"
+        assert self.status()["stableRevision"] == done["toRevision"] == self.status()["revision"]
+        self.send(["zeta", "alpha"])  # one record: alpha counted proves the new filter read it, zeta dropped
+        self.expected["zeta"] -= 20  # what send() added for zeta must not come out
+        self.assert_counts()
+        gap_before, gap_across = gaps.longest(until=started), gaps.longest(since=started - 2)
+        self.rollout_report["hotSwap"] = {
+            "swap_to_complete_s": round(took, 1),
+            "output_gap_before_s": round(gap_before, 1),
+            "output_gap_across_s": round(gap_across, 1),
+            "message": done.get("message"),
+        }
+        assert gap_across <= 5.0, f"output paused {gap_across:.1f} s across the hot swap (before: {gap_before:.1f} s)"
+
+    def rollback(self) -> None:
+        """A filter naming a column that does not exist: the driver refuses it, the operator rolls back to the
+        stable revision (nothing of the driver changes), says why, and the old pipeline goes on counting."""
+        before = self.driver_identity()
+        stable = self.status()["stableRevision"]
+        started = time.monotonic()
+        self.patch_pipeline("non-empty", filter="word != '' AND nope != 'zeta'")
+        rolled = wait_for(
+            lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r["phase"] == "RolledBack" and r,
+            timeout=self.timeout,
+            what="the rollback",
+            interval=0.5,
+        )
+        took = time.monotonic() - started
+        assert "nope" in (rolled.get("message") or ""), rolled
+        status = self.status()
+        assert status["stableRevision"] == stable and status["revision"] == stable
+        rollout_condition = {c["type"]: c for c in status["conditions"]}["Rollout"]
+        assert (rollout_condition["status"], rollout_condition["reason"]) == ("False", "RolledBack"), rollout_condition
+        assert self.driver_identity() == before, "a refused revision changes nothing in the driver"
+        self.send(["zeta", "alpha"])
+        self.expected["zeta"] -= 20  # the stable filter still drops zeta
+        self.assert_counts()
+        self.rollout_report["rollback"] = {"apply_to_rolled_back_s": round(took, 1), "message": rolled["message"]}
+        # Back to the stable spec: nothing to roll out, the condition says the spec is stable again.
+        self.patch_pipeline("non-empty", filter="word != '' AND word != 'zeta'")
+        wait_for(
+            lambda: {c["type"]: c for c in self.status()["conditions"]}["Rollout"]["status"] == "True",
+            timeout=60,
+            what="the Rollout condition back to True",
+        )
+        assert self.driver_identity() == before
 
     def suspend_resume(self) -> None:
         def patch(suspend: bool) -> None:
