@@ -193,13 +193,13 @@ def safe_strategies(diff: SpecDiff) -> tuple[Strategy, ...]:
     return tuple(s for s in STRATEGIES_CHEAPEST_FIRST if not unsafe_reasons(s, diff))
 
 
-def choose_strategy(requested: str, diff: SpecDiff) -> Strategy | Refusal:
+def choose_strategy(requested: Strategy | Literal["auto"], diff: SpecDiff) -> Strategy | Refusal:
     safe = safe_strategies(diff)
     if requested == "auto":
         return safe[0]
     if requested in safe:
-        return requested  # type: ignore[return-value]
-    reasons = unsafe_reasons(requested, diff)  # type: ignore[arg-type]
+        return requested
+    reasons = unsafe_reasons(requested, diff)
     shown = "; ".join(dict.fromkeys(map(str, reasons[:3])))
     more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
     return Refusal(
