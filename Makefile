@@ -36,10 +36,11 @@ test: $(STAMP) ## install what is needed and run the whole test suite
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff (rules and format), and the import contracts in pyproject.toml (product code never imports the test bed)
+lint: $(STAMP) ## ruff (rules and format), the import contracts in pyproject.toml (product code never imports the test bed), mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
@@ -78,7 +79,7 @@ crds: $(STAMP) ## regenerate crds/ from the model (sluice.operator.model) and co
 	cp crds/*.yaml charts/sluice/crds/
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
 
 # --- packaging: Helm chart, images, kind e2e ---------------------------------------------------------
 .PHONY: chart-crds images e2e e2e-local e2e-autoscale local-images

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sluice.pipelines.local.provision import run_command
@@ -69,7 +70,10 @@ def prefetch_command(args: argparse.Namespace) -> int:
     from .spark_operator import spark_operator_binary
 
     java_binary()
-    steps = [("Kafka jars", kafka_jars), ("Spark Kafka connector", spark_kafka_jars)]
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("Kafka jars", kafka_jars),
+        ("Spark Kafka connector", spark_kafka_jars),
+    ]
     if not args.skip_kubernetes:
         steps.append(("Kubernetes, etcd and helm binaries", prefetch_kubernetes))
         steps.append(("node: kubelet, kube-scheduler, kube-proxy, CoreDNS, images, Debian packages", prefetch_node))

@@ -61,7 +61,9 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
 
 
-def wait_for(probe: Callable[[], T], *, timeout: float = 60.0, what: str = "condition", interval: float = 0.5) -> T:
+def wait_for(
+    probe: Callable[[], T | None], *, timeout: float = 60.0, what: str = "condition", interval: float = 0.5
+) -> T:
     """probe()'s first truthy result; AssertionError naming `what` and the last result on timeout (for
     checks in tests, where wait_until is for provisioning)."""
     deadline = time.monotonic() + timeout

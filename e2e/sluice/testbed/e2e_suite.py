@@ -404,7 +404,7 @@ AUTOSCALE_WORDS, AUTOSCALE_COUNTS = "autoscale-words", "autoscale-weighed"
 # ~15 ms of one core per record (measured with local Spark), ~60 ms under the executors' 250m limit: the
 # records' cost, not each batch's fixed cost, decides what one executor can do.
 RECORD_COST = "aggregate(sequence(1, 100000 + length(value)), 0L, (acc, x) -> acc + x)"
-AUTOSCALING = {
+AUTOSCALING: dict[str, Any] = {
     "enabled": True,
     "interval": "5s",
     "metricsWindow": "30s",
@@ -693,11 +693,11 @@ class E2ESuite:
         ]
 
     def wait_phase(self, phase: str) -> dict[str, Any]:
-        return wait_for(
-            lambda: (s := self.status()).get("phase") == phase and s,
-            timeout=self.timeout,
-            what=f"{self.app_name} to be {phase}",
-        )
+        def reached() -> dict[str, Any] | None:
+            status = self.status()
+            return status if status.get("phase") == phase else None
+
+        return wait_for(reached, timeout=self.timeout, what=f"{self.app_name} to be {phase}")
 
     def send(self, words: Sequence[str], lines: int = 20) -> None:
         """Lines of words; their counts become due once later data closes their windows."""
@@ -735,12 +735,11 @@ class E2ESuite:
         claim = self.CHECKPOINT_CLAIM
         self.app = wordcount_app(self.apps_namespace, self.images, self.kafka.app_kafka(), checkpoint_claim=claim)
         self.target.apply(pvc(claim, self.apps_namespace), self.app)
-        if isinstance(self.kafka, StrimziKafka):  # topics before data: no auto-created topic gets there first
+        kafka = self.kafka
+        if isinstance(kafka, StrimziKafka):  # topics before data: no auto-created topic gets there first
             wait_for(
                 lambda: (
-                    self.target.kubectl("get", "kafkatopics", "-n", self.kafka.namespace, "-o", "name").stdout.count(
-                        "\n"
-                    )
+                    self.target.kubectl("get", "kafkatopics", "-n", kafka.namespace, "-o", "name").stdout.count("\n")
                     >= len(self.app["spec"]["topics"])
                 ),
                 timeout=120,
@@ -751,7 +750,7 @@ class E2ESuite:
                 "kafkatopics",
                 "--all",
                 "-n",
-                self.kafka.namespace,
+                kafka.namespace,
                 "--for=condition=Ready",
                 f"--timeout={self.timeout:.0f}s",
                 timeout=self.timeout + 30,
@@ -814,25 +813,26 @@ class E2ESuite:
             self.target.kubectl(
                 "scale", "streamingapp", self.app_name, "-n", self.apps_namespace, f"--replicas={replicas}"
             )
-            wait_for(
-                lambda n=replicas: self.status().get("desiredExecutors") == n,
-                timeout=60,
-                what=f"{replicas} executors desired",
-            )
-            wait_for(
-                lambda n=replicas: len(self.running_executor_pods()) == n,
-                timeout=self.timeout,
-                what=f"{replicas} executor pods",
-            )
-            wait_for(
-                lambda n=replicas: self.status().get("executors") == n,
-                timeout=self.timeout,
-                what=f"{replicas} live executors in the status",
-            )
+            self._wait_scaled(replicas)
             self.send(["gamma", "alpha"] if replicas == 3 else ["epsilon"])
             self.assert_counts()
         assert self.driver_identity() == before, "scaling must not restart the driver or its queries"
         assert duplicated_windows(self.kafka.consume(COUNTS)) == [], "a result was written twice"
+
+    def _wait_scaled(self, replicas: int) -> None:
+        wait_for(
+            lambda: self.status().get("desiredExecutors") == replicas, timeout=60, what=f"{replicas} executors desired"
+        )
+        wait_for(
+            lambda: len(self.running_executor_pods()) == replicas,
+            timeout=self.timeout,
+            what=f"{replicas} executor pods",
+        )
+        wait_for(
+            lambda: self.status().get("executors") == replicas,
+            timeout=self.timeout,
+            what=f"{replicas} live executors in the status",
+        )
 
     def app_status(self, app: str) -> dict[str, Any]:
         return (self.target.get("streamingapp", app, self.apps_namespace) or {}).get("status") or {}

@@ -537,9 +537,11 @@ class ControlPlane:
     def attach(cls, state_dir: Path) -> ControlPlane | None:
         """The control plane recorded in state_dir by an earlier start(), possibly by another process."""
         recorded = read_record(state_dir / "cluster.json")
+        if recorded is None:
+            return None
         try:
             return cls(state_dir, Ports(**recorded["ports"]), recorded.get("advertise_address"))
-        except (KeyError, TypeError):  # None, or written by another version
+        except (KeyError, TypeError):  # written by another version
             return None
 
     @property

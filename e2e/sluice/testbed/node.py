@@ -464,9 +464,11 @@ class Node:
         """The node recorded in state_dir by an earlier start(), possibly by another process."""
         node = cls(plane, state_dir)
         recorded = read_record(node.state_dir / "node.json")
+        if recorded is None:
+            return None
         try:
             node.ports = NodePorts(**recorded["ports"])
-        except (KeyError, TypeError):  # None, or written by another version
+        except (KeyError, TypeError):  # written by another version
             return None
         node.address = recorded.get("address", node.address)
         return node

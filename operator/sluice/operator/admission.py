@@ -25,11 +25,13 @@ from .settings import SETTINGS
 WEBHOOK_ID = "validate-streamingapp"
 WEBHOOK_PATH = f"/{WEBHOOK_ID}"  # kopf routes a review by its path to the handler of that id
 DENIED_CODE = 422  # Unprocessable Entity, as for a spec the CRD schema refuses
-VALIDATED_OPERATIONS = ("CREATE", "UPDATE")
+VALIDATED_OPERATIONS: tuple[kopf.Operation, ...] = ("CREATE", "UPDATE")
 
 
 @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_ID, operations=list(VALIDATED_OPERATIONS))
-def refuse_invalid_app(body: kopf.Body, old: kopf.Body | None, operation: str | None, **_: Any) -> None:
+def refuse_invalid_app(
+    body: kopf.Body, old: kopf.Body | None = None, operation: str | None = None, **_: Any
+) -> None:  # kopf passes old and operation, though its WebhookFn does not name them
     if operation not in VALIDATED_OPERATIONS:
         return
     spec = body.get("spec") or {}

@@ -251,7 +251,8 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]
     """Env and volumes as a Spark pod template: Spark applies it itself, so apps need no spark-operator
     webhook (which is what applies SparkApplication's env/configMaps/volumes fields)."""
     container: dict[str, Any] = {"name": SPARK_CONTAINERS[role]}
-    volumes, mounts = [], []
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     if spec.spark.pod.env:
         container["env"] = [{"name": k, "value": v} for k, v in sorted(spec.spark.pod.env.items())]
     claim = checkpoint_claim_name(app, spec)

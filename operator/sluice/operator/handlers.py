@@ -52,7 +52,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.full_pass_at = {}  # app -> monotonic time of its last full pass
 
 
-def _record(trigger: str, outcome: Outcome, body: kopf.Body | dict[str, Any]) -> None:
+def _record(trigger: str, outcome: Outcome, body: kopf.Body) -> None:
     meta = body["metadata"]
     app = f"{meta['namespace']}/{meta['name']}"
     status = outcome.status
@@ -145,15 +145,15 @@ def _child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: An
         with metrics.RECONCILE_SECONDS.labels("child").time():
             outcome = memo.reconciler.reconcile_by_name(meta["namespace"], app)
         if outcome is not None:
-            _record(
-                "child",
-                outcome,
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": "StreamingApp",
-                    "metadata": {"namespace": meta["namespace"], "name": app, "uid": _owner_uid(meta, app)},
-                },
-            )
+            owner: kopf.RawBody = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "StreamingApp",
+                "metadata": {"namespace": meta["namespace"], "name": app},
+            }
+            uid = _owner_uid(meta, app)
+            if uid is not None:  # else the event names the app without it
+                owner["metadata"]["uid"] = uid
+            _record("child", outcome, kopf.Body(owner))
 
 
 def _owner_uid(meta: dict[str, Any], app: str) -> str | None:
@@ -172,5 +172,6 @@ def _deletes_topics(spec: kopf.Spec, **_: Any) -> bool:
 
 # A finalizer only for what garbage collection cannot do: Kafka topics deleted through the Admin API.
 @kopf.on.delete(*RESOURCE, when=_deletes_topics)
-def delete_topics(spec: kopf.Spec, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+def delete_topics(spec: kopf.Spec, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    assert namespace is not None  # StreamingApps are namespaced
     memo.reconciler.delete_topics(dict(spec), namespace)

@@ -185,8 +185,10 @@ def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, str]], now: 
     merged = []
     for condition in new:
         previous = before.get(condition["type"])
-        changed = previous is None or previous.get("status") != condition["status"]
-        merged.append({**condition, "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now)})
+        since = now
+        if previous is not None and previous.get("status") == condition["status"]:
+            since = previous.get("lastTransitionTime", now)
+        merged.append({**condition, "lastTransitionTime": since})
     return merged
 
 

@@ -13,7 +13,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kubernetes import client, config
@@ -62,11 +62,16 @@ def api_client() -> client.ApiClient:
     return client.ApiClient()
 
 
+def _adopt(child: dict[str, Any], owner: dict[str, Any]) -> None:
+    """kopf.adopt with the app as read (kopf reads its owner as a mapping; its types name its Body)."""
+    kopf.adopt(child, owner=kopf.Body(cast(kopf.RawBody, owner)))
+
+
 def _api_message(exc: ApiException) -> str:
     import json
 
     try:
-        return json.loads(exc.body).get("message", str(exc.reason))
+        return json.loads(exc.body or "").get("message", str(exc.reason))
     except (TypeError, ValueError):
         return f"{exc.status} {exc.reason}"
 
@@ -289,7 +294,7 @@ class Reconciler:
             topic = {**topic, "spec": {**topic["spec"], "partitions": have}}
         spec_topic = next(t for t in desired.spec.topics if t.name == topic["spec"]["topicName"])
         if spec_topic.deletionPolicy == "delete" and meta["namespace"] == owner["metadata"]["namespace"]:
-            kopf.adopt(topic, owner=owner)  # deleted with the app; Strimzi then deletes the Kafka topic
+            _adopt(topic, owner)  # deleted with the app; Strimzi then deletes the Kafka topic
         self.apply(topic)
 
     def _ensure_children(
@@ -298,7 +303,7 @@ class Reconciler:
         applied = []
         for child in desired.children:
             if ch.owned_by_app(child, desired.spec):
-                kopf.adopt(child, owner=owner)
+                _adopt(child, owner)
             try:
                 if child["kind"] == "PersistentVolumeClaim":
                     self._ensure_claim(child)
@@ -336,9 +341,11 @@ class Reconciler:
     def _prune_pipeline_configmaps(self, namespace: str, app: str, keep: frozenset[str]) -> None:
         """Revisions no rollout needs any more (the stable one, and a rollout's two, are kept)."""
         for item in self._pipeline_configmaps(namespace, app):
-            if (item.metadata.labels or {}).get(ch.REVISION_LABEL) not in keep:
+            meta = item.metadata
+            assert meta is not None and meta.name is not None  # a listed object has both
+            if (meta.labels or {}).get(ch.REVISION_LABEL) not in keep:
                 try:
-                    self.core.delete_namespaced_config_map(item.metadata.name, namespace)
+                    self.core.delete_namespaced_config_map(meta.name, namespace)
                 except ApiException as exc:
                     if exc.status != 404:  # a concurrent pass (update handler vs resync) got there first
                         raise
@@ -349,9 +356,10 @@ class Reconciler:
         if self.get("v1", "Secret", namespace, ch.control_secret_name(app)) is not None:
             return
         secret = ch.control_secret(app, namespace, secrets.token_urlsafe(32))
-        kopf.adopt(secret, owner=owner)
+        _adopt(secret, owner)
         with contextlib.suppress(ApiException):  # 409: a concurrent pass created it
-            self.core.create_namespaced_secret(namespace, secret)
+            # The client serialises a dict body as it is; its types name only the V1Secret model.
+            self.core.create_namespaced_secret(namespace, secret)  # type: ignore[arg-type]
         self._tokens.pop((namespace, app), None)
 
     def _control_token(self, namespace: str, app: str) -> str | None:
@@ -431,7 +439,7 @@ class Reconciler:
         facts = driver_facts(app, submitted or "", obs.spark_state, restarts, obs.driver)
         observed = Observed(clock, frozenset(revisions), (facts,) if spark_app else ())
         decision = decide(app, recorded, stable, target, observed, submitted)
-        events = [(e.type, e.reason, e.message) for e in decision.step.events]
+        events: list[tuple[str, str, str]] = [(e.type, e.reason, e.message) for e in decision.step.events]
         for _ in range(2):
             refused = self._carry_out(body, decision, specs, obs, observed, events)
             if refused is None:
@@ -441,7 +449,7 @@ class Reconciler:
             decision = decide(app, rollout, decision.step.stable_revision, target, observed, submitted)
             events += [(e.type, e.reason, e.message) for e in decision.step.events]
         condition = rollout_condition(decision.step, revision)
-        old = next((c for c in status.get("conditions") or [] if c.get("type") == "Rollout"), {})
+        old: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Rollout"), {})
         refusal = decision.step.refusal
         if refusal is not None and old.get("message") != refusal.message:
             events.append(("Warning", refusal.reason, refusal.message))
@@ -488,7 +496,7 @@ class Reconciler:
     def _apply_revision(self, owner: dict[str, Any], spec: StreamingAppSpec) -> None:
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
         configmap = ch.pipeline_configmap(app, namespace, spec, bootstrap_for(spec, namespace))
-        kopf.adopt(configmap, owner=owner)
+        _adopt(configmap, owner)
         self.apply(configmap)
 
     def _swap(
@@ -554,7 +562,9 @@ class Reconciler:
     def _realize(self, namespace: str, app: str, obs: Observation, plan: ScalingPlan) -> list[tuple[str, str, str]]:
         """Ask the driver for the desired count when it runs another one (after a restart it runs none:
         the count is re-asserted)."""
-        if obs.driver is None or plan.desired is None or not needs_executor_request(obs.driver, plan.desired):
+        if obs.driver is None or obs.driver_address is None or plan.desired is None:
+            return []
+        if not needs_executor_request(obs.driver, plan.desired):
             return []
         token = self._control_token(namespace, app)
         if token is None:

@@ -6,7 +6,9 @@ a request for fewer partitions is refused with a message, never applied.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 from .model import TopicSpec
 
@@ -83,7 +85,7 @@ class AdminTopics:
             ResourceType,
         )
 
-        futures = []
+        futures: list[Future[Any]] = []
         if plan.create:
             new = [NewTopic(t.name, t.partitions, t.replicas, config=dict(t.config)) for t in plan.create]
             futures += self.admin.create_topics(new).values()

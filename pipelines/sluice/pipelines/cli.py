@@ -35,7 +35,8 @@ def _spark_log(app_name: str) -> Path:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    sql, ddl = static_sql_parser, static_ddl_parser
+    sql: SqlParser = static_sql_parser
+    ddl: DdlParser = static_ddl_parser
     spark = None
     if args.spark and _spark_available():
         from .runtime import spark_ddl_parser, spark_sql_parser

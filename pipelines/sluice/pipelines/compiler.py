@@ -129,7 +129,7 @@ class Compiler:
         compiled = CompiledPipeline()
         for node in self.spec.nodes:
             if node.kind == "sink":
-                compiled.queries.append(self._guarded(node, lambda n=node: self._sink(n)))
+                compiled.queries.append(self._guarded(node, functools.partial(self._sink, node)))
             elif node.fromKafka is not None:
                 compiled.sources[node.name] = node.fromKafka
         if self.spec.deadLetter is not None:
@@ -179,6 +179,7 @@ class Compiler:
             meta.append(F.col("timestamp").alias("kafka_timestamp"))
         df = good.select(*records.fields, *meta)
         if src.watermark:
+            assert src.eventTime is not None  # validated: 'watermark' needs 'eventTime'
             df = df.withWatermark(src.eventTime, duration_to_spark(src.watermark))
         return Stream(df, event_time=src.eventTime, watermarked=bool(src.watermark))
 
@@ -411,7 +412,7 @@ class Compiler:
         src, name = records.node.fromKafka, records.node.name
         assert src is not None
         late = self._late_rule(name, duration_ms(src.watermark)) if dead.lateRecords and src.watermark else None
-        columns = [
+        columns: list[Column | str] = [
             F.lit(name).alias("source"),
             F.col(ERROR_COLUMN).alias("error"),
             "topic",
@@ -422,6 +423,7 @@ class Compiler:
             "value",
         ]
         if late is not None:  # lateness is decided per batch, from the event time (a watermark implies one)
+            assert src.eventTime is not None
             event_time = "timestamp" if src.eventTime == "kafka_timestamp" else src.eventTime
             columns.append(F.col(event_time).alias("_event_time"))
         df = records.checked.select(*columns)

@@ -8,13 +8,13 @@ client parses them, so both sides share one definition.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import ConfigDict, Field
 
 from .spec import PipelineSpec, Strict
 
-API_VERSION = "sluice.dev/v1alpha1"
+API_VERSION: Final = "sluice.dev/v1alpha1"
 RUNNER_CONFIG_FILE = "runner.json"
 DEFAULT_CONTROL_PORT = 9090
 MAX_EXECUTORS = 1000

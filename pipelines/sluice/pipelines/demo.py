@@ -41,8 +41,9 @@ def generate_lines(count: int, start_ms: int, step_ms: int, jitter_ms: int, seed
 
 
 def main(argv: list[str] | None = None) -> int:
-    lines = int((argv or [None])[0] or 60_000)
+    lines = int((argv or [""])[0] or 60_000)
     document = load_documents(EXAMPLE)[0]
+    assert document.manifest is not None  # EXAMPLE is a StreamingApp manifest
     topics = {t["name"]: t.get("partitions", 1) for t in document.manifest["spec"]["topics"]}
     bootstrap = local_bootstrap(LOCAL_KAFKA_DIR)
     ephemeral = None
@@ -99,7 +100,7 @@ def run_demo(document: PipelineDocument, topics: dict[str, int], bootstrap: str,
         run.stop()
         spark.stop()
 
-    counts = [json.loads(r.value) for r in consume_all(bootstrap, sink)]
+    counts = [json.loads(r.value) for r in consume_all(bootstrap, sink) if r.value is not None]
     dead_letters = consume_all(bootstrap, dead)
     _print_windows(counts)
     words_in = sum(len(v.split()) for v, _ in on_time)

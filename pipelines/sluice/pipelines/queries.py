@@ -27,7 +27,8 @@ def apply_trigger(writer: DataStreamWriter, trigger: ProcessingTime, spark_versi
             raise UnsupportedTrigger(
                 f"trigger.realTime needs Spark >= 4.1 (this is Spark {spark_version}); use processingTime"
             )
-        return writer.trigger(realTime=duration_to_spark(trigger.realTime))  # type: ignore[call-arg]
+        # pyspark's overloads of trigger() leave realTime out (its implementation takes it)
+        return writer.trigger(realTime=duration_to_spark(trigger.realTime))  # type: ignore[call-overload]
     return writer.trigger(processingTime=duration_to_spark(trigger.processingTime or "1s"))
 
 
@@ -76,7 +77,9 @@ class LateTracker:
         if max_before is not None:
             late, message = self.late_condition(max_before)
             marked = batch.withColumn("error", F.when(late, message).otherwise(F.col("error")))
-        seen = batch.where(F.col("error").isNull()).agg(F.max(F.unix_micros("_event_time"))).first()[0]
+        row = batch.where(F.col("error").isNull()).agg(F.max(F.unix_micros("_event_time"))).first()
+        assert row is not None  # an aggregation without grouping has one row
+        seen = row[0]
         known = [x for x in (max_before, seen) if x is not None]
         self._known = {batch_id: max(known) if known else None}
         files.write(batch_id, {"max": self._known[batch_id]})

@@ -49,7 +49,9 @@ def spark_sql_parser(spark: SparkSession):
 
 
 def spark_ddl_parser(spark: SparkSession):
-    struct_type = spark._jvm.org.apache.spark.sql.types.StructType
+    jvm = spark._jvm
+    assert jvm is not None
+    struct_type = jvm.org.apache.spark.sql.types.StructType
 
     def parse(ddl: str) -> list[str] | str:
         try:

@@ -59,7 +59,9 @@ def cel(*rules: str | tuple[str, str], message: str | None = None) -> ConfigDict
     cel(rule, message) for one rule, or cel((rule, message), ...) for several.
     """
     if rules and isinstance(rules[0], str):
-        pairs = [(rules[0], rules[1] if len(rules) > 1 else message or rules[0])]
+        text = rules[1] if len(rules) > 1 else message or rules[0]
+        assert isinstance(text, str), "cel(rule, message): the message is a string"
+        pairs = [(rules[0], text)]
     else:
         pairs = list(rules)  # type: ignore[arg-type]
     return ConfigDict(

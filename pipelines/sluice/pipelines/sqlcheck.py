@@ -37,7 +37,7 @@ def _message(exc: SqlglotError, offset: int) -> str:
     return "syntax error: cannot split it into SQL tokens (an unterminated string or quoted name?)"
 
 
-def _parse(sql: str, offset: int = 0) -> exp.Expression | str:
+def _parse(sql: str, offset: int = 0) -> exp.Expr | str:
     try:
         return sqlglot.parse_one(sql, read=_DIALECT)
     except SqlglotError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from .spec import DURATION_PATTERN, OPERATIONS, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
 
@@ -87,7 +88,7 @@ def join_path(prefix: str, *parts: str | int) -> str:
 # --------------------------------------------------------------------------- layer 1: the model
 
 
-def _friendly(error: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
+def _friendly(error: ErrorDetails) -> tuple[tuple[Any, ...], str]:
     loc = tuple(error["loc"])
     kind = error["type"]
     if kind == "extra_forbidden":

@@ -67,7 +67,7 @@ def decide(
                 "phase": "Complete",
                 "finishedAt": format_time(observed.now),
                 "newDriver": False,
-                "message": f"{planned.message.split(': ', 1)[-1]}; {how}, on the same checkpoints",
+                "message": f"{(planned.message or '').split(': ', 1)[-1]}; {how}, on the same checkpoints",
             }
         )
         event = Event("Normal", "RolloutRestart", f"revision {planned.toRevision}: {how}")
@@ -110,8 +110,8 @@ def driver_facts(
 ) -> DriverFacts:
     """The app's driver as the rollout sees it, from spark-operator's state and the driver's /v1/status."""
     if status is None:
-        state = "failed" if (spark_state or "").upper() in FAILED_SPARK_STATES else "pending"
-        return DriverFacts(name, submitted_revision, state, restarts)
+        failed = (spark_state or "").upper() in FAILED_SPARK_STATES
+        return DriverFacts(name, submitted_revision, "failed" if failed else "pending", restarts)
     backlog = {t.topic: t.backlog for t in status.topics}
     queries = tuple(
         QueryFacts(

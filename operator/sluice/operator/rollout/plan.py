@@ -195,12 +195,14 @@ def safe_strategies(diff: SpecDiff) -> tuple[Strategy, ...]:
 
 
 def choose_strategy(
-    requested: str, diff: SpecDiff, available: tuple[Strategy, ...] = STRATEGIES_CHEAPEST_FIRST
+    requested: Strategy | Literal["auto"], diff: SpecDiff, available: tuple[Strategy, ...] = STRATEGIES_CHEAPEST_FIRST
 ) -> Strategy | Refusal:
     safe = safe_strategies(diff)
     usable = tuple(s for s in safe if s in available)
-    if requested in (*usable, "auto") and usable:
-        return usable[0] if requested == "auto" else requested  # type: ignore[return-value]
+    if requested == "auto" and usable:
+        return usable[0]
+    if requested != "auto" and requested in usable:
+        return requested
     if requested == "auto" or requested in safe:
         needed = requested if requested in safe else " or ".join(safe)
         why = "; ".join(dict.fromkeys(map(str, _strategy_reasons(safe[0], diff)[:3])))
@@ -211,7 +213,7 @@ def choose_strategy(
             f"the running revision keeps running. It carries out {', '.join(available)}",
             reason="StrategyNotAvailable",
         )
-    reasons = unsafe_reasons(requested, diff)  # type: ignore[arg-type]
+    reasons = unsafe_reasons(requested, diff)
     shown = "; ".join(dict.fromkeys(map(str, reasons[:3])))
     more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
     return Refusal(

@@ -19,9 +19,9 @@ def kafka_command(args: argparse.Namespace) -> int:
     elif args.action == "down":
         print("Kafka stopped" if kafka.local_down(state_dir) else "no local Kafka was running")
     else:
-        bootstrap = kafka.local_bootstrap(state_dir)
-        print(f"running, bootstrap: {bootstrap}" if bootstrap else "not running")
-        return 0 if bootstrap else 1
+        running = kafka.local_bootstrap(state_dir)
+        print(f"running, bootstrap: {running}" if running else "not running")
+        return 0 if running else 1
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 Record = tuple[bytes | None, bytes | None]
 
 
-def _config(bootstrap: str, **settings: object) -> dict[str, object]:
+def _config(bootstrap: str, **settings: object) -> dict[str, Any]:
     """A client's settings; librdkafka's own log says errors only (its info lines, such as the queue purged when
     a client goes, would land in the demo's terminal): failures reach the caller as exceptions."""
     return {"bootstrap.servers": bootstrap, "log_level": 3, **settings}
@@ -24,7 +24,7 @@ class ConsumedRecord(NamedTuple):
     partition: int
     offset: int
     timestamp_ms: int
-    headers: tuple[tuple[str, bytes | None], ...] = ()
+    headers: tuple[tuple[str, str | bytes | None], ...] = ()  # as confluent_kafka gives them (it reads bytes)
 
 
 def create_topic(
@@ -77,7 +77,7 @@ def produce(
     count = 0
     for record in records:
         key, value = record if isinstance(record, tuple) else (None, record)
-        extra = {} if stamps is None else {"timestamp": next(stamps)}
+        extra: dict[str, Any] = {} if stamps is None else {"timestamp": next(stamps)}
         if partition is not None:
             extra["partition"] = partition
         while True:
@@ -139,20 +139,23 @@ def consume_all(
 
         while not done() and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=10_000, timeout=0.5):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        position[msg.partition()] = max(position[msg.partition()], msg.offset())
-                        continue
-                    raise KafkaException(msg.error())
-                position[msg.partition()] = msg.offset() + 1
+                error = msg.error()
+                if error and error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                partition, offset, headers = msg.partition(), msg.offset(), msg.headers()
+                assert partition is not None and offset is not None  # a fetched record or end has both
+                if error:  # the end of a partition
+                    position[partition] = max(position[partition], offset)
+                    continue
+                position[partition] = offset + 1
                 out.append(
                     ConsumedRecord(
                         msg.key(),
                         msg.value(),
-                        msg.partition(),
-                        msg.offset(),
+                        partition,
+                        offset,
                         msg.timestamp()[1],
-                        tuple(msg.headers() or ()),
+                        tuple(headers.items() if isinstance(headers, dict) else headers or ()),
                     )
                 )
         if expected is None and not done():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Set
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -60,7 +61,7 @@ def artifact_name(jar: str) -> str:
     return match.group(1) if match else stem
 
 
-def fetch_jars(name: str, coordinates: list[str], dest: Path, *, skip_artifacts: set[str] = frozenset()) -> list[Path]:
+def fetch_jars(name: str, coordinates: list[str], dest: Path, *, skip_artifacts: Set[str] = frozenset()) -> list[Path]:
     """Resolve `coordinates` with Maven into `dest` once; later calls return the cached jars.
 
     `skip_artifacts` drops jars already provided elsewhere (e.g. by pyspark) so two versions of one
@@ -74,7 +75,7 @@ def fetch_jars(name: str, coordinates: list[str], dest: Path, *, skip_artifacts:
     return sorted(dest.glob("*.jar"))
 
 
-def _resolve(name: str, coordinates: list[str], dest: Path, skip_artifacts: set[str]) -> None:
+def _resolve(name: str, coordinates: list[str], dest: Path, skip_artifacts: Set[str]) -> None:
     mvn = require_tool("mvn", "install Maven (apt-get install maven) to fetch jars from Maven Central")
     work = dest.parent / f".{dest.name}.build"
     shutil.rmtree(work, ignore_errors=True)

@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
@@ -56,7 +56,7 @@ CLIENT_TIMEOUT_S = 60.0
 MAX_KEPT_PRODUCERS = 64  # per Python worker
 MAX_FENCED = 5  # new producers in a row fenced by another one before a task gives up
 
-Header = tuple[str, bytes | None]
+Header = tuple[str, str | bytes | None]  # as confluent_kafka takes and gives them (it reads bytes)
 KafkaRecord = tuple[bytes | None, bytes | None, list[Header] | None]  # key, value, headers
 
 
@@ -117,7 +117,7 @@ def routes(spark: SparkSession, partitions: int) -> list[int]:
     """Per partition p an INT that repartition(N, it) sends to Spark partition p (pmod(hash(it), N) = p):
     routed by them, Spark partition p holds exactly Kafka partition p's records."""
     candidates = spark.range(0, 64 * partitions).select(F.col("id").cast("int").alias("route"))
-    found = dict(
+    found: dict[int, int] = dict(
         candidates.groupBy(F.expr(f"pmod(hash(route), {partitions})").alias("p")).agg(F.min("route")).collect()
     )
     return [found[p] for p in range(partitions)]
@@ -140,13 +140,14 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         # Connections to every broker at once: with sparse connections (librdkafka's default) a new client's
         # first coordinator or metadata request often finds no connection up yet and is retried 500 ms later;
         # and producers are new whenever a partition's task lands on another Python worker.
-        self.client_config = {
+        self.writer = f"{context.app_id}/{context.query}"
+        options = {k.removeprefix("kafka."): v for k, v in config.options.items() if k.startswith("kafka.")}
+        self.transactional_prefix = options.pop("transactional.id", f"sluice/{self.writer}")
+        self.client_config: dict[str, str | bool] = {
             "bootstrap.servers": self.bootstrap,
             "enable.sparse.connections": False,
-            **{k.removeprefix("kafka."): v for k, v in config.options.items() if k.startswith("kafka.")},
+            **options,
         }
-        self.writer = f"{context.app_id}/{context.query}"
-        self.transactional_prefix = self.client_config.pop("transactional.id", f"sluice/{self.writer}")
         self._query_id: str | None = None
         self._transaction_timeout_ms: int | None = None
         self._pinned: tuple[int, int] | None = None  # (from batch, partitions) last pinned in this run
@@ -275,8 +276,8 @@ class Marker:
         ).encode()
 
     @classmethod
-    def of(cls, headers: Iterable[Header] | None) -> Marker | None:
-        for name, value in headers or ():
+    def of(cls, headers: Iterable[Header] | Mapping[str, str | bytes | None] | None) -> Marker | None:
+        for name, value in headers.items() if isinstance(headers, Mapping) else headers or ():
             if name == COMMIT_HEADER and value:
                 data = json.loads(value)
                 return cls(data["writer"], data["query"], int(data["batch"]))
@@ -311,7 +312,7 @@ class BatchWrite:
     batch_id: int
     partitions: int
     columns: tuple[str, ...]  # of the rows the tasks get: value, key?, headers?, PARTITION_COLUMN
-    client_config: dict[str, str]
+    client_config: dict[str, str | bool]
     transactional_prefix: str
     transaction_timeout_ms: int
 
@@ -319,7 +320,7 @@ class BatchWrite:
     def marker(self) -> Marker:
         return Marker(self.writer, self.query_id, self.batch_id)
 
-    def write(self, partition: int, rows: Iterator[Row]) -> Iterator[PartitionResult]:
+    def write(self, partition: int, rows: Iterable[Row]) -> Iterator[PartitionResult]:
         records = (self._record(row, partition) for row in rows)
         head = [r for r in (next(records, None), next(records, None)) if r is not None]
         if not head:
@@ -558,7 +559,9 @@ def _last_marker_between(
                     if transient(error):  # the consumer fetches again by itself
                         continue
                     raise KafkaException(error)
-                if message.offset() >= stop:
+                offset = message.offset()
+                assert offset is not None  # a fetched record has one
+                if offset >= stop:
                     return found
                 marker = Marker.of(message.headers())
                 if marker is not None and marker.writer == writer:
