@@ -916,26 +916,39 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
         ]:
             assert target.get(kind, child, namespace) is not None, (kind, child)
 
-        # A new revision: a new pipeline ConfigMap, the old one pruned (list + delete).
-        target.kubectl(
-            "patch",
-            "streamingapp",
-            name,
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            json.dumps({"spec": {"spark": {"image": "sluice/spark:next"}}}),
-        )
+        # Two new revisions: a pipeline ConfigMap each; the first revision's is pruned (list + delete) once no
+        # rollout names it (the last rollout's two revisions are kept).
+        for image in ("sluice/spark:next", "sluice/spark:after"):
+            before = status(target, namespace, name).get("revision")
+            target.kubectl(
+                "patch",
+                "streamingapp",
+                name,
+                "-n",
+                namespace,
+                "--type=merge",
+                "-p",
+                json.dumps({"spec": {"spark": {"image": image}}}),
+            )
+            wait_for(
+                lambda b=before: status(target, namespace, name).get("stableRevision") not in (None, b),
+                timeout=60,
+                what=f"the revision of {image} to be stable",
+                interval=0.5,
+            )
+
+        def kept() -> list[str]:
+            rollout = status(target, namespace, name)["rollout"]
+            revisions = {rollout["fromRevision"], rollout["toRevision"]}
+            return sorted(f"configmap/{children.configmap_name(name, rev)}" for rev in revisions)
+
         wait_for(
-            lambda: (
-                pipeline_configmaps(target, namespace, name)
-                == [f"configmap/{children.configmap_name(name, status(target, namespace, name).get('revision'))}"]
-            ),
+            lambda: sorted(pipeline_configmaps(target, namespace, name)) == kept(),
             timeout=60,
-            what="the old pipeline ConfigMap to be pruned",
+            what="the first pipeline ConfigMap to be pruned",
             interval=0.5,
         )
+        assert f"configmap/{children.configmap_name(name, first_revision)}" not in kept()
 
         # A running driver whose pod the operator reads (it has none here: no figures, nothing stale).
         target.kubectl(

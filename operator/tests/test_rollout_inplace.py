@@ -50,7 +50,7 @@ def test_a_filter_change_is_swapped_in_the_running_driver_and_pins_the_new_revis
     assert done.step.rollout is not None and done.step.rollout.phase == "Complete"
     assert done.step.stable_revision == "r2"
     assert (done.runner_revision, done.submitted_revision) == ("r2", "r1")
-    assert done.keep == {"r2"}
+    assert done.keep == {"r1", "r2"}, "the last rollout's revisions stay until the next one"
     assert rollout_condition(done.step, "r2") == (True, "Complete", done.step.rollout.message)
 
 

@@ -344,6 +344,7 @@ class Reconciler:
             meta = item.metadata
             assert meta is not None and meta.name is not None  # a listed object has both
             if (meta.labels or {}).get(ch.REVISION_LABEL) not in keep:
+                log.info("%s/%s: revision ConfigMap %s pruned (kept: %s)", namespace, app, meta.name, sorted(keep))
                 try:
                     self.core.delete_namespaced_config_map(meta.name, namespace)
                 except ApiException as exc:
@@ -433,6 +434,8 @@ class Reconciler:
         if base is not None:
             base_spec = self._revision_spec(namespace, app, base, specs)
             diff = classify(base_spec, spec) if base_spec is not None else lost_base(base)
+            if base_spec is None:
+                log.warning("%s/%s: the spec of revision %s is gone (revisions %s)", namespace, app, base, revisions)
         target = Target(revision, spec.updateStrategy, diff)
         submitted = submitted_revision(spark_app)
         restarts = int(((spark_app or {}).get("status") or {}).get("executionAttempts") or 0)

@@ -94,10 +94,12 @@ def runner_revision(rollout: RolloutStatus | None, stable_revision: str | None, 
 
 
 def kept_revisions(result: Step, target_revision: str) -> frozenset[str]:
+    """The spec's, the stable one, and the last rollout's two: a pass that read the app before this one's
+    status was written still diffs against the revision it saw as stable (a spec gone would mean a restart)."""
     keep = {target_revision}
     if result.stable_revision:
         keep.add(result.stable_revision)
-    if result.rollout is not None and result.rollout.phase not in ("Complete", "RolledBack"):
+    if result.rollout is not None:
         keep.update((result.rollout.fromRevision, result.rollout.toRevision))
     return frozenset(keep)
 
