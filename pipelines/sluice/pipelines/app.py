@@ -145,14 +145,27 @@ class AutoscalingSpec(Strict):
 
 
 class RollbackSpec(Strict):
-    enabled: bool = True
-    healthTimeout: Duration = Field("5m", description="A new revision that is not healthy in time rolls back.")
+    enabled: bool = Field(
+        True,
+        description="Return to the stable revision when the new one fails or is not healthy in time (else: Failed).",
+    )
+    healthTimeout: Duration = Field(
+        "5m",
+        description="A new revision whose changed queries have not each completed 3 batches (or caught up) by then "
+        "rolls back.",
+    )
 
 
 class UpdateStrategy(Strict):
-    """How pipeline changes roll out (the behaviour lands with rolling updates)."""
+    """How a change of the spec rolls out: compared with the stable revision's spec, query by query, by Spark's
+    rules for restarting a query on its checkpoint."""
 
-    type: Literal["auto", "restart", "hotSwap", "checkpointMigration", "fencedHandover"] = "auto"
+    type: Literal["auto", "restart", "hotSwap", "checkpointMigration", "fencedHandover"] = Field(
+        "auto",
+        description="auto: the cheapest safe strategy. hotSwap: only the changed queries restart, in the running "
+        "driver. restart: spark-operator resubmits the driver (runtime changes). checkpointMigration and "
+        "fencedHandover are refused as not available yet, as is an explicit type unsafe for the change.",
+    )
     rollback: RollbackSpec = Field(default_factory=RollbackSpec)
 
 
