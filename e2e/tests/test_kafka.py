@@ -57,7 +57,7 @@ def test_reading_to_the_end_of_transactionally_written_partitions(kafka_bootstra
 
 def test_reading_to_the_end_stops_before_an_open_transaction(kafka_bootstrap, new_topic):
     """The end of a read_committed reader is the last stable offset: the records before a transaction still
-    open, at once."""
+    open, at once; it moves past the transaction's records when it commits."""
     from confluent_kafka import Producer
 
     topic = new_topic(partitions=1)
@@ -69,8 +69,10 @@ def test_reading_to_the_end_stops_before_an_open_transaction(kafka_bootstrap, ne
     producer.flush(30)
     try:
         assert [r.value for r in consume_all(kafka_bootstrap, topic, timeout_s=10)] == [b"committed"]
+        assert end_offsets(kafka_bootstrap, topic) == {0: 1}, "an open transaction's records are not visible yet"
     finally:
-        producer.abort_transaction(30)
+        producer.commit_transaction(30)
+    assert end_offsets(kafka_bootstrap, topic) == {0: 3}, "visible at the commit (the record and its marker)"
 
 
 def test_port_in_use_is_a_clear_error(kafka_broker, tmp_path):

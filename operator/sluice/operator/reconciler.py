@@ -544,7 +544,13 @@ class Reconciler:
         ]
         log.info("%s/%s: revision %s swapped in: %s", namespace, app, answer.revision, "; ".join(done))
         events.append(
-            ("Normal", "Swapped", f"revision {answer.revision}: {'; '.join(done)}; {len(answer.kept)} kept running")
+            (
+                "Normal",
+                "Swapped",
+                f"revision {answer.revision}: {'; '.join(done)}"
+                + (f" in {answer.tookMs} ms" if answer.tookMs is not None else "")
+                + f"; {len(answer.kept)} kept running",
+            )
         )
         return None
 

@@ -194,3 +194,6 @@ class SwapResponse(Strict):
     started: list[str] = Field(default_factory=list)
     stopped: list[str] = Field(default_factory=list)
     kept: list[str] = Field(default_factory=list)
+    tookMs: int | None = Field(
+        None, description="From the first stop to the last start: the longest any changed query was not running."
+    )

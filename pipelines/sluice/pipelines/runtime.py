@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,27 +230,36 @@ class PipelineRun:
             by_action = self._check_swap(config, self._still_to_do(config.revision, steps), set(plans))
             running = {query.name: query for query in self.queries}
             old_plans = {plan.name: plan for plan in self._compile(self.config).queries}
-            for name in by_action["stop"] + by_action["restart"]:
-                self._stop_query(running[name])
             old_config, self.config = self.config, config
+            started_at = time.monotonic()
             started: list[str] = []
-            try:
-                for name in by_action["restart"] + by_action["start"]:
+
+            def change(name: str) -> None:
+                """One query's part, beside the others': its pause is its own batch boundary and start only."""
+                if name in running:
+                    self._stop_query(running[name])
+                if name in plans and name not in by_action["stop"]:
                     self._start_query(plans[name], config)
                     started.append(name)
-            except BaseException:
+
+            changing = by_action["stop"] + by_action["restart"] + by_action["start"]
+            with ThreadPoolExecutor(max_workers=max(len(changing), 1), thread_name_prefix="sluice-swap") as pool:
+                failures = [f.exception() for f in [pool.submit(change, name) for name in changing]]
+            failure = next((f for f in failures if f is not None), None)
+            if failure is not None:
                 for name in started:
                     self._stop_query(self._query(name))
                 self.config = old_config
                 for name in by_action["restart"] + by_action["stop"]:
                     self._start_query(old_plans[name], old_config)
-                raise
+                raise failure
             return SwapResponse(
                 revision=config.revision,
                 restarted=by_action["restart"],
                 started=by_action["start"],
                 stopped=by_action["stop"],
                 kept=by_action["keep"],
+                tookMs=round((time.monotonic() - started_at) * 1000),
             )
 
     def _still_to_do(self, revision: str, steps: Sequence[QueryStep]) -> list[QueryStep]:

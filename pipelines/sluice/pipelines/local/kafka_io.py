@@ -96,6 +96,8 @@ def produce(
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's end for read_committed consumers (librdkafka's default): its last stable offset, which
+    moves past a transaction's records when it commits."""
     consumer = Consumer(_config(bootstrap, **{"group.id": "sluice-offsets", "enable.auto.commit": False}))
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
