@@ -124,7 +124,9 @@ def test_step(suite: E2ESuite, step: str) -> None:
     try:
         suite.run(step)
     finally:
-        reports = {"autoscale": (REPORT, suite.autoscale_report), "rollback": (ROLLOUT_REPORT, suite.rollout_report)}
+        rollout = (ROLLOUT_REPORT, suite.rollout_report)
+        reports = {"autoscale": (REPORT, suite.autoscale_report), "hot_swap": rollout, "rollback": rollout}
+        reports["operator_killed_mid_rollout"] = rollout
         if step in reports:  # the figures, for the record (also of a failed run)
             path, report = reports[step]
             path.parent.mkdir(parents=True, exist_ok=True)

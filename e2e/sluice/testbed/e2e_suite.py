@@ -615,6 +615,7 @@ class E2ESuite:
         "scale",
         "hot_swap",
         "rollback",
+        "operator_killed_mid_rollout",
         "autoscale",
         "suspend_resume",
         "uninstall",
@@ -1068,7 +1069,11 @@ class E2ESuite:
             "output_gap_across_s": round(gap_across, 1),
             "message": done.get("message"),
         }
-        assert gap_across <= 5.0, f"output paused {gap_across:.1f} s across the hot swap (before: {gap_before:.1f} s)"
+        # The pause the swap adds to the output: at most 5 s beyond the output's own longest gap before it (on
+        # the 2-core local cluster that gap alone is 4-5 s: three queries share one executor core).
+        assert gap_across <= gap_before + 5.0, (
+            f"output paused {gap_across:.1f} s across the hot swap, {gap_before:.1f} s at most before it"
+        )
 
     def rollback(self) -> None:
         """A filter naming a column that does not exist: the driver refuses it, the operator rolls back to the
@@ -1102,6 +1107,36 @@ class E2ESuite:
             what="the Rollout condition back to True",
         )
         assert self.driver_identity() == before
+
+    def operator_killed_mid_rollout(self) -> None:
+        """The operator's pod deleted right after a change: its replacement finishes the hot swap (the steps are
+        idempotent and the rollout is in the status), in the same driver, every count exact."""
+        before = self.driver_identity()
+        stable = self.status()["stableRevision"]
+        self.patch_pipeline("non-empty", filter="word != '' AND word != 'zeta' AND word != 'omega'")
+        self.target.kubectl(
+            "delete",
+            "pod",
+            "-n",
+            self.release_namespace,
+            "-l",
+            f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component=operator",
+            "--wait=false",
+        )
+        started = time.monotonic()
+        done = wait_for(
+            lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r["phase"] == "Complete" and r,
+            timeout=self.timeout,
+            what="the hot swap to complete after the operator's restart",
+            interval=1,
+        )
+        self.rollout_report["operatorKilled"] = {"kill_to_complete_s": round(time.monotonic() - started, 1)}
+        assert done["strategy"] == "hotSwap", done
+        after = self.driver_identity()
+        assert after["driver_uid"] == before["driver_uid"] and after["submissions"] == before["submissions"]
+        self.send(["omega", "alpha"])
+        self.expected["omega"] -= 20  # dropped by the new filter
+        self.assert_counts()
 
     def suspend_resume(self) -> None:
         def patch(suspend: bool) -> None:
