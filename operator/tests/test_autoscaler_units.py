@@ -122,6 +122,26 @@ def test_a_stateful_pipeline_can_use_as_many_tasks_as_it_has_state_partitions():
     assert got is not None and (got.max_useful_tasks, got.tasks_limited_by) == (200, "shuffle")
 
 
+def test_a_sample_notes_how_long_the_running_batch_has_run():
+    # A batch commits its offsets when it completes: until then the backlog still holds the records it processed.
+    def with_queries(status: DriverStatus, running_ms: dict[str, int]) -> DriverStatus:
+        query = status.queries[0]
+        return status.model_copy(
+            update={
+                "queries": [
+                    query.model_copy(update={"name": name, "runningBatchMs": ms}) for name, ms in running_ms.items()
+                ]
+            }
+        )
+
+    earlier = driver_status(0, rows=1_000, busy_ms=1_000, offsets=5_000)
+    later = driver_status(10, rows=1_000, busy_ms=11_000, offsets=30_000, backlog=29_000)
+    got = sample_between(with_queries(earlier, {"a": 0, "b": 0}), with_queries(later, {"a": 12_500, "b": 2_000}))
+    assert got is not None and got.running_batch == 12.5  # the longest running query's
+    idle = sample_between(earlier, driver_status(10, rows=21_000, busy_ms=6_000, offsets=30_000))
+    assert idle is not None and idle.running_batch == 0.0
+
+
 @pytest.mark.parametrize(
     "later",
     [
@@ -385,6 +405,18 @@ def test_durations(seconds, text):
 )
 def test_unreadable_state_gives_a_fresh_state(stored):
     assert AutoscalerState.from_json(stored) == AutoscalerState()
+
+
+def test_the_running_batch_time_is_stored_and_older_samples_without_it_read_as_none_running():
+    running = replace(sample(time=EPOCH + 10, backlog=20_000, trigger=10), running_batch=6.5)
+    state = state_with([running])
+    assert AutoscalerState.from_json(state.to_json()).samples == (running,)
+    older = json.loads(state.to_json())
+    older["s"] = [row[:13] for row in older["s"]]  # a sample stored before the running batch was kept
+    assert AutoscalerState.from_json(json.dumps(older)).samples == (replace(running, running_batch=0.0),)
+    longer = json.loads(state.to_json())
+    longer["s"] = [[*row, 1.0] for row in longer["s"]]
+    assert AutoscalerState.from_json(json.dumps(longer)) == AutoscalerState()
 
 
 def test_state_json_stays_small_with_long_windows_and_many_queries():
