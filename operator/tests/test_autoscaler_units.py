@@ -235,6 +235,45 @@ def test_the_backlog_a_micro_batch_app_always_holds_needs_no_capacity():
     assert behind.needed_rate == pytest.approx(1_000 / 0.7 + (47_000 - 17_000) / 30)
 
 
+def catching_up(backlog: int, running: float, now: float = 60.0) -> list[Sample]:
+    """The simulated step scenario with 10 s micro-batches 4 minutes after the step (5.6k rec/s, now 8
+    executors of 1k rec/s): a minute in which batches that read the backlog ran back to back, two of them
+    completing (291k records in 36.4 s, then 202k in 25.2 s), and at `now` a batch that has run `running` s."""
+    rows = {now - 30: (291_200, 36.4), now - 10: (201_600, 25.2)}
+    return [
+        replace(
+            sample(
+                time=t,
+                input_rate=5_600,
+                processed_rate=rows.get(t, (0, 0))[0] / 10,
+                busy=1.0,
+                batch_busy=rows.get(t, (0, 0))[1] / 10,
+                backlog=backlog,
+                executors=8,
+                trigger=10,
+            ),
+            running_batch=running if t == now else 0.0,
+        )
+        for t in range(int(now) - 50, int(now) + 10, 10)
+    ]
+
+
+def test_the_records_the_running_batch_processed_are_no_backlog_to_catch_up_on():
+    # 12 s into a batch of 140k records the simulated plant's backlog read 207k: 67k arrived since the batch
+    # began, 97k of its records were processed but not committed, so 110k were still to be processed.
+    evaluation = evaluate(catching_up(backlog=207_200, running=12.0), 0.7, 30)
+    assert evaluation.rate_per_executor == pytest.approx(1_000)
+    assert evaluation.needed_rate == pytest.approx(5_600 / 0.7 + 16_000 / 30)  # was 5.6k / 0.7 + 112k / 30
+    assert evaluation.catch_up_seconds == pytest.approx(16_000 / (8_000 - 5_600))  # was 47 s
+    assert evaluation.excess_backlog == 207_200 - 96_000 - 95_200
+    assert evaluation.processing == 12 * 8 * 1_000  # its time so far x the capacity
+    assert evaluation.waiting == 5_600 * 10 * 1.7
+    # What it read bounds it: the backlog less the arrivals since it began (a batch slower than the rate).
+    slow = evaluate(catching_up(backlog=207_200, running=30.0), 0.7, 30)
+    assert slow.processing == 207_200 - 30 * 5_600
+    assert evaluate(catching_up(backlog=207_200, running=0.0), 0.7, 30).processing == 0
+
+
 def test_needed_executors_cover_the_input_at_target_utilization_plus_the_backlog_within_the_target_lag():
     evaluation = evaluate([sample(input_rate=7_000, processed_rate=2_000, busy=1.0, backlog=300_000)], 0.7, 30)
     assert evaluation.needed_rate == pytest.approx(7_000 / 0.7 + 300_000 / 30)  # 20k rec/s

@@ -263,9 +263,15 @@ def recommend(evaluation: Evaluation, policy: Policy, bounds: ExecutorBounds, cu
 
 
 def backlog_text(evaluation: Evaluation) -> str:
-    if not evaluation.waiting:
-        return compact(evaluation.backlog)
-    return f"{compact(evaluation.backlog)} ({compact(evaluation.waiting)} waiting for the next trigger)"
+    parts = [
+        f"{compact(count)} {what}"
+        for count, what in (
+            (evaluation.processing, "processed by the running batch"),
+            (evaluation.waiting, "waiting for the next trigger"),
+        )
+        if count
+    ]
+    return compact(evaluation.backlog) + (f" ({', '.join(parts)})" if parts else "")
 
 
 def ineffective_scale_up(check: CapacityCheck | None, evaluation: Evaluation) -> str | None:

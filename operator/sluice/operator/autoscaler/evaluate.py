@@ -2,9 +2,11 @@
 
 An executor's true rate is what it would process if busy all the time: the records processed ÷ the time
 the completed batches took ÷ the executors. The app needs input rate ÷ target utilization (headroom) plus
-backlog ÷ target lag (catching up in time) records per second. The backlog counted there is what lies beyond
-the records a healthy micro-batch app always holds: what arrived since its last batch began, up to the trigger
-interval x (1 + target utilization) of input (the wait for the next trigger plus a batch at the target).
+backlog ÷ target lag (catching up in time) records per second. The backlog counted there is what is still to
+be processed beyond the records a healthy micro-batch app always holds: what arrived since its last batch began,
+up to the trigger interval x (1 + target utilization) of input (the wait for the next trigger plus a batch at
+the target). Still to be processed: a batch commits its offsets only when it completes, so the backlog also
+holds the records the running batch has processed so far (about its time so far x the capacity).
 
 Figures are the window's totals over its time, not means of the samples' ratios: a batch longer than a
 sample puts its records into one sample while its time spreads over several, and a ratio per sample would
@@ -38,6 +40,8 @@ class Evaluation:
     needed_executors: int | None  # None: no rate measured
     useful_tasks: int  # 0: unknown
     tasks_limited_by: TaskBound
+    # Of the backlog, what the running batch has processed already: its offsets are committed when it completes.
+    processing: int = 0
 
     @property
     def capacity(self) -> float | None:
@@ -59,7 +63,8 @@ class Evaluation:
 
     @property
     def excess_backlog(self) -> int:
-        return max(0, self.backlog - self.waiting)
+        """Records still to be processed beyond those a healthy micro-batch app holds."""
+        return max(0, self.backlog - self.processing - self.waiting)
 
 
 def evaluate(samples: Sequence[Sample], target_utilization: float, target_lag: float) -> Evaluation:
@@ -71,8 +76,10 @@ def evaluate(samples: Sequence[Sample], target_utilization: float, target_lag: f
     batch_seconds = sum(s.batch_busy * s.duration for s in samples)
     executor_seconds = sum(s.batch_busy * s.duration * s.executors for s in samples)
     rate_per_executor = processed / executor_seconds if batch_seconds >= BUSY_FLOOR * seconds else None
-    waiting = min(latest.backlog, round(input_rate * latest.trigger_interval * (1 + target_utilization)))
-    needed_rate = input_rate / target_utilization + (latest.backlog - waiting) / target_lag
+    processing = running_batch_processed(latest, input_rate, rate_per_executor)
+    pending = latest.backlog - processing
+    waiting = min(pending, round(input_rate * latest.trigger_interval * (1 + target_utilization)))
+    needed_rate = input_rate / target_utilization + (pending - waiting) / target_lag
     return Evaluation(
         input_rate=input_rate,
         processed_rate=processed / seconds,
@@ -86,7 +93,18 @@ def evaluate(samples: Sequence[Sample], target_utilization: float, target_lag: f
         needed_executors=executors_for(needed_rate, rate_per_executor),
         useful_tasks=latest.max_useful_tasks,
         tasks_limited_by=latest.tasks_limited_by,
+        processing=processing,
     )
+
+
+def running_batch_processed(latest: Sample, input_rate: float, rate_per_executor: float | None) -> int:
+    """Records of `latest.backlog` the running batch has processed: its time so far x the capacity, at most
+    what it read (the backlog less what arrived since it began). 0 without a running batch or a rate."""
+    if not latest.running_batch or not rate_per_executor:
+        return 0
+    read = latest.backlog - input_rate * latest.running_batch
+    done = latest.running_batch * rate_per_executor * latest.executors
+    return max(0, round(min(done, read)))
 
 
 def executors_for(needed_rate: float, rate_per_executor: float | None) -> int | None:
