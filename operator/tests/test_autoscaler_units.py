@@ -327,6 +327,31 @@ def test_the_reason_gives_the_figures():
     )
 
 
+def test_catching_up_is_no_overload_when_the_input_needs_the_target_share_of_the_capacity():
+    # 8 executors of 1k rec/s for 5.6k rec/s: 70%, the target. Batches reading the backlog keep them busy all
+    # the time, and the backlog (140k just as a batch began: nothing processed, 95k what a healthy app holds)
+    # drains in 45k / 2.4k rec/s spare = 19 s, within the 30 s target lag: no reason to add executors. Busy
+    # 100% put it out of the dead band: it added the catch-up's 1.5k rec/s to the 8k, 8 → 10, and 5 minutes
+    # later took them away again.
+    window = catching_up(backlog=140_000, running=0.0)
+    bounds = ExecutorsSpec(instances=8, min=1, max=20)
+    decision = decide(POLICY, bounds, state_with([replace(s, time=EPOCH + s.time) for s in window]), EPOCH + 60)
+    assert (decision.kind, decision.target) == ("hold", 8)  # was 8 → 10
+    assert decision.reason.startswith("hold at 8: utilization 70% (input ÷ capacity) within 70% ± 10%, backlog 140k")
+    evaluation = decision.evaluation
+    assert evaluation is not None and evaluation.utilization == 1.0
+    assert evaluation.load == pytest.approx(5_600 / 8_000)
+    assert evaluation.catch_up_seconds == pytest.approx((140_000 - 95_200) / 2_400)
+    # Without the capacity to spare, the same busy executors are short: 6 of them for 5.6k rec/s is 93%.
+    short = [replace(s, time=EPOCH + s.time, executors=6, processed_rate=s.processed_rate * 6 / 8) for s in window]
+    assert decide(POLICY, bounds.model_copy(update={"instances": 6}), state_with(short), EPOCH + 60).kind == "up"
+
+
+def test_without_a_measured_rate_the_busy_share_stands_for_the_load():
+    idle = evaluate([sample(input_rate=10, processed_rate=10, busy=0.01)], 0.7, 30)
+    assert idle.rate_per_executor is None and idle.load == idle.utilization == 0.01
+
+
 def test_samples_during_stabilization_are_ignored():
     full = [sample(time=EPOCH + t, input_rate=3000, processed_rate=2000, busy=1.0) for t in range(10, 70, 10)]
     state = state_with(full)

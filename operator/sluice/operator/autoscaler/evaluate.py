@@ -8,6 +8,9 @@ up to the trigger interval x (1 + target utilization) of input (the wait for the
 the target). Still to be processed: a batch commits its offsets only when it completes, so the backlog also
 holds the records the running batch has processed so far (about its time so far x the capacity).
 
+How much of the executors the app needs is `load`, the input rate ÷ the capacity, not the measured busy
+share: a batch catching up on a backlog keeps them busy all the time however many there are.
+
 Figures are the window's totals over its time, not means of the samples' ratios: a batch longer than a
 sample puts its records into one sample while its time spreads over several, and a ratio per sample would
 swing from 0 to several times the truth.
@@ -52,6 +55,18 @@ class Evaluation:
     def usable_executors(self) -> int | None:
         """Executors the app's tasks can keep busy; None: unknown."""
         return math.ceil(self.useful_tasks / self.cores_per_executor) if self.useful_tasks else None
+
+    @property
+    def load(self) -> float:
+        """The share of the live executors' busy time the input alone needs: input rate ÷ capacity, above 1
+        when they cannot keep up. The measured busy share (`utilization`) when no rate was measured.
+
+        Unlike the busy share, it does not count the time spent catching up on a backlog: right after a step
+        the batches that read the backlog keep the executors busy all the time (a micro-batch app drains it
+        in a few long batches), although the input alone needs much less of them. The backlog is weighed on
+        its own, by `catch_up_seconds`."""
+        capacity = self.capacity
+        return self.input_rate / capacity if capacity else self.utilization
 
     @property
     def catch_up_seconds(self) -> float:
