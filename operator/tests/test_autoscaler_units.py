@@ -347,6 +347,24 @@ def test_catching_up_is_no_overload_when_the_input_needs_the_target_share_of_the
     assert decide(POLICY, bounds.model_copy(update={"instances": 6}), state_with(short), EPOCH + 60).kind == "up"
 
 
+def test_a_backlog_drained_before_added_executors_would_be_warm_adds_none():
+    # 8 executors serve the 5.6k rec/s at 70% and drain the backlog in 35 s: over the 30 s target lag, but
+    # executors asked for now work only after their warm-up (stabilization, 1m), when it is gone: adding them
+    # (8 → 11) only meant taking them away again five minutes later.
+    window = [replace(s, time=EPOCH + s.time) for s in catching_up(backlog=180_000, running=0.0)]
+    bounds = ExecutorsSpec(instances=8, min=1, max=20)
+    decision = decide(POLICY, bounds, state_with(window), EPOCH + 60)
+    assert decision.evaluation is not None and decision.evaluation.catch_up_seconds == pytest.approx(84_800 / 2_400)
+    assert (decision.kind, decision.target) == ("hold", 8)
+    assert decision.reason.endswith("drains in 36s, before executors added now would be warm (1m)")
+    # A backlog that outlasts the warm-up: more executors drain it sooner.
+    later = [replace(s, backlog=300_000) for s in window]
+    assert decide(POLICY, bounds, state_with(later), EPOCH + 60).kind == "up"
+    # So does one that outlasts the target lag when executors warm up sooner than that.
+    quick = replace(POLICY, stabilization=20.0)
+    assert decide(quick, bounds, state_with(window), EPOCH + 60).kind == "up"
+
+
 def test_without_a_measured_rate_the_busy_share_stands_for_the_load():
     idle = evaluate([sample(input_rate=10, processed_rate=10, busy=0.01)], 0.7, 30)
     assert idle.rate_per_executor is None and idle.load == idle.utilization == 0.01
