@@ -278,7 +278,7 @@ def backlog_text(evaluation: Evaluation) -> str:
         f"{compact(count)} {what}"
         for count, what in (
             (evaluation.processing, "processed by the running batch"),
-            (evaluation.waiting, "waiting for the next trigger"),
+            (evaluation.waiting, "normal between triggers"),
         )
         if count
     ]

@@ -3,10 +3,12 @@
 An executor's true rate is what it would process if busy all the time: the records processed ÷ the time
 the completed batches took ÷ the executors. The app needs input rate ÷ target utilization (headroom) plus
 backlog ÷ target lag (catching up in time) records per second. The backlog counted there is what is still to
-be processed beyond the records a healthy micro-batch app always holds: what arrived since its last batch began,
-up to the trigger interval x (1 + target utilization) of input (the wait for the next trigger plus a batch at
-the target). Still to be processed: a batch commits its offsets only when it completes, so the backlog also
-holds the records the running batch has processed so far (about its time so far x the capacity).
+be processed beyond the records a healthy micro-batch app always holds. A batch commits its offsets only when
+it completes, so the backlog also holds the records the running batch has processed so far (about its time so
+far x the capacity): those are taken out. What is left of a healthy app's is at most one trigger interval of
+input: what its batch read as it began, less what it processed since, plus what arrived since. When the driver
+does not say how long its batch has run, nothing is taken out and the allowance is the trigger interval x
+(1 + target utilization) of input (a batch at the target commits that much at once).
 
 How much of the executors the app needs is `load`, the input rate ÷ the capacity, not the measured busy
 share: a batch catching up on a backlog keeps them busy all the time however many there are.
@@ -35,7 +37,7 @@ class Evaluation:
     processed_rate: float  # window mean, records/s
     utilization: float  # the window's batch time (running batches too) over its time, at most 1
     backlog: int  # latest, records
-    waiting: int  # of which normal for micro-batches (see the module's text)
+    waiting: int  # of which a healthy micro-batch app holds still to process (see the module's text)
     executors: int  # latest live count
     cores_per_executor: int
     rate_per_executor: float | None  # records/s one busy executor processes; None: never busy enough to tell
@@ -93,7 +95,8 @@ def evaluate(samples: Sequence[Sample], target_utilization: float, target_lag: f
     rate_per_executor = processed / executor_seconds if batch_seconds >= BUSY_FLOOR * seconds else None
     processing = running_batch_processed(latest, input_rate, rate_per_executor)
     pending = latest.backlog - processing
-    waiting = min(pending, round(input_rate * latest.trigger_interval * (1 + target_utilization)))
+    intervals = 1.0 if latest.running_batch is not None else 1 + target_utilization
+    waiting = min(pending, round(input_rate * latest.trigger_interval * intervals))
     needed_rate = input_rate / target_utilization + (pending - waiting) / target_lag
     return Evaluation(
         input_rate=input_rate,

@@ -19,7 +19,7 @@ from .collect import Counters, QueryCounters, Sample, TaskBound, counters_of, qu
 from .policy import Policy
 
 # 2: samples keep batch_busy and the trigger interval, counters the completed busy time; a sample's running
-# batch time is optional (a row without it reads as 0: no running batch), so earlier v2 state stays readable.
+# batch time is optional (a row without it reads as unknown), so earlier v2 state stays readable.
 FORMAT_VERSION = 2
 MAX_SAMPLES = 48
 MAX_RECOMMENDATIONS = 64
@@ -242,13 +242,13 @@ def _sample_from(row: list[Any]) -> Sample:
         trigger,
         *rest,
     ) = row
-    running = rest.pop(0) if rest else 0.0
+    running = _optional(rest.pop(0), _number) if rest else None
     if rest:
         raise ValueError(f"not a sample: {row}")
     if (
         bound not in get_args(TaskBound)
         or _number(duration) <= 0
-        or min(_number(busy), _number(batch_busy), _number(running)) < 0
+        or min(_number(busy), _number(batch_busy), running or 0) < 0
     ):
         raise ValueError(f"not a sample: {row}")
     return Sample(
@@ -265,7 +265,7 @@ def _sample_from(row: list[Any]) -> Sample:
         max_useful_tasks=_count(tasks),
         tasks_limited_by=bound,
         trigger_interval=_number(trigger),
-        running_batch=_number(running),
+        running_batch=running,
     )
 
 
