@@ -72,6 +72,21 @@ def test_a_4x_step_settles_in_two_decisions_within_one_executor_of_the_need():
     assert_counts_follow_changes(timeline)
 
 
+@pytest.mark.parametrize("trigger", [5.0, 10.0, 20.0, 30.0])
+def test_a_4x_step_with_micro_batches_settles_in_two_decisions_within_one_executor_of_the_need(trigger):
+    # Batches read everything available and commit at the end: after the step they run long, busy all the time,
+    # and the backlog swings by a batch's records from poll to poll. With 10 s it went 2 → 4 → 8 → 10 → 8.
+    timeline = run(step(LOAD, 4 * LOAD, CHANGE_AT), executors=2, duration=3600, trigger=trigger)
+    changes = timeline.changes
+    assert 1 <= len(changes) <= 2
+    assert all(m.decision.kind == "up" and m.time > CHANGE_AT for m in changes)
+    final = timeline.moments[-1]
+    assert needed(4 * LOAD) <= final.decision.target <= needed(4 * LOAD) + 1
+    assert max(timeline.targets()) == final.decision.target
+    assert final.backlog <= 4 * LOAD * trigger * (1 + 0.7)  # only what waits for the next trigger
+    assert_counts_follow_changes(timeline)
+
+
 def test_a_saturated_executor_whose_batches_outlast_the_samples_looks_busy_and_scales_up():
     # The bug seen on pods: a 10 s trigger, batches that read everything and run 30 s and more, 5 s samples.
     # Per-sample clamped busy time said ~17% and progress-based offsets said no backlog: it held at 1.

@@ -122,6 +122,29 @@ def test_a_stateful_pipeline_can_use_as_many_tasks_as_it_has_state_partitions():
     assert got is not None and (got.max_useful_tasks, got.tasks_limited_by) == (200, "shuffle")
 
 
+def test_a_sample_notes_how_long_the_running_batch_has_run():
+    # A batch commits its offsets when it completes: until then the backlog still holds the records it processed.
+    def with_queries(status: DriverStatus, running_ms: dict[str, int]) -> DriverStatus:
+        query = status.queries[0]
+        return status.model_copy(
+            update={
+                "queries": [
+                    query.model_copy(update={"name": name, "runningBatchMs": ms, "completedBusyMs": 0})
+                    for name, ms in running_ms.items()
+                ]
+            }
+        )
+
+    earlier = driver_status(0, rows=1_000, busy_ms=1_000, offsets=5_000)
+    later = driver_status(10, rows=1_000, busy_ms=11_000, offsets=30_000, backlog=29_000)
+    got = sample_between(with_queries(earlier, {"a": 0, "b": 0}), with_queries(later, {"a": 12_500, "b": 2_000}))
+    assert got is not None and got.running_batch == 12.5  # the longest running query's
+    idle = sample_between(with_queries(earlier, {"a": 0}), with_queries(later, {"a": 0}))
+    assert idle is not None and idle.running_batch == 0.0
+    older = sample_between(earlier, later)  # a driver from before completedBusyMs does not say
+    assert older is not None and older.running_batch is None
+
+
 @pytest.mark.parametrize(
     "later",
     [
@@ -215,6 +238,75 @@ def test_the_backlog_a_micro_batch_app_always_holds_needs_no_capacity():
     assert behind.needed_rate == pytest.approx(1_000 / 0.7 + (47_000 - 17_000) / 30)
 
 
+def catching_up(backlog: int, running: float, now: float = 60.0) -> list[Sample]:
+    """The simulated step scenario with 10 s micro-batches 4 minutes after the step (5.6k rec/s, now 8
+    executors of 1k rec/s): a minute in which batches that read the backlog ran back to back, two of them
+    completing (291k records in 36.4 s, then 202k in 25.2 s), and at `now` a batch that has run `running` s."""
+    rows = {now - 30: (291_200, 36.4), now - 10: (201_600, 25.2)}
+    return [
+        replace(
+            sample(
+                time=t,
+                input_rate=5_600,
+                processed_rate=rows.get(t, (0, 0))[0] / 10,
+                busy=1.0,
+                batch_busy=rows.get(t, (0, 0))[1] / 10,
+                backlog=backlog,
+                executors=8,
+                trigger=10,
+            ),
+            running_batch=running if t == now else 0.0,
+        )
+        for t in range(int(now) - 50, int(now) + 10, 10)
+    ]
+
+
+def test_the_records_the_running_batch_processed_are_no_backlog_to_catch_up_on():
+    # 12 s into a batch of 140k records the simulated plant's backlog read 207k: 67k arrived since the batch
+    # began, 97k of its records were processed but not committed, so 110k were still to be processed.
+    evaluation = evaluate(catching_up(backlog=207_200, running=12.0), 0.7, 30)
+    assert evaluation.rate_per_executor == pytest.approx(1_000)
+    assert evaluation.needed_rate == pytest.approx(5_600 / 0.7 + 55_200 / 30)  # was 5.6k / 0.7 + 112k / 30
+    assert evaluation.catch_up_seconds == pytest.approx(55_200 / (8_000 - 5_600))  # was 47 s
+    assert evaluation.processing == 12 * 8 * 1_000  # its time so far x the capacity
+    assert evaluation.waiting == 5_600 * 10  # one trigger interval of input
+    assert evaluation.excess_backlog == 207_200 - 96_000 - 56_000
+    # What it read bounds it: the backlog less the arrivals since it began (a batch slower than the rate).
+    slow = evaluate(catching_up(backlog=207_200, running=30.0), 0.7, 30)
+    assert slow.processing == 207_200 - 30 * 5_600
+    assert evaluate(catching_up(backlog=207_200, running=0.0), 0.7, 30).processing == 0
+
+
+def test_a_healthy_micro_batch_app_holds_one_trigger_interval_still_to_process():
+    # 1k rec/s, a 10 s trigger, capacity 1k / 0.7: a batch reads 10k records and runs 7 s. At its start 10k are
+    # to process; 5 s in, the backlog says 15k (its 10k are committed when it completes) of which 7.1k processed.
+    def healthy(backlog: int, running: float) -> Sample:
+        return replace(
+            sample(input_rate=1_000, processed_rate=1_000, busy=0.7, executors=1, backlog=backlog, trigger=10),
+            processed_rate=1_000,
+            running_batch=running,
+        )
+
+    for backlog, running in ((10_000, 0.0), (15_000, 5.0), (17_000, 7.0)):
+        evaluation = evaluate([healthy(backlog, running)], 0.7, 30)
+        assert evaluation.excess_backlog == 0
+        assert evaluation.needed_rate == pytest.approx(1_000 / 0.7)
+
+
+def test_a_step_shows_in_the_records_still_to_process_beyond_one_trigger_interval():
+    # 30 s micro-batches, 2 executors of 1k rec/s, 1.4k rec/s stepping to 5.6k 10 s ago (the window's mean:
+    # 2.1k): the batch that began then has processed 20k of the 46k it read, 56k arrived since. 76.6k to
+    # process, 63k of them a trigger interval of input at the mean: 13.6k behind (the simulation's deficit is
+    # 36k). Allowing a trigger interval x (1 + target utilization), 107k, as if the backlog were committed
+    # records, hid all of it: 3 executors, and a third decision to come after the next.
+    window = [sample(time=t, input_rate=1_400, processed_rate=1_400, busy=0.7, trigger=30) for t in range(10, 60, 10)]
+    stepped = sample(time=60, input_rate=5_600, processed_rate=0, busy=1.0, batch_busy=0, backlog=96_600, trigger=30)
+    evaluation = evaluate([*window, replace(stepped, running_batch=10.0)], 0.7, 30)
+    assert (evaluation.input_rate, evaluation.rate_per_executor) == (2_100, pytest.approx(1_000))
+    assert (evaluation.processing, evaluation.waiting, evaluation.excess_backlog) == (20_000, 63_000, 13_600)
+    assert evaluation.needed_executors == 4  # was 3
+
+
 def test_needed_executors_cover_the_input_at_target_utilization_plus_the_backlog_within_the_target_lag():
     evaluation = evaluate([sample(input_rate=7_000, processed_rate=2_000, busy=1.0, backlog=300_000)], 0.7, 30)
     assert evaluation.needed_rate == pytest.approx(7_000 / 0.7 + 300_000 / 30)  # 20k rec/s
@@ -266,6 +358,49 @@ def test_the_reason_gives_the_figures():
         "2 → 6: input 28k rec/s, backlog 1.2M records, utilization 100%: need 80k rec/s, "
         "1k rec/s per executor (maxStep 4 toward 80)"
     )
+
+
+def test_catching_up_is_no_overload_when_the_input_needs_the_target_share_of_the_capacity():
+    # 8 executors of 1k rec/s for 5.6k rec/s: 70%, the target. Batches reading the backlog keep them busy all
+    # the time, and the backlog (120k just as a batch began: nothing processed, 56k what a healthy app holds)
+    # drains in 64k / 2.4k rec/s spare = 27 s, within the 30 s target lag: no reason to add executors. Busy
+    # 100% put it out of the dead band: in the simulation it added the catch-up's rate to the 8k, 8 → 10, and
+    # five minutes later took them away again.
+    window = catching_up(backlog=120_000, running=0.0)
+    bounds = ExecutorsSpec(instances=8, min=1, max=20)
+    decision = decide(POLICY, bounds, state_with([replace(s, time=EPOCH + s.time) for s in window]), EPOCH + 60)
+    assert (decision.kind, decision.target) == ("hold", 8)  # was 8 → 9
+    assert decision.reason.startswith("hold at 8: utilization 70% (input ÷ capacity) within 70% ± 10%, backlog 120k")
+    evaluation = decision.evaluation
+    assert evaluation is not None and evaluation.utilization == 1.0
+    assert evaluation.load == pytest.approx(5_600 / 8_000)
+    assert evaluation.catch_up_seconds == pytest.approx((120_000 - 56_000) / 2_400)
+    # Without the capacity to spare, the same busy executors are short: 6 of them for 5.6k rec/s is 93%.
+    short = [replace(s, time=EPOCH + s.time, executors=6, processed_rate=s.processed_rate * 6 / 8) for s in window]
+    assert decide(POLICY, bounds.model_copy(update={"instances": 6}), state_with(short), EPOCH + 60).kind == "up"
+
+
+def test_a_backlog_drained_before_added_executors_would_be_warm_adds_none():
+    # 8 executors serve the 5.6k rec/s at 70% and drain the backlog in 52 s: over the 30 s target lag, but
+    # executors asked for now work only after their warm-up (stabilization, 1m), when it is gone: adding them
+    # (8 → 11) only meant taking them away again five minutes later.
+    window = [replace(s, time=EPOCH + s.time) for s in catching_up(backlog=180_000, running=0.0)]
+    bounds = ExecutorsSpec(instances=8, min=1, max=20)
+    decision = decide(POLICY, bounds, state_with(window), EPOCH + 60)
+    assert decision.evaluation is not None and decision.evaluation.catch_up_seconds == pytest.approx(124_000 / 2_400)
+    assert (decision.kind, decision.target) == ("hold", 8)
+    assert decision.reason.endswith("drains in 52s, before executors added now would be warm (1m)")
+    # A backlog that outlasts the warm-up: more executors drain it sooner.
+    later = [replace(s, backlog=300_000) for s in window]
+    assert decide(POLICY, bounds, state_with(later), EPOCH + 60).kind == "up"
+    # So does one that outlasts the target lag when executors warm up sooner than that.
+    quick = replace(POLICY, stabilization=20.0)
+    assert decide(quick, bounds, state_with(window), EPOCH + 60).kind == "up"
+
+
+def test_without_a_measured_rate_the_busy_share_stands_for_the_load():
+    idle = evaluate([sample(input_rate=10, processed_rate=10, busy=0.01)], 0.7, 30)
+    assert idle.rate_per_executor is None and idle.load == idle.utilization == 0.01
 
 
 def test_samples_during_stabilization_are_ignored():
@@ -385,6 +520,18 @@ def test_durations(seconds, text):
 )
 def test_unreadable_state_gives_a_fresh_state(stored):
     assert AutoscalerState.from_json(stored) == AutoscalerState()
+
+
+def test_the_running_batch_time_is_stored_and_older_samples_without_it_read_as_unknown():
+    running = replace(sample(time=EPOCH + 10, backlog=20_000, trigger=10), running_batch=6.5)
+    state = state_with([running])
+    assert AutoscalerState.from_json(state.to_json()).samples == (running,)
+    older = json.loads(state.to_json())
+    older["s"] = [row[:13] for row in older["s"]]  # a sample stored before the running batch was kept
+    assert AutoscalerState.from_json(json.dumps(older)).samples == (replace(running, running_batch=None),)
+    longer = json.loads(state.to_json())
+    longer["s"] = [[*row, 1.0] for row in longer["s"]]
+    assert AutoscalerState.from_json(json.dumps(longer)) == AutoscalerState()
 
 
 def test_state_json_stays_small_with_long_windows_and_many_queries():

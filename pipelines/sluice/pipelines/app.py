@@ -131,8 +131,20 @@ class AutoscalingSpec(Strict):
     stabilization: Duration = Field(
         "1m", description="After a change and after the driver starts, samples are ignored this long (warm-up)."
     )
-    targetLagSeconds: int = Field(30, ge=1, description="Catch up on the backlog within this time.")
-    targetUtilization: float = Field(0.7, gt=0, le=1, description="Busy time per batch interval to aim for.")
+    targetLagSeconds: int = Field(
+        30,
+        ge=1,
+        description=(
+            "Catch up on the backlog within this time (or, while utilization is in the band, before executors "
+            "added now would be warm: stabilization)."
+        ),
+    )
+    targetUtilization: float = Field(
+        0.7,
+        gt=0,
+        le=1,
+        description="Busy time the input needs per batch interval to aim for: input rate ÷ what the executors process.",
+    )
     utilizationBand: float = Field(
         0.1, ge=0, lt=1, description="No change while utilization is within target ± this and the lag is met."
     )

@@ -40,6 +40,10 @@ class Sample:
     max_useful_tasks: int  # tasks a batch's busiest stage splits into; 0: unknown
     tasks_limited_by: TaskBound  # source: Kafka partitions / minPartitions; shuffle: state partitions
     trigger_interval: float = 0.0  # seconds between micro-batches (the longest query's); 0: none
+    # Seconds the running batch had run at the later reading (the longest running query's); 0: none; None: the
+    # driver does not say (one from before completedBusyMs). Its offsets are committed only when it completes,
+    # so the backlog still counts the records it has processed.
+    running_batch: float | None = None
 
     @property
     def start(self) -> float:
@@ -150,6 +154,9 @@ def sample_since(earlier: Counters, current: DriverStatus) -> Sample | None:
         max_useful_tasks=useful_tasks,
         tasks_limited_by=bound,
         trigger_interval=max((q.triggerIntervalMs or 0 for q in current.queries), default=0) / 1000,
+        running_batch=None
+        if any(q.completedBusyMs is None for q in current.queries)
+        else max((q.runningBatchMs for q in current.queries), default=0) / 1000,
     )
 
 

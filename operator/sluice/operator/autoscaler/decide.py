@@ -5,9 +5,11 @@ Pure: the clock is passed in. In order:
 1. executors.min/max are hard bounds: a count outside them is corrected at once.
 2. After a change, and after the queries start (a cold JVM), samples are ignored for `stabilization`
    (executors warm up), then a decision waits until the samples cover a whole `metricsWindow`.
-3. Dead band: no change while utilization is within target ± band and the backlog drains within
-   targetLagSeconds. Otherwise the evaluation's needed executors, capped by the executors the tasks
-   can keep busy and by min/max, is the recommendation.
+3. Dead band: no change while utilization (input rate ÷ capacity, not the busy share, which a batch
+   catching up on a backlog keeps at 100%) is within target ± band and the backlog drains within
+   targetLagSeconds, or within `stabilization`, before executors added now would be warm. Otherwise the
+   evaluation's needed executors, capped by the executors the tasks can keep busy and by min/max, is the
+   recommendation.
 4. Up: not while an earlier scale-up proved ineffective (capacity grew under 10% of what the rate per
    executor promised), not within `scaleUpCooldown` of a change, at most `maxStep` at once.
 5. Down: to the largest recommendation over `scaleDownWindow`, once recommendations cover that
@@ -236,13 +238,22 @@ def recommend(evaluation: Evaluation, policy: Policy, bounds: ExecutorBounds, cu
             f"no rate per executor yet: utilization {percent(evaluation.utilization)}, completed "
             f"batches took under {percent(BUSY_FLOOR)} of the window"
         )
-    in_band = abs(evaluation.utilization - policy.target_utilization) <= policy.utilization_band
+    # The input's share of the capacity, not the busy share: catching up on a backlog keeps the executors
+    # busy all the time, and the backlog is weighed apart, by the time it takes to drain.
+    in_band = abs(evaluation.load - policy.target_utilization) <= policy.utilization_band
     catch_up = evaluation.catch_up_seconds
-    if in_band and catch_up <= policy.target_lag:
+    # Executors added now work only once warm (stabilization, as long as their samples are ignored): a backlog
+    # the live ones drain before then would not drain sooner with more of them.
+    if in_band and catch_up <= max(policy.target_lag, policy.stabilization):
+        warm_up = (
+            f", before executors added now would be warm ({duration_text(policy.stabilization)})"
+            if catch_up > policy.target_lag
+            else ""
+        )
         return current, (
-            f"utilization {percent(evaluation.utilization)} within "
+            f"utilization {percent(evaluation.load)} (input ÷ capacity) within "
             f"{percent(policy.target_utilization)} ± {percent(policy.utilization_band)}, "
-            f"backlog {backlog_text(evaluation)} records drains in {duration_text(catch_up)}"
+            f"backlog {backlog_text(evaluation)} records drains in {duration_text(catch_up)}{warm_up}"
         )
     rate = evaluation.rate_per_executor
     notes = [
@@ -263,9 +274,15 @@ def recommend(evaluation: Evaluation, policy: Policy, bounds: ExecutorBounds, cu
 
 
 def backlog_text(evaluation: Evaluation) -> str:
-    if not evaluation.waiting:
-        return compact(evaluation.backlog)
-    return f"{compact(evaluation.backlog)} ({compact(evaluation.waiting)} waiting for the next trigger)"
+    parts = [
+        f"{compact(count)} {what}"
+        for count, what in (
+            (evaluation.processing, "processed by the running batch"),
+            (evaluation.waiting, "normal between triggers"),
+        )
+        if count
+    ]
+    return compact(evaluation.backlog) + (f" ({', '.join(parts)})" if parts else "")
 
 
 def ineffective_scale_up(check: CapacityCheck | None, evaluation: Evaluation) -> str | None:

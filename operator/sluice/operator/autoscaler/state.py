@@ -18,7 +18,9 @@ from sluice.pipelines.contract import DriverStatus
 from .collect import Counters, QueryCounters, Sample, TaskBound, counters_of, query_runs, sample_since
 from .policy import Policy
 
-FORMAT_VERSION = 2  # 2: samples keep batch_busy and the trigger interval, counters the completed busy time
+# 2: samples keep batch_busy and the trigger interval, counters the completed busy time; a sample's running
+# batch time is optional (a row without it reads as unknown), so earlier v2 state stays readable.
+FORMAT_VERSION = 2
 MAX_SAMPLES = 48
 MAX_RECOMMENDATIONS = 64
 MAX_QUERIES = 32
@@ -84,6 +86,7 @@ class AutoscalerState:
                     s.max_useful_tasks,
                     s.tasks_limited_by,
                     s.trigger_interval,
+                    s.running_batch,
                 ]
                 for s in self.samples
             ],
@@ -237,8 +240,16 @@ def _sample_from(row: list[Any]) -> Sample:
         tasks,
         bound,
         trigger,
+        *rest,
     ) = row
-    if bound not in get_args(TaskBound) or _number(duration) <= 0 or min(_number(busy), _number(batch_busy)) < 0:
+    running = _optional(rest.pop(0), _number) if rest else None
+    if rest:
+        raise ValueError(f"not a sample: {row}")
+    if (
+        bound not in get_args(TaskBound)
+        or _number(duration) <= 0
+        or min(_number(busy), _number(batch_busy), running or 0) < 0
+    ):
         raise ValueError(f"not a sample: {row}")
     return Sample(
         time=_number(time),
@@ -254,6 +265,7 @@ def _sample_from(row: list[Any]) -> Sample:
         max_useful_tasks=_count(tasks),
         tasks_limited_by=bound,
         trigger_interval=_number(trigger),
+        running_batch=running,
     )
 
 
