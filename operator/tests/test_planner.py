@@ -11,18 +11,21 @@ import yaml
 from pydantic import create_model
 
 from sluice.operator import children as ch
+from sluice.operator.driver_client import DriverUnavailable
 from sluice.operator.model import CheckpointSpec, TopicSpec
 from sluice.operator.planner import (
     Invalid,
     Observation,
     checkpoint_problem,
     desired_state,
+    driver_failure,
+    last_driver_failure,
     merge_conditions,
     parse_spec,
     phase_of,
     status_for,
 )
-from sluice.operator.reconciler import submitted_executors
+from sluice.operator.reconciler import Reconciler, submitted_executors
 from sluice.operator.scaling import plan_scaling
 from sluice.operator.settings import ClaimDefaults, Settings
 from sluice.operator.topics import ExistingTopic, plan_topics
@@ -352,3 +355,84 @@ def test_checkpoint_claim_and_env_reach_both_pods_through_templates(raw_spec):
         assert {"name": "checkpoints", "mountPath": "/checkpoints"} in container["volumeMounts"]
         assert container["env"] == [{"name": "TZ", "value": "UTC"}]
     assert "volumes" not in spark["spec"], "volumes outside the templates need spark-operator's webhook"
+
+
+# ------------------------------------------------------------------------------------- driver failures
+
+status_args = {"generation": 1, "revision": "r", "children": [], "now": "t"}
+START_ERROR = "failed at start: spec.pipeline.nodes[2].filter: [UNRESOLVED_COLUMN.WITH_SUGGESTION] wrd"
+
+
+def driver_pod(**driver: dict) -> dict:
+    sidecar = {"name": "sidecar", "state": {"terminated": {"exitCode": 1, "message": "not the driver"}}}
+    return {"status": {"containerStatuses": [sidecar, {"name": "spark-kubernetes-driver", **driver}]}}
+
+
+def test_the_driver_failure_is_its_containers_termination_message():
+    terminated = {"terminated": {"exitCode": 2, "reason": "Error", "message": START_ERROR + "\n"}}
+    assert driver_failure(driver_pod(state=terminated)) == f"driver {START_ERROR}"
+    restarted = driver_pod(state={"running": {}}, lastState=terminated)
+    assert driver_failure(restarted) == f"driver {START_ERROR}"
+    other = {"terminated": {"exitCode": 137, "message": "killed\n  by the OOM killer"}}
+    assert driver_failure(driver_pod(state=other)) == "driver terminated: killed by the OOM killer"
+    assert driver_failure(driver_pod(state={"terminated": {"exitCode": 1, "reason": "Error"}})) is None
+    assert driver_failure(driver_pod(state={"running": {}})) is None
+    assert driver_failure({"status": {}}) is None and driver_failure(None) is None
+
+
+def test_a_driver_failure_lands_in_the_status_message_and_running_condition():
+    failure = f"driver {START_ERROR}"
+    status = status_for(
+        Observation(
+            spark_state="FAILED", spark_error="driver container failed with ExitCode: 2", driver_failure=failure
+        ),
+        generation=1,
+        revision="r",
+        children=[],
+        old_status={},
+        now="t",
+    )
+    assert status["phase"] == "Failed"
+    assert status["message"] == failure
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert (running["status"], running["reason"], running["message"]) == ("False", "DriverFailed", failure)
+    assert status_for(Observation(spark_state="RUNNING"), old_status={}, **status_args)["message"] is None
+
+
+def test_a_driver_failure_stands_while_no_driver_answers_the_same_revision():
+    failed = status_for(
+        Observation(spark_state="FAILED", driver_failure=f"driver {START_ERROR}"), old_status={}, **status_args
+    )
+    assert last_driver_failure(failed, "r") == f"driver {START_ERROR}"  # its pod deleted, the next one starting
+    assert last_driver_failure(failed, "r2") is None  # a new revision: the old error is not its
+    assert last_driver_failure(failed, None) is None
+    running = status_for(Observation(spark_state="RUNNING"), old_status=failed, **status_args)
+    assert last_driver_failure(running, "r") is None
+
+
+class _Cluster:
+    """What _observe reads: the driver pod, and the driver's answer (here: none)."""
+
+    def __init__(self, pod: dict) -> None:
+        self.pod = pod
+        self.driver_client = self
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict:
+        assert (kind, name) == ("Pod", "app-driver")
+        return self.pod
+
+    def address(self, ip: str, port: int) -> str:
+        return f"http://{ip}:{port}"
+
+    def status(self, address: str) -> DriverStatus:
+        raise DriverUnavailable("connection refused")
+
+
+@pytest.mark.parametrize("state", ["FAILED", "FAILING", "RUNNING"])
+def test_observing_a_driver_that_does_not_answer_reads_its_pod(state):
+    pod = driver_pod(state={"terminated": {"exitCode": 2, "message": START_ERROR}})
+    pod["status"]["podIP"] = "10.0.0.9"
+    spark_app = {"status": {"applicationState": {"state": state}, "driverInfo": {"podName": "app-driver"}}}
+    obs = Observation()
+    Reconciler._observe(_Cluster(pod), spark_app, "ns", "app", obs)  # type: ignore[arg-type]
+    assert (obs.spark_state, obs.driver, obs.driver_failure) == (state, None, f"driver {START_ERROR}")

@@ -17,8 +17,10 @@ import yaml
 from helpers import EXAMPLES, load_example, load_manifest
 from kafka_output import read_committed
 
+from sluice.pipelines import runner
 from sluice.pipelines.contract import RunnerConfig
 from sluice.pipelines.local.kafka_io import produce
+from sluice.pipelines.runner import TERMINATION_MESSAGE_LIMIT, termination_message
 from sluice.pipelines.runtime import PipelineRun, error_summary
 from sluice.pipelines.spec import PipelineSpec
 from sluice.pipelines.validation import PipelineInvalid
@@ -401,3 +403,70 @@ def test_runner_config_sql_is_parsed_by_spark_with_its_path(spark_session):
         PipelineRun(spark_session, config).start()
     assert [p.path for p in info.value.problems] == ["pipeline.nodes[2].filter"]
     assert info.value.problems[0].message.startswith("bad SQL expression")
+
+
+# ------------------------------------------------------------------------------ termination message
+
+
+def test_the_termination_message_is_one_paragraph_of_app_paths_within_what_kubernetes_keeps():
+    message = termination_message(
+        "failed at start",
+        ["pipeline.nodes[2].filter: [UNRESOLVED_COLUMN] wrd\n  at Spark", "controlPort: bad", "spec.pipeline: x"],
+    )
+    assert message == (
+        "failed at start: spec.pipeline.nodes[2].filter: [UNRESOLVED_COLUMN] wrd; controlPort: bad; spec.pipeline: x"
+    )
+    long = termination_message("failed", ["pipeline.deadLetter (lines-dead-letters): " + "é" * 5000])
+    assert len(long.encode()) <= TERMINATION_MESSAGE_LIMIT
+    assert long.startswith("failed: spec.pipeline.deadLetter (lines-dead-letters): é") and long.endswith("…")
+
+
+def test_no_termination_message_where_kubernetes_made_no_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "TERMINATION_MESSAGE_PATH", str(tmp_path / "termination-log"))
+    runner.write_termination_message("failed at start: x")
+    assert not (tmp_path / "termination-log").exists()  # a local run: nothing written
+    (tmp_path / "termination-log").touch()  # as the kubelet does before the container starts
+    runner.write_termination_message("failed at start: x")
+    assert (tmp_path / "termination-log").read_text() == "failed at start: x"
+
+
+def _runner_leaving_a_termination_message(tmp_path: Path, config: dict) -> tuple[subprocess.CompletedProcess, str]:
+    """The runner as the driver runs it, with the termination message file where the kubelet would make it."""
+    path, message = tmp_path / "runner.json", tmp_path / "termination-log"
+    path.write_text(json.dumps(config))
+    message.touch()
+    script = (
+        "import sys; from sluice.pipelines import runner; "
+        f"runner.TERMINATION_MESSAGE_PATH = {str(message)!r}; sys.exit(runner.main(sys.argv[1:]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(path), "--master", "local[1]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    return result, message.read_text()
+
+
+def test_a_bad_runner_config_leaves_its_problems_as_the_termination_message(tmp_path):
+    config = _runner_config()
+    config["pipeline"]["nodes"][1]["inputs"] = ["linez"]
+    result, message = _runner_leaving_a_termination_message(tmp_path, config)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert message == (
+        "failed at start: spec.pipeline.nodes[0]: the output of 'lines' is not used by any node (connect it to a "
+        "sink); spec.pipeline.nodes[1].inputs[0]: unknown node 'linez'"
+    )
+
+
+@pytest.mark.spark
+def test_a_start_up_failure_leaves_the_node_path_as_the_termination_message(tmp_path):
+    config = _runner_config(checkpointRoot=str(tmp_path / "chk"))
+    config["pipeline"]["nodes"][2]["filter"] = "wrd != ''"  # parses; Spark's analyzer knows no column wrd
+    result, message = _runner_leaving_a_termination_message(tmp_path, config)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert re.fullmatch(r"failed at start: spec\.pipeline\.nodes\[2\]\.filter: .*UNRESOLVED_COLUMN.*wrd.*", message), (
+        message
+    )
+    assert "\n" not in message

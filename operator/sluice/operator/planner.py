@@ -127,6 +127,34 @@ class Observation:
     driver_error: str | None = None
     driver_address: str | None = None  # http://<driver pod IP>:<control port>
     rollout: tuple[bool | None, str, str] | None = None  # the Rollout condition: (status, reason, message)
+    driver_failure: str | None = None  # a driver that is not answering: its container's termination message
+
+
+DRIVER_FAILED = "DriverFailed"  # the Running condition's reason when a driver left its error
+
+
+def driver_failure(pod: dict[str, Any] | None) -> str | None:
+    """The error the driver container left as its termination message (the runner writes "failed at start: " or
+    "failed: " and each error's node path), as the status says it: from the container's state when it has
+    terminated, else from its last state (it was restarted)."""
+    for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if container.get("name") != ch.SPARK_CONTAINERS["driver"]:
+            continue
+        for state in ("state", "lastState"):
+            terminated = (container.get(state) or {}).get("terminated") or {}
+            message = " ".join((terminated.get("message") or "").split())
+            if message:
+                return f"driver {message}" if message.startswith("failed") else f"driver terminated: {message}"
+    return None
+
+
+def last_driver_failure(old_status: dict[str, Any], revision: str | None) -> str | None:
+    """The driver failure the status tells stands while no driver answers and the revision is the same:
+    spark-operator deletes a failed driver's pod before it submits the next (which may fail the same way)."""
+    if revision is None or old_status.get("revision") != revision:
+        return None
+    running: dict[str, Any] = next((c for c in old_status.get("conditions") or [] if c.get("type") == "Running"), {})
+    return (running.get("message") or None) if running.get("reason") == DRIVER_FAILED else None
 
 
 def phase_of(obs: Observation) -> str:
@@ -161,6 +189,9 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
     elif obs.apply_error:
         submitted = cond("DriverSubmitted", False, "ApplyFailed", obs.apply_error[:4000])
         running = cond("Running", False, "NotSubmitted")
+    elif obs.driver_failure:
+        submitted = cond("DriverSubmitted", True, "Submitted")
+        running = cond("Running", False, DRIVER_FAILED, obs.driver_failure[:4000])
     else:
         submitted = cond("DriverSubmitted", True, "Submitted")
         running = cond(
@@ -231,7 +262,11 @@ def status_for(
         "message": (
             obs.valid.message[:4000]
             if obs.valid
-            else obs.apply_error or obs.topics_error or "; ".join(obs.topics_refused.values()) or None
+            else obs.apply_error
+            or obs.topics_error
+            or "; ".join(obs.topics_refused.values())
+            or (obs.driver_failure or "")[:4000]
+            or None
         ),
         "revision": revision,
         "stableRevision": (rollout or {}).get("stableRevision", old_status.get("stableRevision")),

@@ -33,6 +33,8 @@ from .planner import (
     admissible_spec,
     bootstrap_for,
     desired_state,
+    driver_failure,
+    last_driver_failure,
     parse_spec,
     status_for,
 )
@@ -239,6 +241,8 @@ class Reconciler:
             spark_app = self._spark_application(namespace, app)
             self._observe(spark_app, namespace, app, obs)
         obs.rollout = rollout.condition
+        if obs.driver is None and obs.driver_failure is None and not parsed.suspend:
+            obs.driver_failure = last_driver_failure(old_status, rollout.pin.runs)
         plan = plan_scaling(parsed, meta.get("annotations") or {}, obs.driver, clock, periodic=periodic)
         events = self._realize(namespace, app, obs, plan)
         status = status_for(
@@ -389,20 +393,20 @@ class Reconciler:
         if executors:
             obs.executors = sum(1 for s in executors.values() if s == "RUNNING")
         pod_name = (status.get("driverInfo") or {}).get("podName")
-        if (obs.spark_state or "").upper() != "RUNNING" or not pod_name:
+        if not pod_name:
             return
         pod = self.get("v1", "Pod", namespace, pod_name)
         pod_ip = ((pod or {}).get("status") or {}).get("podIP")
-        if not pod_ip:
-            return
-        address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
-        try:
-            obs.driver = self.driver_client.status(address)
-        except DriverUnavailable as exc:
-            obs.driver_error = str(exc)
-            log.debug("driver of %s/%s not available: %s", namespace, app, exc)
-            return
-        obs.driver_address = address
+        if (obs.spark_state or "").upper() == "RUNNING" and pod_ip:
+            address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
+            try:
+                obs.driver = self.driver_client.status(address)
+                obs.driver_address = address
+                return
+            except DriverUnavailable as exc:
+                obs.driver_error = str(exc)
+                log.debug("driver of %s/%s not available: %s", namespace, app, exc)
+        obs.driver_failure = driver_failure(pod)  # not answering: failed at start, or its pod restarted
 
     # ---------------------------------------------------------------------------- rollouts
     def _rollout(

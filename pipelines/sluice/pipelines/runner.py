@@ -6,7 +6,9 @@ FILE is a RunnerConfig (JSON or YAML, `kind: RunnerConfig`), as the operator wri
 input. For local runs FILE may instead be a StreamingApp manifest or a bare pipeline, with flags for what a
 RunnerConfig carries. The runner validates the pipeline (SQL parsed by Spark), starts one streaming query
 per sink (and the dead-letter queries), serves the control API (/metrics, /healthz, /v1/status,
-/v1/executors) on the control port, and stops at a batch boundary on SIGTERM.
+/v1/executors) on the control port, and stops at a batch boundary on SIGTERM. A run that fails (at start, or a
+query later) also leaves its error, with the node path, as the container's termination message, which the
+operator puts in the StreamingApp's status.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from .contract import DEFAULT_CONTROL_PORT, RunnerConfig
 from .control.server import ControlServer
-from .runtime import PipelineRun, config_from_document
+from .runtime import PipelineRun, config_from_document, error_summary, java_message
 from .validation import PipelineInvalid, Problem, graph_problems, load_documents, model_problems, semantic_problems
 
 log = logging.getLogger("sluice.runner")
@@ -31,6 +35,39 @@ CONFIG_FLAGS = {
     "control_port": "--control-port",
     "control_token_file": "--control-token-file",
 }
+# Kubernetes' default terminationMessagePath: the kubelet creates the file before the container starts and
+# keeps at most TERMINATION_MESSAGE_LIMIT bytes of it in the pod's containerStatuses[*].state.terminated.message.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TERMINATION_MESSAGE_LIMIT = 4096
+
+
+def in_app(error: str) -> str:
+    """An error that starts with a path in a RunnerConfig's pipeline, as the path in its StreamingApp (whose
+    spec.pipeline the operator copied there): what the app's status names."""
+    return f"spec.{error}" if re.match(r"pipeline[.\[: ]", error) else error
+
+
+def termination_message(what: str, errors: Iterable[str]) -> str:
+    """One paragraph: `what` ("failed at start", "failed") and the first line of each error (its node path in
+    the StreamingApp and Spark's message), cut to the bytes Kubernetes keeps."""
+    lines = (in_app(next((line.strip() for line in e.splitlines() if line.strip()), "")) for e in errors)
+    text = f"{what}: {'; '.join(line for line in lines if line)}"
+    encoded = text.encode()
+    if len(encoded) <= TERMINATION_MESSAGE_LIMIT:
+        return text
+    return encoded[: TERMINATION_MESSAGE_LIMIT - len("…".encode())].decode(errors="ignore") + "…"
+
+
+def write_termination_message(message: str) -> None:
+    """Written only where Kubernetes made the file (a local run has none: nothing is written)."""
+    path = TERMINATION_MESSAGE_PATH
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(message)
+    except OSError as exc:
+        log.warning("cannot write the termination message to %s: %s", path, exc)
 
 
 def parse_runner_config(data: Any) -> RunnerConfig:
@@ -111,9 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         config, pipeline_path = runner_config(args)
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        write_termination_message(termination_message("failed at start", [str(exc)]))
         return 2
     except PipelineInvalid as exc:
         print(f"error: invalid {args.file}:\n{exc}", file=sys.stderr)
+        write_termination_message(termination_message("failed at start", map(str, exc.problems)))
         return 2
     from .session import build_session, local_session
 
@@ -129,7 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         run.start()
     except PipelineInvalid as exc:
         print(f"error: invalid pipeline in {args.file}:\n{exc}", file=sys.stderr)
+        write_termination_message(termination_message("failed at start", map(str, exc.problems)))
         return 2
+    except Exception as exc:
+        log.exception("the pipeline did not start")
+        write_termination_message(termination_message("failed at start", [error_summary(java_message(exc))]))
+        return 1
     server = ControlServer(run).start() if config.controlPort else None
     log.info(
         "%s (revision %s): started %d queries; control API on :%s",
@@ -142,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     run.stop()
     if server:
         server.stop()
-    for state in run.failed():
+    failed = run.failed()
+    for state in failed:
         log.error("query failed: %s", state.failure())
+    if code:
+        write_termination_message(termination_message("failed", [state.failure() for state in failed]))
     return code
 
 

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -29,7 +30,8 @@ from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, s
 LOCAL_REVISION = "local"  # the revision of a run made from a file rather than by the operator
 
 
-def _java_message(exc: Exception) -> str:
+def java_message(exc: Exception) -> str:
+    """The first line of an error's message (a JVM exception's own message when py4j wraps one)."""
     java = getattr(exc, "java_exception", None)  # py4j wraps JVM exceptions
     message = str(java.getMessage() if java is not None else exc)
     return next((line.strip() for line in message.splitlines() if line.strip()), message)
@@ -43,7 +45,7 @@ def spark_sql_parser(spark: SparkSession):
         try:
             parser.parseExpression(expression)
         except Exception as exc:
-            return _java_message(exc)
+            return java_message(exc)
         return None
 
     return parse
@@ -58,7 +60,7 @@ def spark_ddl_parser(spark: SparkSession):
         try:
             return list(struct_type.fromDDL(ddl).fieldNames())
         except Exception as exc:
-            return _java_message(exc)
+            return java_message(exc)
 
     return parse
 
@@ -179,7 +181,13 @@ class PipelineRun:
         self.spark.streams.addListener(self._listener)
         try:
             for plan in compiled.queries:
-                self._start_query(plan, self.config)
+                try:
+                    self._start_query(plan, self.config)
+                except AnalysisException as exc:  # refused by Spark as the query starts: named by its sink
+                    problem = Problem(
+                        self.query_path(plan.name), f"query {plan.name} did not start: {java_message(exc)}"
+                    )
+                    raise PipelineInvalid([problem]) from exc
         except UnsupportedTrigger as exc:
             self.stop()
             raise PipelineInvalid([Problem(join_path(self.pipeline_path, "trigger"), str(exc))]) from exc
