@@ -82,7 +82,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
 
 # --- packaging: Helm chart, images, kind e2e ---------------------------------------------------------
-.PHONY: chart-crds images e2e e2e-local e2e-autoscale local-images
+.PHONY: chart-crds images e2e e2e-local local-images
 
 chart-crds: crds
 
@@ -95,10 +95,6 @@ e2e: $(STAMP) ## kind e2e: cluster, images, Strimzi, spark-operator, sluice, app
 local-images: $(STAMP) ## build the images with buildah for the local cluster (no Docker; base from debootstrap)
 	$(PY) -m sluice.testbed images
 
-e2e-local: $(STAMP) ## the e2e suite on a throwaway local cluster with real pods (no Docker; needs root)
+e2e-local: $(STAMP) ## the e2e suite on a throwaway local cluster with real pods (no Docker; needs root): .sluice/e2e/*.json
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest -p no:cacheprovider -m e2e_local e2e/tests/test_e2e_local.py $(PYTEST_ARGS)
-
-e2e-autoscale: $(STAMP) ## e2e-local with the autoscale step (a paced load past one executor; ~6 min more): .sluice/e2e/autoscale.json
-	$(PY) -m sluice.testbed prefetch
-	SLUICE_E2E_AUTOSCALE=1 $(PY) -m pytest -p no:cacheprovider -m e2e_local e2e/tests/test_e2e_local.py $(PYTEST_ARGS)

@@ -605,8 +605,6 @@ class E2ESuite:
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
 
-    # "autoscale" is opt-in (SLUICE_E2E_AUTOSCALE=1, see steps()): it adds ~6 minutes, so CI runs it through
-    # `make e2e-autoscale`, not `make e2e-local`.
     STEPS = (
         "install",
         "kafka_ready",
@@ -623,9 +621,7 @@ class E2ESuite:
 
     @classmethod
     def steps(cls) -> tuple[str, ...]:
-        if os.environ.get("SLUICE_E2E_AUTOSCALE") == "1":
-            return cls.STEPS
-        return tuple(step for step in cls.STEPS if step != "autoscale")
+        return cls.STEPS
 
     CHECKPOINT_CLAIM = "wordcount-checkpoints"
     autoscale_report: dict[str, Any] = field(default_factory=dict)
