@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format bench bench-delivery bench-autoscaler faults local-kafka local-kafka-down local-cluster local-cluster-down \
+.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-autoscaler faults local-kafka local-kafka-down local-cluster local-cluster-down \
 	operator crds clean
 
 help:
@@ -48,6 +48,9 @@ format: $(STAMP)
 
 bench: $(STAMP) ## benchmarks: figures printed and written to .sluice/bench/ (SLUICE_BENCH_RECORDS, default 10M)
 	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench operator/tests
+
+bench-validate: $(STAMP) ## sluice validate --no-spark over every example, a new process each run (target < 2 s): .sluice/bench/validate.json
+	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_validate_cli.py
 
 bench-delivery: $(STAMP) ## toKafka delivery exactlyOnce vs atLeastOnce: throughput, p50/p99 latency; .sluice/bench/delivery.json
 	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_delivery.py

@@ -470,3 +470,31 @@ def test_a_start_up_failure_leaves_the_node_path_as_the_termination_message(tmp_
         message
     )
     assert "\n" not in message
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_make_demo_prints_only_its_own_output(tmp_path):
+    """`make demo` end to end (its own broker when none runs): its windows and summary, Spark's log named once
+    and kept out of the terminal, and no librdkafka line after its broker stops."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sluice.pipelines.demo", "3000"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "every on-time word counted once; every late line dead-lettered" in result.stdout
+    assert "summary" in result.stdout and "lines in (on time)" in result.stdout
+    assert_quiet_with_spark_log(result, tmp_path, "sluice-demo")
+
+
+@pytest.mark.spark
+def test_validate_cli_serves_every_file_from_one_jvm(tmp_path):
+    paths = sorted(EXAMPLES.glob("*.yaml"))[:2]
+    result = _sluice("validate", *map(str, paths), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": valid") == 2
+    assert_quiet_with_spark_log(result, tmp_path, "sluice-validate")  # one log named: one Spark session

@@ -126,6 +126,12 @@ def error_summary(error: str) -> str:
     return ": ".join(raised[-1]) if raised else error.split("\n")[0]
 
 
+def _last_batch(query: StreamingQuery) -> Any:
+    """The id of the query's last completed batch (None: none yet)."""
+    progress = query.lastProgress
+    return progress.get("batchId") if progress else None
+
+
 class SwapRefused(Exception):
     """A hot swap this driver cannot do (nothing was changed): `field` is the request's field at fault."""
 
@@ -319,10 +325,15 @@ class PipelineRun:
         return next(query for query in reversed(self.queries) if query.name == name)
 
     def _stop_query(self, query: StreamingQuery, boundary_timeout: float = 30.0, forget: bool = True) -> None:
-        """Stopped between two micro-batches when it can be caught idle in time; `forget`: no longer one of
+        """Stopped at a batch boundary: at once when no batch runs, else as soon as the running one completes
+        (a query whose batches run back to back is never caught idle; the batch begun right after is stopped
+        as it starts: its offsets are in the offset log, and a restart runs them). `forget`: no longer one of
         this run's queries (a swap), else it stays for its final state (the run stops)."""
         deadline = time.monotonic() + boundary_timeout
+        running = _last_batch(query)
         while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+            if _last_batch(query) != running:
+                break
             time.sleep(0.05)
         query.stop()
         self.metrics.up.labels(app=self.metrics.app, query=query.name).set(0)
