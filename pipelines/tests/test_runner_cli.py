@@ -226,6 +226,18 @@ def test_validate_cli_checks_the_whole_app_as_the_operator_does(tmp_path):
     ]
 
 
+def test_validate_cli_wants_one_kafka_of_the_two(tmp_path):
+    manifest = yaml.safe_load((EXAMPLES / "wordcount.yaml").read_text())
+    manifest["spec"]["kafka"] = {}
+    path = tmp_path / "no-kafka.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = _sluice("validate", "--no-spark", str(path))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"{path}: spec.kafka: set exactly one of 'bootstrapServers' or 'strimziCluster'"
+    ]
+
+
 def test_validate_cli_still_takes_a_bare_pipeline(tmp_path):
     pipeline = yaml.safe_load((EXAMPLES / "wordcount.yaml").read_text())["spec"]["pipeline"]
     path = tmp_path / "pipeline.yaml"

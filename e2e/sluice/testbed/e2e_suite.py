@@ -1085,7 +1085,7 @@ class E2ESuite:
             interval=0.5,
         )
         took = time.monotonic() - started
-        assert "nope" in (rolled.get("message") or ""), rolled
+        assert "spec.pipeline.nodes[2].filter" in (rolled.get("message") or "") and "nope" in rolled["message"], rolled
         status = self.status()
         assert status["stableRevision"] == stable and status["revision"] == stable
         rollout_condition = {c["type"]: c for c in status["conditions"]}["Rollout"]

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from sluice.pipelines.contract import RunnerConfig, SwapRequest
+from sluice.pipelines.contract import RunnerConfig, SwapRequest, in_app
 
 from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable, SwapRefused
@@ -532,7 +532,7 @@ class Reconciler:
         try:
             answer = self.driver_client.swap(obs.driver_address, token, SwapRequest(config=config, steps=list(steps)))
         except SwapRefused as exc:
-            return str(exc)
+            return in_app(str(exc))
         except DriverUnavailable as exc:
             self._tokens.pop((namespace, app), None)
             events.append(("Warning", "SwapFailed", str(exc)[:1000]))
@@ -546,6 +546,8 @@ class Reconciler:
             )
             if names
         ]
+        if not done:  # another pass asked first: the driver runs the revision already
+            return None
         log.info("%s/%s: revision %s swapped in: %s", namespace, app, answer.revision, "; ".join(done))
         events.append(
             (

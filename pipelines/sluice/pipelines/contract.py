@@ -8,6 +8,7 @@ client parses them, so both sides share one definition.
 
 from __future__ import annotations
 
+import re
 from typing import Final, Literal
 
 from pydantic import ConfigDict, Field
@@ -35,6 +36,12 @@ class RunnerConfig(Strict):
     controlTokenFile: str | None = Field(
         None, description="File holding the bearer token writes need; None: the API refuses every write."
     )
+
+
+def in_app(error: str) -> str:
+    """An error that starts with a path in a RunnerConfig's pipeline, as the path in its StreamingApp (whose
+    spec.pipeline the operator copied there): what the app's status names."""
+    return f"spec.{error}" if re.match(r"pipeline[.\[: ]", error) else error
 
 
 # ------------------------------------------------------------------------------ driver control API

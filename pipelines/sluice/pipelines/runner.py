@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import sys
 from collections.abc import Iterable
 from typing import Any
 
-from .contract import DEFAULT_CONTROL_PORT, RunnerConfig
+from .contract import DEFAULT_CONTROL_PORT, RunnerConfig, in_app
 from .control.server import ControlServer
 from .runtime import PipelineRun, config_from_document, error_summary, java_message
 from .validation import PipelineInvalid, Problem, graph_problems, load_documents, model_problems, semantic_problems
@@ -39,12 +38,6 @@ CONFIG_FLAGS = {
 # keeps at most TERMINATION_MESSAGE_LIMIT bytes of it in the pod's containerStatuses[*].state.terminated.message.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096
-
-
-def in_app(error: str) -> str:
-    """An error that starts with a path in a RunnerConfig's pipeline, as the path in its StreamingApp (whose
-    spec.pipeline the operator copied there): what the app's status names."""
-    return f"spec.{error}" if re.match(r"pipeline[.\[: ]", error) else error
 
 
 def termination_message(what: str, errors: Iterable[str]) -> str:
