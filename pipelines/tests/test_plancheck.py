@@ -16,6 +16,7 @@ from helpers import EXAMPLE_NAMES, EXAMPLES, REPO_ROOT
 from sluice.pipelines.compiler import compile_pipeline
 from sluice.pipelines.contract import RunnerConfig
 from sluice.pipelines.plancheck import plan_problems, stand_in_frames, streaming_problems
+from sluice.pipelines.runner import termination_message
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.validation import PipelineInvalid, Problem, load_documents, validate
 
@@ -109,3 +110,31 @@ def test_validate_cli_refuses_it_and_accepts_every_example(tmp_path: Path) -> No
     assert [line.split(": ")[0] for line in lines[1:]] == examples
     assert all(line.endswith(": valid") for line in lines[1:]), lines
     assert _sluice("validate", "--no-spark", str(bad), cwd=tmp_path).returncode == 0  # only Spark can tell
+
+
+def test_the_driver_refuses_it_at_start_as_the_operator_reports_it(tmp_path: Path) -> None:
+    """The runner as the operator's driver runs it (a RunnerConfig): exit 2 before any query starts, the
+    sink node's path and Spark's message, which the termination message (the app's status) carries."""
+    spec = validate(running_total_after_join()["spec"]["pipeline"], "pipeline")
+    config = RunnerConfig(
+        app="refused",
+        revision="r1",
+        kafkaBootstrap="127.0.0.1:9",
+        pipeline=spec,
+        checkpointRoot=str(tmp_path / "checkpoints"),
+        controlPort=0,
+    )
+    path = tmp_path / "runner.json"
+    path.write_text(config.model_dump_json(by_alias=True, exclude_none=True))
+    result = subprocess.run(
+        [sys.executable, "-m", "sluice.pipelines.runner", str(path), "--master", "local[1]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    problem = f"pipeline.nodes[4]: {OUTER_JOIN_IN_UPDATE_MODE}"
+    assert f"error: invalid pipeline in {path}:\n{problem}\n" in result.stderr
+    assert termination_message("failed at start", [problem]) == f"failed at start: spec.{problem}"
+    assert not (tmp_path / "checkpoints").exists()
