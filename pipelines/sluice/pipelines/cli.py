@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -15,8 +17,11 @@ from rich.table import Table
 
 from .app import manifest_problems
 from .control.backlog import topic_backlogs
+from .spec import PipelineSpec
 from .sqlcheck import static_ddl_parser, static_sql_parser, strictest
-from .validation import DdlParser, PipelineDocument, PipelineInvalid, SqlParser, load_documents, validate
+from .validation import DdlParser, PipelineDocument, PipelineInvalid, Problem, SqlParser, load_documents, validate
+
+PlanChecker = Callable[[PipelineSpec, str], list[Problem]]  # a valid spec and its path -> what Spark would refuse
 
 console = Console(stderr=True)
 
@@ -38,7 +43,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     sql: SqlParser = static_sql_parser
     ddl: DdlParser = static_ddl_parser
     spark = None
+    plans: PlanChecker | None = None
     if args.spark and _spark_available():
+        from .plancheck import plan_problems
         from .runtime import spark_ddl_parser, spark_sql_parser
         from .session import build_session
 
@@ -46,20 +53,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "sluice-validate", {"spark.ui.enabled": "false"}, master="local[1]", log_file=_spark_log("sluice-validate")
         )
         sql, ddl = strictest(spark_sql_parser(spark), spark_ddl_parser(spark))
+        plans = functools.partial(plan_problems, spark)
     elif args.spark:
         console.print("[yellow]note:[/] no Java found: SQL is checked without Spark, and again when the app starts")
     failures = 0
     try:
         for path in args.files:
-            failures += _validate_file(path, sql, ddl)
+            failures += _validate_file(path, sql, ddl, plans)
     finally:
         if spark is not None:
             spark.stop()
     return 1 if failures else 0
 
 
-def _validate_file(path: str, sql: SqlParser, ddl: DdlParser) -> int:
-    """A StreamingApp is checked whole, as the operator checks it; a bare pipeline as the runner does."""
+def _validate_file(path: str, sql: SqlParser, ddl: DdlParser, plans: PlanChecker | None = None) -> int:
+    """A StreamingApp is checked whole, as the operator checks it; a bare pipeline as the runner does. With
+    `plans` (Spark present), a pipeline that passes is compiled and its queries analysed as the runner
+    does before starting them (output modes, operator order)."""
     try:
         documents = load_documents(path)
     except (OSError, PipelineInvalid) as exc:
@@ -75,6 +85,8 @@ def _validate_file(path: str, sql: SqlParser, ddl: DdlParser) -> int:
                 problems = []
             except PipelineInvalid as exc:
                 problems = exc.problems
+        if not problems and plans is not None:
+            problems = plans(validate(document.pipeline, document.prefix), document.prefix)
         for problem in problems:
             print(f"{path}: {problem}")
         if problems:

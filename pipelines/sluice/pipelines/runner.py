@@ -23,7 +23,8 @@ from typing import Any
 
 from .contract import DEFAULT_CONTROL_PORT, RunnerConfig, in_app
 from .control.server import ControlServer
-from .runtime import PipelineRun, config_from_document, error_summary, java_message
+from .plancheck import java_message
+from .runtime import PipelineRun, config_from_document, error_summary
 from .validation import PipelineInvalid, Problem, graph_problems, load_documents, model_problems, semantic_problems
 
 log = logging.getLogger("sluice.runner")

@@ -23,18 +23,12 @@ from pyspark.sql.streaming import StreamingQuery
 from .compiler import CompiledPipeline, QueryPlan, compile_pipeline
 from .contract import IN_DRIVER_ACTIONS, QueryStep, RunnerConfig, SwapResponse
 from .metrics import PipelineMetrics, ProgressListener
+from .plancheck import java_message, sink_path, streaming_problems
 from .queries import UnsupportedTrigger, start_query
 from .spec import PipelineSpec
 from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
 LOCAL_REVISION = "local"  # the revision of a run made from a file rather than by the operator
-
-
-def java_message(exc: Exception) -> str:
-    """The first line of an error's message (a JVM exception's own message when py4j wraps one)."""
-    java = getattr(exc, "java_exception", None)  # py4j wraps JVM exceptions
-    message = str(java.getMessage() if java is not None else exc)
-    return next((line.strip() for line in message.splitlines() if line.strip()), message)
 
 
 def spark_sql_parser(spark: SparkSession):
@@ -203,19 +197,24 @@ class PipelineRun:
         return self
 
     def _compile(self, config: RunnerConfig) -> CompiledPipeline:
-        """The pipeline's queries, checked with Spark's parsers first (PipelineInvalid naming each node)."""
+        """The pipeline's queries, checked with Spark's parsers first and with Spark's unsupported-operation
+        check after (what `sluice validate` checks): PipelineInvalid naming each node, nothing started."""
         problems = semantic_problems(
             config.pipeline, self.pipeline_path, sql=spark_sql_parser(self.spark), ddl=spark_ddl_parser(self.spark)
         )
         if problems:
             raise PipelineInvalid(problems)
-        return compile_pipeline(
+        compiled = compile_pipeline(
             self.spark,
             config.pipeline,
             bootstrap_servers=config.kafkaBootstrap,
             prefix=self.pipeline_path,
             app_name=config.app,
         )
+        problems = streaming_problems(self.spark, compiled, config.pipeline, self.pipeline_path)
+        if problems:
+            raise PipelineInvalid(problems)
+        return compiled
 
     def _start_query(self, plan: QueryPlan, config: RunnerConfig) -> StreamingQuery:
         query = start_query(
@@ -362,10 +361,7 @@ class PipelineRun:
 
     def query_path(self, name: str) -> str:
         """The sink node of a query (named after it), or the dead letter sink (`<source>-dead-letters`)."""
-        for index, node in enumerate(self.spec.nodes):
-            if node.name == name:
-                return join_path(self.pipeline_path, "nodes", index)
-        return join_path(self.pipeline_path, "deadLetter")
+        return sink_path(self.spec, self.pipeline_path, name)
 
     def failed(self) -> list[QueryState]:
         return [s for s in self.states() if s.error]
