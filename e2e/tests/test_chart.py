@@ -1006,7 +1006,13 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
             interval=0.5,
         )
 
-    assert conditions == {"Valid": "True", "TopicsReady": "True", "DriverSubmitted": "True", "Running": "Unknown"}
+    assert conditions == {
+        "Valid": "True",
+        "TopicsReady": "True",
+        "DriverSubmitted": "True",
+        "Running": "Unknown",
+        "Rollout": "True",  # the first revision is the stable one
+    }
     assert len(topics) == len(app["spec"]["topics"])
     assert status(target, namespace, name)["revision"] != first_revision
     assert refused.returncode != 0
