@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
@@ -12,6 +15,44 @@ from .compiler import LateRule, QueryPlan
 from .sinks import Sink, SinkContext, create_sink
 from .sinks.checkpoint_files import BatchFiles
 from .spec import ProcessingTime, duration_to_spark
+
+log = logging.getLogger(__name__)
+
+# Spark 4.2: the per-operator watermark simulation (PropagateWatermarkSimulator, run on the executed plan after
+# each batch) stops at a ReusedExchangeExec (a leaf), so a stateful operator reading its inputs through one gets
+# watermark 0: it drops no late rows and evicts no state (issue #14 §2). Exchange reuse turns the second of two
+# identical shuffles of one query into one, e.g. when one node's output feeds several stateful paths. Every query
+# sluice starts runs without it; the query keeps its own copy of the session's conf (StreamExecution clones the
+# session in start()), so the session is changed only around start().
+STREAMING_QUERY_CONF: dict[str, str] = {"spark.sql.exchange.reuse": "false"}
+_CONF_LOCK = threading.Lock()  # queries start from several threads at once (a hot swap's pool)
+_warned: set[str] = set()
+
+
+@contextmanager
+def query_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """`conf` set on the session for the start of one query, then restored (unset when it was not set)."""
+    with _CONF_LOCK:
+        before = spark.conf.getAll  # only what is set (the app's sparkConf, conf.set), not defaults
+        for key, value in conf.items():
+            if key in before and before[key] != value and key not in _warned:
+                _warned.add(key)
+                log.warning(
+                    "the session sets %s=%s; sluice starts its streaming queries with %s=%s (issue #14)",
+                    key,
+                    before[key],
+                    key,
+                    value,
+                )
+            spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key in conf:
+                if key in before:
+                    spark.conf.set(key, before[key])
+                else:
+                    spark.conf.unset(key)
 
 
 class UnsupportedTrigger(ValueError):
@@ -112,7 +153,9 @@ def start_query(
     else:
         writer, query_name = plan.df.writeStream.foreachBatch(_batch_handler(plan, sink, on_dead_letters)), plan.name
     writer = writer.queryName(query_name).outputMode(plan.output_mode).option("checkpointLocation", checkpoint)
-    return apply_trigger(writer, trigger, spark_version).start()
+    writer = apply_trigger(writer, trigger, spark_version)
+    with query_conf(plan.df.sparkSession, STREAMING_QUERY_CONF):
+        return writer.start()
 
 
 def _batch_handler(
