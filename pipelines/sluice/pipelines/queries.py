@@ -38,7 +38,9 @@ def query_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
             if key in before and before[key] != value and key not in _warned:
                 _warned.add(key)
                 log.warning(
-                    "the session sets %s=%s; sluice starts its streaming queries with %s=%s (issue #14)",
+                    "the session sets %s=%s; sluice starts its streaming queries with %s=%s (with it, Spark 4.2 "
+                    "gives a stateful operator behind a reused exchange no watermark: no late rows dropped, no "
+                    "state evicted)",
                     key,
                     before[key],
                     key,
