@@ -1,4 +1,5 @@
-"""kopf handlers: thin. They hand the app to the reconciler and patch what it returns.
+"""kopf handlers: thin. They hand the app to the reconciler, which reads it afresh and patches what changed, one
+pass per app at a time (a pass that read the app before another's status landed would write an older rollout back).
 
 Periodic work is a kopf timer on the apps that run a driver (`when=`: not suspended), so kopf's peering
 pauses it on a standby replica, and a suspended app carries no finalizer for it. Every tick observes the
@@ -68,24 +69,20 @@ def _record(trigger: str, outcome: Outcome, body: kopf.Body) -> None:
         kopf.event(body, type=event_type, reason=reason, message=message)
 
 
-def _apply(outcome: Outcome, patch: kopf.Patch) -> None:
-    patch.status.update(outcome.status)
-    for key, value in outcome.annotations.items():
-        patch.metadata.annotations[key] = value
-
-
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 @kopf.on.resume(*RESOURCE)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, reason: str, **_: Any) -> None:
+def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, reason: str, **_: Any) -> None:
     trigger = str(reason)
+    meta = body["metadata"]
     with metrics.RECONCILE_SECONDS.labels(trigger).time():
         try:
-            outcome = memo.reconciler.reconcile(dict(body))
+            outcome = memo.reconciler.reconcile_by_name(meta["namespace"], meta["name"])
         except Exception:
             metrics.RECONCILE_ERRORS.labels(trigger).inc()
             raise
-    meta = body["metadata"]
+    if outcome is None:  # deleted meanwhile
+        return
     memo.apps.add((meta["namespace"], meta["name"]))
     memo.full_pass_at[(meta["namespace"], meta["name"])] = time.monotonic()
     _record(trigger, outcome, body)
@@ -94,7 +91,6 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.
         kopf.warn(body, reason="InvalidSpec", message=status["message"] or "invalid spec")
     elif status["phase"] != previous:
         logger.info("phase %s -> %s (revision %s)", previous, status["phase"], status.get("revision"))
-    _apply(outcome, patch)
 
 
 def _runs_driver(spec: kopf.Spec, **_: Any) -> bool:
@@ -102,27 +98,23 @@ def _runs_driver(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.timer(*RESOURCE, interval=TICK_SECONDS, initial_delay=TICK_SECONDS, when=_runs_driver)
-def tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+def tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
     key = (meta["namespace"], meta["name"])
     full = time.monotonic() - memo.full_pass_at.get(key, 0.0) >= RESYNC_SECONDS
     trigger = "resync" if full else "tick"
     with metrics.RECONCILE_SECONDS.labels(trigger).time():
         try:
-            outcome = memo.reconciler.reconcile(dict(body), full=full, periodic=True)
+            outcome = memo.reconciler.reconcile_by_name(*key, full=full, periodic=True)
         except Exception:  # reported; the next tick tries again
             metrics.RECONCILE_ERRORS.labels(trigger).inc()
             raise
+    if outcome is None:
+        return
     if full:
         memo.full_pass_at[key] = time.monotonic()
     memo.apps.add(key)
     _record(trigger, outcome, body)
-    old = body.get("status") or {}
-    if any(old.get(k) != v for k, v in outcome.status.items()):
-        patch.status.update(outcome.status)
-    for k, v in outcome.annotations.items():
-        if (meta.get("annotations") or {}).get(k) != v:
-            patch.metadata.annotations[k] = v
 
 
 @kopf.on.event(*RESOURCE)

@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import logging
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -141,6 +142,8 @@ class Reconciler:
         self.custom = client.CustomObjectsApi(self.api)
         self.driver_client = driver_client or DriverClient()
         self._tokens: dict[tuple[str, str], str] = {}
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
 
     # ------------------------------------------------------------------------- kube helpers
     def _resource(self, api_version: str, kind: str):
@@ -168,13 +171,25 @@ class Reconciler:
             self._resource(api_version, kind).delete(name=name, namespace=namespace)
 
     # ---------------------------------------------------------------------------- reconcile
-    def reconcile_by_name(self, namespace: str, name: str, *, full: bool = True) -> Outcome | None:
-        """Reconcile an app outside a kopf handler and patch what changed. None when the app is gone or
-        being deleted."""
+    def reconcile_by_name(
+        self, namespace: str, name: str, *, full: bool = True, periodic: bool = False
+    ) -> Outcome | None:
+        """Reconcile the app as it is now and patch what changed; None when it is gone or being deleted. One pass
+        per app at a time, each reading what the one before wrote: the handlers, the timer and the children's
+        events all come here, and a pass that had read the app before another's status landed would write an
+        older rollout phase back."""
+        with self._app_lock(namespace, name):
+            return self._reconcile_now(namespace, name, full=full, periodic=periodic)
+
+    def _app_lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault((namespace, name), threading.Lock())
+
+    def _reconcile_now(self, namespace: str, name: str, *, full: bool, periodic: bool) -> Outcome | None:
         body = self.get(f"{GROUP}/{VERSION}", KIND, namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None
-        outcome = self.reconcile(body, full=full)
+        outcome = self.reconcile(body, full=full, periodic=periodic)
         old = body.get("status") or {}
         patch: dict[str, Any] = {}
         if any(old.get(key) != value for key, value in outcome.status.items()):
