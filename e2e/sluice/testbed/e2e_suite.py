@@ -987,12 +987,8 @@ class E2ESuite:
 
     # -- rolling updates
 
-    def patch_pipeline(self, node: str, **fields: Any) -> None:
-        """Change one node of the app's pipeline (a merge of its spec: the whole node list is sent)."""
-        nodes = self.app["spec"]["pipeline"]["nodes"]
-        for n in nodes:
-            if n["name"] == node:
-                n.update(fields)
+    def patch_spec(self, spec: dict[str, Any]) -> None:
+        """A merge patch of the app's spec."""
         self.target.kubectl(
             "patch",
             "streamingapp",
@@ -1001,8 +997,16 @@ class E2ESuite:
             self.apps_namespace,
             "--type=merge",
             "-p",
-            json.dumps({"spec": {"pipeline": {"nodes": nodes}}}),
+            json.dumps({"spec": spec}),
         )
+
+    def patch_pipeline(self, node: str, **fields: Any) -> None:
+        """Change one node of the app's pipeline (the whole node list is sent: a merge patch replaces lists)."""
+        nodes = self.app["spec"]["pipeline"]["nodes"]
+        for n in nodes:
+            if n["name"] == node:
+                n.update(fields)
+        self.patch_spec({"pipeline": {"nodes": nodes}})
 
     def rollout_of(self, to_revision: str | None = None) -> dict[str, Any] | None:
         rollout = self.status().get("rollout")
@@ -1135,23 +1139,11 @@ class E2ESuite:
         self.assert_counts()
 
     def suspend_resume(self) -> None:
-        def patch(suspend: bool) -> None:
-            self.target.kubectl(
-                "patch",
-                "streamingapp",
-                self.app_name,
-                "-n",
-                self.apps_namespace,
-                "--type=merge",
-                "-p",
-                json.dumps({"spec": {"suspend": suspend}}),
-            )
-
-        patch(True)
+        self.patch_spec({"suspend": True})
         self.wait_phase("Suspended")
         wait_for(lambda: self.spark_application() is None, timeout=120, what="the driver to be removed")
         self.send(["delta", "beta"])  # while nothing runs: read from the checkpointed offsets on resume
-        patch(False)
+        self.patch_spec({"suspend": False})
         self.wait_phase("Running")
         self.assert_counts()
 

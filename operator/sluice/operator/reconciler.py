@@ -39,7 +39,7 @@ from .planner import (
     parse_spec,
     status_for,
 )
-from .rollout import ApplyRevision, Observed, ReleaseRevision, SwapQueries, Target, classify, diff_base
+from .rollout import ApplyRevision, DriverFacts, Observed, ReleaseRevision, SwapQueries, Target, classify, diff_base
 from .rollout.inplace import (
     Decision,
     decide,
@@ -463,7 +463,7 @@ class Reconciler:
         decision = decide(app, recorded, stable, target, observed, submitted)
         events: list[tuple[str, str, str]] = [(e.type, e.reason, e.message) for e in decision.step.events]
         for _ in range(2):
-            refused = self._carry_out(body, decision, specs, obs, observed, events)
+            refused = self._carry_out(body, decision, specs, obs, facts, observed.revisions, events)
             if refused is None:
                 break
             observed = with_refused_swap(observed, *refused)
@@ -497,18 +497,20 @@ class Reconciler:
         decision: Decision,
         specs: dict[str, StreamingAppSpec],
         obs: Observation,
-        observed: Observed,
+        facts: DriverFacts,
+        revisions: frozenset[str],
         events: list[tuple[str, str, str]],
     ) -> tuple[SwapQueries, str] | None:
-        """The decision's actions; returns the swap the driver refused, with its answer."""
+        """The decision's actions; returns the swap the driver refused, with its answer. `facts`: the driver as
+        observed (not as a refused swap makes the decision see it): what a swap still has to ask for."""
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
         for action in decision.step.actions:
             if isinstance(action, ApplyRevision):
                 spec = self._revision_spec(namespace, app, action.revision, specs)
-                if spec is not None and action.revision not in observed.revisions:
+                if spec is not None and action.revision not in revisions:
                     self._apply_revision(owner, spec)
             elif isinstance(action, SwapQueries):
-                error = self._swap(namespace, app, action, specs, obs, events)
+                error = self._swap(namespace, app, action, specs, obs, facts, events)
                 if error is not None:
                     return action, error
             elif not isinstance(action, ReleaseRevision):  # released revisions are pruned with the children
@@ -528,12 +530,13 @@ class Reconciler:
         action: SwapQueries,
         specs: dict[str, StreamingAppSpec],
         obs: Observation,
+        facts: DriverFacts,
         events: list[tuple[str, str, str]],
     ) -> str | None:
         """Ask the driver to run the swap's revision, unless it does; returns the driver's refusal."""
         if obs.driver is None or obs.driver_address is None:
             return None
-        steps = pending_swap(action, driver_facts(app, "", obs.spark_state, 0, obs.driver))
+        steps = pending_swap(action, facts)
         if steps is None:
             return None
         spec = self._revision_spec(namespace, app, action.revision, specs)

@@ -242,7 +242,6 @@ class PipelineRun:
             plans = {plan.name: plan for plan in compiled.queries}
             by_action = self._check_swap(config, self._still_to_do(config.revision, steps), set(plans))
             running = {query.name: query for query in self.queries}
-            old_plans = {plan.name: plan for plan in self._compile(self.config).queries}
             old_config, self.config = self.config, config
             started_at = time.monotonic()
             started: list[str] = []
@@ -263,6 +262,7 @@ class PipelineRun:
                 for name in started:
                     self._stop_query(self._query(name))
                 self.config = old_config
+                old_plans = {plan.name: plan for plan in self._compile(old_config).queries}  # compiled before
                 for name in by_action["restart"] + by_action["stop"]:
                     self._start_query(old_plans[name], old_config)
                 raise failure
