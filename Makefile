@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-autoscaler faults local-kafka local-kafka-down local-cluster local-cluster-down \
+.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-autoscaler faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
 	operator crds clean
 
 help:
@@ -97,6 +97,11 @@ e2e: $(STAMP) ## kind e2e: cluster, images, Strimzi, spark-operator, sluice, app
 
 local-images: $(STAMP) ## build the images with buildah for the local cluster (no Docker; base from debootstrap)
 	$(PY) -m sluice.testbed images
+
+e2e-faults: $(STAMP) ## the local cluster's long fault run: the driver pod deleted 20 times under load: .sluice/e2e/driver-killed.json
+	$(PY) -m sluice.testbed prefetch
+	SLUICE_E2E_DRIVER_KILLS=20 $(PY) -m pytest -p no:cacheprovider -m e2e_local e2e/tests/test_e2e_local.py \
+		-k "install or kafka_ready or deploy_app or stream or driver_killed" $(PYTEST_ARGS)
 
 e2e-local: $(STAMP) ## the e2e suite on a throwaway local cluster with real pods (no Docker; needs root): .sluice/e2e/*.json
 	$(PY) -m sluice.testbed prefetch

@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
 CHECKPOINT_VOLUME = "e2e-checkpoints"
 REPORT = REPO_ROOT / ".sluice" / "e2e" / "autoscale.json"
 ROLLOUT_REPORT = REPO_ROOT / ".sluice" / "e2e" / "rollout.json"
+DRIVER_KILL_REPORT = REPO_ROOT / ".sluice" / "e2e" / "driver-killed.json"
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def test_step(suite: E2ESuite, step: str) -> None:
         rollout = (ROLLOUT_REPORT, suite.rollout_report)
         reports = {"autoscale": (REPORT, suite.autoscale_report), "hot_swap": rollout, "rollback": rollout}
         reports["operator_killed_mid_rollout"] = rollout
+        reports["driver_killed"] = (DRIVER_KILL_REPORT, suite.driver_kill_report)
         if step in reports:  # the figures, for the record (also of a failed run)
             path, report = reports[step]
             path.parent.mkdir(parents=True, exist_ok=True)

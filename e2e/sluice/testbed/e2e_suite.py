@@ -15,6 +15,7 @@ import importlib.util
 import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -34,6 +35,7 @@ CHART_DIR = REPO_ROOT / "charts" / "sluice"
 IMAGES_DIR = REPO_ROOT / "images"
 EXAMPLES_DIR = REPO_ROOT / "pipelines" / "examples"
 LINES, COUNTS = "wordcount-lines", "wordcount-counts"  # the word count example's topics
+DRIVER_KILL_WORDS = ("kilo", "lima", "mike", "oscar", "papa")  # only the driver_killed step sends these
 SEEN = "wordcount-seen"  # the e2e app's stateless query: every word kept, each batch (output gaps are measured on it)
 STRIMZI_CHART = "oci://quay.io/strimzi-helm/strimzi-kafka-operator"
 
@@ -615,6 +617,7 @@ class E2ESuite:
         "rollback",
         "operator_killed_mid_rollout",
         "autoscale",
+        "driver_killed",
         "suspend_resume",
         "uninstall",
     )
@@ -626,6 +629,8 @@ class E2ESuite:
     CHECKPOINT_CLAIM = "wordcount-checkpoints"
     autoscale_report: dict[str, Any] = field(default_factory=dict)
     rollout_report: dict[str, Any] = field(default_factory=dict)  # hot swap and rollback figures
+    driver_kill_report: dict[str, Any] = field(default_factory=dict)
+    driver_kills: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_DRIVER_KILLS", "2")))
 
     def run(self, step: str) -> None:
         try:
@@ -1137,6 +1142,77 @@ class E2ESuite:
         self.send(["omega", "alpha"])
         self.expected["omega"] -= 20  # dropped by the new filter
         self.assert_counts()
+
+    def driver_killed(self) -> None:
+        """The driver pod deleted with grace period 0 at random moments under a paced load: spark-operator
+        starts a new driver on the checkpoint each time, and every word comes out exactly once (counts and the
+        stateless query's copies; no window written twice)."""
+        rng = random.Random(self.driver_kills)
+        load = PacedLoad(self.kafka, LINES, DRIVER_KILL_WORDS).start(20)
+        restarts: list[dict[str, Any]] = []
+        try:
+            for _ in range(self.driver_kills):
+                self._wait_processing()
+                time.sleep(rng.uniform(0, 3))  # mid-batch or between batches
+                victim = self.driver_pod()["metadata"]
+                self.target.kubectl(
+                    "delete", "pod", victim["name"], "-n", self.apps_namespace, "--grace-period=0", "--force"
+                )
+                killed = time.monotonic()
+                self._wait_driver_replaced(victim["uid"])
+                self._wait_processing()
+                restarts.append({"killed_to_processing_s": round(time.monotonic() - killed, 1)})
+        finally:
+            sent = load.stop()
+        self.expected.update(sent)
+        self.assert_counts()
+        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in sent)
+        self.driver_kill_report.update(
+            kills=len(restarts),
+            records=sent.total(),
+            lost=(sent - copies).total(),
+            duplicated=(copies - sent).total(),
+            restarts=restarts,
+        )
+        assert copies == sent, "the stateless query's output: every word exactly once"
+
+    def _wait_driver_replaced(self, old_uid: str) -> None:
+        wait_for(
+            lambda: self._running_driver_uid() not in (None, old_uid),
+            timeout=self.timeout,
+            what="a new driver pod after the kill",
+            interval=2,
+        )
+
+    def _running_driver_uid(self) -> str | None:
+        pods = json.loads(
+            self.target.kubectl(
+                "get",
+                "pods",
+                "-n",
+                self.apps_namespace,
+                "-o",
+                "json",
+                "-l",
+                f"spark-role=driver,sluice.dev/app={self.app_name}",
+            ).stdout
+        )["items"]
+        running = [
+            p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+        return running[0]["metadata"]["uid"] if len(running) == 1 else None
+
+    def _wait_processing(self) -> None:
+        """Until the driver's queries are all active and each has completed a batch in its current run."""
+
+        def processing() -> bool:
+            try:
+                queries = self.driver_api("/v1/status")["queries"]
+            except (AssertionError, RuntimeError, json.JSONDecodeError, KeyError):
+                return False  # no single running driver yet, or its API not up
+            return bool(queries) and all(q["active"] and q["runBatches"] > 0 for q in queries)
+
+        wait_for(processing, timeout=self.timeout, what="the driver's queries processing", interval=2)
 
     def suspend_resume(self) -> None:
         self.patch_spec({"suspend": True})
