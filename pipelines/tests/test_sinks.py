@@ -26,6 +26,8 @@ from sluice.pipelines.sinks.kafka_eos import (
     ExactlyOnceKafkaSink,
     Marker,
     _Workers,
+    routes,
+    spark_hash_int,
     with_kafka_partition,
 )
 from sluice.pipelines.spec import ToKafka
@@ -127,6 +129,21 @@ def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, n
 
 
 # ------------------------------------------------------------------------------------------ replays
+
+
+def test_routes_are_what_spark_hash_partitioning_does(spark_session: SparkSession) -> None:
+    """routes() and spark_hash_int() are computed in Python: they must be Spark's own hash and placement."""
+    ints = [0, 1, -1, 7, 42, 2**31 - 1, -(2**31), *random.Random(3).sample(range(-(2**31), 2**31), 200)]
+    frame = spark_session.createDataFrame([(i,) for i in ints], "i INT")
+    assert {r.i: r.h for r in frame.selectExpr("i", "hash(i) AS h").collect()} == {i: spark_hash_int(i) for i in ints}
+    for partitions in (1, 2, 3, 4, 7, 12, 16):
+        placed = (
+            spark_session.createDataFrame([(r,) for r in routes(partitions)], "route INT")
+            .repartition(partitions, "route")
+            .rdd.mapPartitionsWithIndex(lambda index, rows: [(row.route, index) for row in rows])
+            .collect()
+        )
+        assert sorted(placed) == sorted(zip(routes(partitions), range(partitions), strict=True)), partitions
 
 
 def test_a_replayed_batch_is_not_written_again(target: Target) -> None:

@@ -28,6 +28,7 @@ flushes, which fails if it was fenced meanwhile; then it is replaced by a new on
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -81,8 +82,8 @@ def _byte(at: str) -> str:
 
 
 def _murmur2() -> str:
-    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2) of _sluice_latin1's bytes as a Spark SQL
-    expression: 32-bit unsigned arithmetic on BIGINT, one lambda over the 4-byte blocks."""
+    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2) of _sluice_latin1's bytes (_sluice_length
+    of them) as a Spark SQL expression: 32-bit unsigned arithmetic on BIGINT, one lambda over the 4-byte blocks."""
     block = " + ".join(f"{_byte(f'4 * i + {o}')} * {1 << 8 * o}" for o in range(4))
     blocks = f"transform(IF(_sluice_length >= 4, sequence(0, _sluice_length div 4 - 1), array()), i -> {block})"
     base = "_sluice_length - _sluice_length % 4"
@@ -98,29 +99,55 @@ def _murmur2() -> str:
     )
 
 
+def _let(name: str, value: str, body: str) -> str:
+    """`body` with `name` bound to `value`, computed once per row (a lambda over a one-element array)."""
+    return f"element_at(transform(array({value}), {name} -> {body}), 1)"
+
+
+@functools.cache
+def _kafka_partition_sql(placed_by: str, partitions: int) -> str:
+    hashed = _let("_sluice_length", "length(_sluice_latin1)", f"pmod({_murmur2()} & 2147483647, {partitions})")
+    latin1 = f"decode(CAST({placed_by} AS BINARY), 'ISO-8859-1')"
+    return f"CAST({_let('_sluice_latin1', latin1, f'IF(_sluice_latin1 IS NULL, 0, {hashed})')} AS INT)"
+
+
 def with_kafka_partition(records: DataFrame, partitions: int) -> DataFrame:
     """The records with the partition Kafka's default partitioner gives their key, murmur2(key) mod N (a record
-    without a key: by its value), in PARTITION_COLUMN. Computed in the JVM: no Python stage before the shuffle."""
-    placed_by = F.coalesce("key", "value") if "key" in records.columns else F.col("value")
-    return (
-        records.withColumn("_sluice_latin1", F.decode(placed_by.cast("binary"), "ISO-8859-1"))
-        .withColumn("_sluice_length", F.length("_sluice_latin1"))
-        .withColumn(
-            PARTITION_COLUMN,
-            F.expr(f"CAST(IF(_sluice_latin1 IS NULL, 0, pmod({_murmur2()} & 2147483647, {partitions})) AS INT)"),
-        )
-        .drop("_sluice_latin1", "_sluice_length")
-    )
+    without a key: by its value), in PARTITION_COLUMN. Computed in the JVM (no Python stage before the shuffle),
+    in one projection: each DataFrame step makes Spark analyse the micro-batch's whole plan again."""
+    placed_by = "coalesce(key, value)" if "key" in records.columns else "value"
+    return records.withColumn(PARTITION_COLUMN, F.expr(_kafka_partition_sql(placed_by, partitions)))
 
 
-def routes(spark: SparkSession, partitions: int) -> list[int]:
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's hash() of an INT (Murmur3_x86_32.hashInt with Spark's seed 42), a signed 32-bit int."""
+
+    def mul(x: int, m: int) -> int:
+        return (x * m) & 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = mul(rotl(mul(value & 0xFFFFFFFF, 0xCC9E2D51), 15), 0x1B873593)
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4  # the input's length in bytes
+    h1 = mul(h1 ^ (h1 >> 16), 0x85EBCA6B)
+    h1 = mul(h1 ^ (h1 >> 13), 0xC2B2AE35)
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+@functools.cache
+def routes(partitions: int) -> tuple[int, ...]:
     """Per partition p an INT that repartition(N, it) sends to Spark partition p (pmod(hash(it), N) = p):
-    routed by them, Spark partition p holds exactly Kafka partition p's records."""
-    candidates = spark.range(0, 64 * partitions).select(F.col("id").cast("int").alias("route"))
-    found: dict[int, int] = dict(
-        candidates.groupBy(F.expr(f"pmod(hash(route), {partitions})").alias("p")).agg(F.min("route")).collect()
-    )
-    return [found[p] for p in range(partitions)]
+    routed by them, Spark partition p holds exactly Kafka partition p's records. Computed here, not by a
+    Spark job: a new query's first batch would wait for one per sink."""
+    found: dict[int, int] = {}
+    route = 0
+    while len(found) < partitions:
+        found.setdefault(spark_hash_int(route) % partitions, route)
+        route += 1
+    return tuple(found[p] for p in range(partitions))
 
 
 # ------------------------------------------------------------------------------------------ driver
@@ -151,7 +178,6 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         self._query_id: str | None = None
         self._transaction_timeout_ms: int | None = None
         self._pinned: tuple[int, int] | None = None  # (from batch, partitions) last pinned in this run
-        self._routes: dict[int, list[int]] = {}
         self._lock = threading.Lock()
         self.last_results: list[PartitionResult] = []
 
@@ -159,15 +185,8 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         spark = records.sparkSession
         with self._lock:
             job = self._batch_write(spark, batch_id, [*records.columns, PARTITION_COLUMN])
-            if job.partitions not in self._routes:
-                self._routes[job.partitions] = routes(spark, job.partitions)
-            route = F.element_at(F.array(*map(F.lit, self._routes[job.partitions])), F.col(PARTITION_COLUMN) + 1)
-        spread = (
-            with_kafka_partition(records, job.partitions)
-            .withColumn("_sluice_route", route)
-            .repartition(job.partitions, "_sluice_route")
-            .drop("_sluice_route")
-        )
+        route = F.element_at(F.array(*map(F.lit, routes(job.partitions))), F.col(PARTITION_COLUMN) + 1)
+        spread = with_kafka_partition(records, job.partitions).repartition(job.partitions, route)
         results = spread.rdd.mapPartitionsWithIndex(job.write).collect()
         self.last_results = sorted(results)
         skipped = [r.partition for r in results if r.skipped]
@@ -486,18 +505,28 @@ def transient(error: KafkaError) -> bool:
     return error.code() in TRANSIENT or (error.retriable() and not error.fatal())
 
 
+def backoff(first: float = 0.02, most: float = 0.5) -> Iterator[float]:
+    """Waits between tries, doubling up to `most`."""
+    wait = first
+    while True:
+        yield wait
+        wait = min(wait * 2, most)
+
+
 def retried(call: Callable[[float], None]) -> None:
     """A transactional call (init_transactions, commit_transaction) made again while it fails with an error
-    librdkafka marks retriable (a coordinator moving with a restarted broker), for up to CLIENT_TIMEOUT_S."""
+    librdkafka marks retriable, for up to CLIENT_TIMEOUT_S: a coordinator moving with a restarted broker, or
+    still writing the markers of the id's previous transaction (a partition's task moved to another Python
+    worker right after a commit: CONCURRENT_TRANSACTIONS for a few milliseconds, so the first waits are short)."""
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    while True:
+    for wait in backoff():
         try:
             return call(CLIENT_TIMEOUT_S)
         except KafkaException as exc:
             if not exc.args[0].retriable() or time.monotonic() > deadline:
                 raise
             log.info("%s: %s; trying again", call.__name__, exc.args[0].str())
-        time.sleep(0.5)
+        time.sleep(wait)
 
 
 def with_fresh_metadata(client: Producer | Consumer, topic: str, action: Callable[[], T]) -> T:
