@@ -31,6 +31,7 @@ class Latency:
     batches: int | None = None  # Spark: micro-batches that read records
     mean_batch_ms: float | None = None  # Spark: their mean duration (trigger start to commit)
     catch_up_ms: float | None = None  # Spark: from the producer's last record until it was committed
+    mean_phases_ms: dict[str, float] | None = None  # Spark: their mean durationMs per phase (addBatch, …)
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Latency:

@@ -311,12 +311,16 @@ class DeliveryBench:
         )
         latency.batches = len(batches)
         latency.mean_batch_ms = sum(b["batchDuration"] for b in batches) / len(batches)
+        phases = Counter[str]()
+        for batch in batches:
+            phases.update(batch.get("durationMs") or {})
+        latency.mean_phases_ms = {phase: round(total / len(batches), 1) for phase, total in phases.items()}
         assert latency.records, f"{job.name}: no record in the measured window"
         self.results[job.name].latency = latency
         console.log(
             f"{self.workload.title}, {job.name}: latency over {latency.records:,} records at "
             f"{self.latency_rate():,.0f}/s: p50 {latency.p50_ms:,.0f} ms, p99 {latency.p99_ms:,.0f} ms; "
-            f"{latency.batches} batches of {latency.mean_batch_ms:,.0f} ms on average"
+            f"{latency.batches} batches of {latency.mean_batch_ms:,.0f} ms on average ({latency.mean_phases_ms})"
         )
 
     def report(self, spark) -> Report:
