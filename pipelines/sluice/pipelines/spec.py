@@ -227,7 +227,8 @@ class PythonTransform(Strict):
 
 class SinkBase(Strict):
     outputMode: Literal["append", "update", "complete"] | None = Field(
-        None, description="Default: append, or update for aggregations without a window."
+        None,
+        description="Default: append, or update for aggregations without a window and with trigger.realTime.",
     )
 
 
