@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from test_validation import assert_problems, problems_of
 
 from sluice.pipelines.local.kafka_io import consume_all, create_topic, produce
@@ -135,3 +136,95 @@ def test_each_query_needs_a_slot_per_partition_of_its_sources() -> None:
     assert "but Spark has 7 task slots" in problem.message
     data["trigger"] = {"processingTime": "1s"}
     assert slot_problems(PipelineSpec.model_validate(data), PREFIX, 1, partitions) == []
+
+
+# --------------------------------------------------------------------------------- running
+
+ITEMS = {"tea": "Green tea", "cake": "Carrot cake"}  # the lookup table; "jam" has no row
+INTERVAL_S = 60  # the checkpoint interval: the whole test runs inside the first one
+RECORDS = 3000
+CHUNK = 50
+PACE_S = 0.1  # one chunk every PACE_S: ~6 s of paced input
+
+
+def order(i: int) -> dict[str, Any]:
+    return {"id": i, "item": ("tea", "cake", "jam")[i % 3], "qty": i % 4}  # qty 0 is filtered out
+
+
+def expected_rows(orders: list[dict[str, Any]]) -> list[tuple]:
+    return sorted(
+        (o["id"], o["item"], unit, ITEMS.get(o["item"]))
+        for o in orders
+        if o["qty"] > 0
+        for unit in range(1, o["qty"] + 1)
+    )
+
+
+def start_real_time(spark, data: dict[str, Any], bootstrap: str, checkpoints: Path) -> PipelineRun:
+    document = document_from(data, "realtime.yaml")
+    return PipelineRun.from_document(spark, document, checkpoint_root=str(checkpoints), bootstrap_servers=bootstrap)
+
+
+@pytest.mark.spark
+def test_a_stateless_pipeline_runs_in_real_time_mode(spark_session, kafka_bootstrap, new_topic, tmp_path) -> None:
+    """Two 1-partition topics (2 tasks: the session's 2 slots), union, filter, explode, lookup, projection, into
+    Kafka with Spark's sink. Every record comes out once and while the first checkpoint interval still runs;
+    latency from the input's Kafka timestamp (the producer's) to the output's (the broker's log-append time)."""
+    items = tmp_path / "items.csv"
+    items.write_text("item,label\n" + "".join(f"{k},{v}\n" for k, v in ITEMS.items()))
+    orders_topic, refunds_topic = new_topic(partitions=1), new_topic(partitions=1)
+    out_topic = f"rt-out-{time.time_ns()}"
+    create_topic(kafka_bootstrap, out_topic, 1, config={"message.timestamp.type": "LogAppendTime"})
+    data = stateless(str(items), out_topic, orders_topic, refunds_topic)
+    data["trigger"] = {"realTime": f"{INTERVAL_S}s"}
+    inputs = [order(i) for i in range(RECORDS)]
+    want = expected_rows(inputs)
+
+    run = start_real_time(spark_session, data, kafka_bootstrap, tmp_path / "checkpoints").start()
+    try:
+        [query] = run.queries
+        # The first record out shows the tasks run; from then on records are paced in.
+        produce(kafka_bootstrap, orders_topic, [json.dumps(order(1)).encode()])
+        first = consume_all(kafka_bootstrap, out_topic, expected=1, timeout_s=60)
+        assert first and json.loads(first[0].value or b"{}")["id"] == 1
+        # One connected producer sending at once: a record's timestamp is taken as it is handed to the client.
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
+        producer.list_topics(timeout=10)
+        started = time.monotonic()
+        for n, at in enumerate(range(0, RECORDS, CHUNK)):
+            topic = orders_topic if n % 2 == 0 else refunds_topic
+            for o in inputs[at : at + CHUNK]:
+                producer.produce(topic, json.dumps(o).encode())
+            producer.poll(0)
+            time.sleep(max(0.0, started + (n + 1) * PACE_S - time.monotonic()))
+        assert producer.flush(30) == 0
+        records = consume_all(kafka_bootstrap, out_topic, expected=1 + len(want), timeout_s=30)[1:]
+        assert query.isActive and query.exception() is None
+        assert query.lastProgress is None, "a checkpoint interval ended before the records came out"
+    finally:
+        run.stop(boundary_timeout=0)
+
+    got = [json.loads(r.value or b"{}") for r in records]
+    assert sorted((g["id"], g["item"], g["unit"], g.get("label")) for g in got) == want
+    latencies = sorted(r.timestamp_ms - g["sent"] for r, g in zip(records, got, strict=True))
+    cuts = statistics.quantiles(latencies, n=100)
+    p50, p99 = cuts[49], cuts[98]
+    print(f"\nreal-time mode: {len(latencies)} records, latency p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    assert p99 < INTERVAL_S * 1000 / 10  # well inside the interval, the latency of a micro-batch at that trigger
+
+
+@pytest.mark.spark
+def test_more_partitions_than_task_slots_is_refused_at_start(spark_session, kafka_bootstrap, new_topic, tmp_path):
+    """The session has 2 task slots; a 3-partition topic needs 3 tasks at once."""
+    data = stateless(str(tmp_path / "items.csv"), "unused", new_topic(partitions=3))
+    data["nodes"] = [n for n in data["nodes"] if n["name"] not in ("refunds", "all", "named")]
+    data["nodes"][1]["inputs"] = ["orders"]  # orders -> some -> units -> rows -> out
+    data["nodes"][3]["inputs"] = ["units"]
+    data["nodes"][3]["select"] = ["id", "unit"]
+    run = start_real_time(spark_session, data, kafka_bootstrap, tmp_path / "checkpoints")
+    with pytest.raises(PipelineInvalid) as info:
+        run.start()
+    [problem] = info.value.problems
+    assert problem.path == "trigger.realTime"
+    assert "3 tasks (partitions by source: orders (nodes[0]): 3), but Spark has 2 task slots" in problem.message
+    assert run.queries == [] and spark_session.streams.active == []
