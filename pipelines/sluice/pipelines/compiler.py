@@ -396,7 +396,7 @@ class Compiler:
     def _sink(self, node: Node) -> QueryPlan:
         stream = self.stream((node.inputs or [""])[0])
         cfg = node.config
-        mode = cfg.outputMode or ("update" if stream.aggregated else "append")
+        mode = cfg.outputMode or ("update" if stream.aggregated or self.spec.trigger.realTime else "append")
         if node.operation == "toFiles" and mode != "append":
             raise self.fail(
                 node,

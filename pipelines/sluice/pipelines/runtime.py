@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, IllegalArgumentException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -25,6 +25,7 @@ from .contract import IN_DRIVER_ACTIONS, QueryStep, RunnerConfig, SwapResponse
 from .metrics import PipelineMetrics, ProgressListener
 from .plancheck import java_message, sink_path, streaming_problems
 from .queries import UnsupportedTrigger, start_query
+from .realtime import real_time_slot_problems
 from .spec import PipelineSpec
 from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
@@ -183,7 +184,7 @@ class PipelineRun:
             for plan in compiled.queries:
                 try:
                     self._start_query(plan, self.config)
-                except AnalysisException as exc:  # refused by Spark as the query starts: named by its sink
+                except (AnalysisException, IllegalArgumentException) as exc:  # refused by Spark as the query starts
                     problem = Problem(
                         self.query_path(plan.name), f"query {plan.name} did not start: {java_message(exc)}"
                     )
@@ -212,6 +213,7 @@ class PipelineRun:
             app_name=config.app,
         )
         problems = streaming_problems(self.spark, compiled, config.pipeline, self.pipeline_path)
+        problems += real_time_slot_problems(self.spark, config.pipeline, self.pipeline_path, config.kafkaBootstrap)
         if problems:
             raise PipelineInvalid(problems)
         return compiled

@@ -227,7 +227,8 @@ class PythonTransform(Strict):
 
 class SinkBase(Strict):
     outputMode: Literal["append", "update", "complete"] | None = Field(
-        None, description="Default: append, or update for aggregations without a window."
+        None,
+        description="Default: append, or update for aggregations without a window and with trigger.realTime.",
     )
 
 
@@ -369,7 +370,12 @@ class ProcessingTime(Strict):
 
     processingTime: Duration | None = None
     availableNow: bool | None = None
-    realTime: Duration | None = Field(None, description="Spark real-time mode checkpoint interval (Spark >= 4.1).")
+    realTime: Duration | None = Field(
+        None,
+        description="Spark real-time mode (Spark >= 4.1), with this checkpoint interval: records are processed as "
+        "they arrive; stateless pipelines only, toKafka with delivery atLeastOnce or toConsole, a task slot per "
+        "Kafka partition read.",
+    )
 
     @model_validator(mode="after")
     def _one(self) -> ProcessingTime:

@@ -272,6 +272,68 @@ def semantic_problems(
             for sub, expression in node_expressions(node):
                 if (error := sql(expression)) is not None:
                     problems.append(Problem(at(*sub), f"bad SQL expression {expression!r}: {error}"))
+    return problems + real_time_problems(spec, prefix)
+
+
+# Spark 4.2 runs a real-time query only when each of its physical operators and its sink is on an allowlist
+# (checked as the query runs): no stateful operator, no shuffle, no Python UDF; Kafka and console sinks (memory,
+# files and foreachBatch refused). What sluice compiles each operation to decides whether it can be there.
+_REAL_TIME_REFUSED = {
+    "aggregate": "an aggregation keeps state (a shuffle and a state store)",
+    "join": "a stream-stream join keeps state (a shuffle and a state store)",
+    "dedupe": "dedupe keeps state (a shuffle and a state store)",
+    "topN": "topN runs once per micro-batch",
+    "python": "a python transform cannot be proven stateless before it runs, and Spark runs no Python UDF",
+    "toFiles": "Spark's file sink is not one of real-time mode's sinks (toKafka, toConsole)",
+    "toMemory": "Spark's memory sink is not one of real-time mode's sinks (toKafka, toConsole)",
+}
+_REAL_TIME_SOURCE_REFUSED = {
+    "maxRecordsPerTrigger": "a batch reads what arrives during its interval (Spark refuses maxOffsetsPerTrigger)",
+    "minPartitions": "one task reads each Kafka partition for the whole interval (Spark refuses minPartitions)",
+}
+REAL_TIME = "in real-time mode (trigger.realTime)"
+
+
+def real_time_problems(spec: PipelineSpec, prefix: str) -> list[Problem]:
+    """With trigger.realTime, every node (and field) that keeps Spark from running the pipeline in real-time
+    mode: there each query runs stateless, long-lived tasks writing through Spark's own sinks, in update mode."""
+    if not spec.trigger.realTime:
+        return []
+    problems = []
+    for i, node in enumerate(spec.nodes):
+        op, cfg = node.operation, node.config
+        at = lambda *parts, i=i: join_path(prefix, "nodes", i, *parts)  # noqa: E731
+        if op in _REAL_TIME_REFUSED:
+            problems.append(Problem(at(op), f"not supported {REAL_TIME}: {_REAL_TIME_REFUSED[op]}"))
+        elif op == "fromKafka":
+            for field, why in _REAL_TIME_SOURCE_REFUSED.items():
+                if getattr(cfg, field) is not None:
+                    problems.append(Problem(at(op, field), f"not supported {REAL_TIME}: {why}"))
+        elif op == "lookup" and not cfg.broadcast:
+            problems.append(
+                Problem(
+                    at(op, "broadcast"), f"a lookup {REAL_TIME} must be broadcast (a shuffled join is not supported)"
+                )
+            )
+        elif op == "toKafka" and cfg.delivery == "exactlyOnce":
+            problems.append(
+                Problem(
+                    at(op, "delivery"),
+                    f"set delivery: atLeastOnce: {REAL_TIME} records go through Spark's Kafka sink, which is "
+                    "at-least-once (the exactlyOnce sink commits per micro-batch, through foreachBatch, which "
+                    "real-time mode does not run)",
+                )
+            )
+        if node.kind == "sink" and cfg.outputMode not in (None, "update"):
+            problems.append(Problem(at(op, "outputMode"), f"{REAL_TIME} the output mode is update (the default there)"))
+    if spec.deadLetter is not None:
+        problems.append(
+            Problem(
+                join_path(prefix, "deadLetter"),
+                f"not supported {REAL_TIME}: the dead-letter query runs per micro-batch (foreachBatch), which "
+                "real-time mode does not run",
+            )
+        )
     return problems
 
 
