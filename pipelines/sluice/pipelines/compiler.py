@@ -384,7 +384,7 @@ class Compiler:
         # (F.expr("x DESC") is x aliased as DESC, which would sort ascending).
         partition = ", ".join(f"`{c}`" for c in cfg.partitionBy)
         over = (f"PARTITION BY {partition} " if partition else "") + f"ORDER BY {', '.join(cfg.orderBy)}"
-        rank = F.expr(f"row_number() OVER ({over})")
+        rank = F.expr(f"{'rank' if cfg.ties else 'row_number'}() OVER ({over})")
 
         def top(df: DataFrame) -> DataFrame:
             return df.withColumn("_rank", rank).where(f"_rank <= {cfg.limit}").drop("_rank")
