@@ -162,7 +162,7 @@ class Window(Strict):
 
 
 class Aggregate(Strict):
-    """Group-by aggregation, optionally over event-time windows (adds window_start, window_end)."""
+    """Group-by aggregation, optionally over event-time windows (adds window_start, window_end, window_time)."""
 
     groupBy: list[SqlExpr] = Field(default_factory=list)
     window: Window | None = None
