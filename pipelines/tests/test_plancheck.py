@@ -71,6 +71,79 @@ def test_the_runner_refuses_it_the_same_way_before_starting_a_query(spark_sessio
     assert not (tmp_path / "checkpoints").exists()
 
 
+def chained(*downstream: dict, mode: str | None = None) -> dict:
+    """Per-second maxima of a watermarked source, then `downstream` (the last one feeds the sink)."""
+    sink: dict = {"table": "chained"} if mode is None else {"table": "chained", "outputMode": mode}
+    return {
+        "nodes": [
+            {
+                "name": "temps",
+                "fromKafka": {
+                    "topic": "temps",
+                    "format": "json",
+                    "schema": "sensor STRING, t INT, ts TIMESTAMP",
+                    "eventTime": "ts",
+                    "watermark": "1s",
+                },
+            },
+            {
+                "name": "per-second",
+                "inputs": ["temps"],
+                "aggregate": {"groupBy": ["sensor"], "window": {"tumbling": "1s"}, "aggregations": {"hi": "max(t)"}},
+            },
+            *downstream,
+            {"name": "out", "inputs": [downstream[-1]["name"]], "toMemory": sink},
+        ]
+    }
+
+
+PER_MINUTE = {
+    "name": "per-minute",
+    "inputs": ["per-second"],
+    "aggregate": {"groupBy": ["sensor"], "window": {"tumbling": "1m"}, "aggregations": {"avg_hi": "avg(hi)"}},
+}
+PER_HOUR = {
+    "name": "per-hour",
+    "inputs": ["per-minute"],
+    "aggregate": {"groupBy": ["sensor"], "window": {"tumbling": "1h"}, "aggregations": {"avg_hi": "max(avg_hi)"}},
+}
+BY_WINDOW_TIME = {
+    "name": "per-instant",
+    "inputs": ["per-second"],
+    "aggregate": {"groupBy": ["window_time"], "aggregations": {"top": "max(hi)"}},
+}
+JOINED_BACK = {
+    "name": "joined",
+    "inputs": ["temps", "per-second"],
+    "join": {"condition": "temps.sensor = `per-second`.sensor", "within": "1s", "type": "leftOuter"},
+}
+
+
+@pytest.mark.parametrize(
+    "downstream",
+    [
+        [PER_MINUTE],
+        [PER_MINUTE, PER_HOUR],
+        [BY_WINDOW_TIME],
+        [JOINED_BACK],
+    ],
+    ids=["window", "two windows", "group by window_time", "outer join"],
+)
+def test_what_follows_a_windowed_aggregation_over_its_window_time_passes(spark_session, downstream) -> None:
+    spec = validate(chained(*downstream), "spec.pipeline")
+    assert plan_problems(spark_session, spec, "spec.pipeline") == []
+
+
+def test_chained_aggregations_in_update_mode_are_refused_at_the_sink(spark_session) -> None:
+    spec = validate(chained(PER_MINUTE, mode="update"), "spec.pipeline")
+    [problem] = plan_problems(spark_session, spec, "spec.pipeline")
+    assert problem.path == "spec.pipeline.nodes[3]"
+    assert problem.message.startswith(
+        "Detected pattern of possible 'correctness' issue due to global watermark. The query contains stateful "
+        "operation which can emit rows older than the current watermark"
+    )
+
+
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_no_example_is_refused(name: str, spark_session, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO_ROOT)  # lookups read files relative to the repo root

@@ -162,6 +162,10 @@ CASES: dict[str, tuple[list[tuple[str, Any]], list[tuple[str, str]]]] = {
         [("nodes[1]", {"name": "upper", "inputs": ["events"], "join": {"condition": "a.id = b.id", "within": "1s"}})],
         [(f"{PREFIX}.nodes[1].inputs", "join needs 2 input(s), got 1")],
     ),
+    "top-n-ties-not-a-flag": (
+        [("nodes[1]", {"name": "upper", "inputs": ["events"], "topN": {"limit": 1, "orderBy": ["id"], "ties": "all"}})],
+        [(f"{PREFIX}.nodes[1].topN.ties", "Input should be a valid boolean")],
+    ),
     "watermark-without-event-time": (
         [("nodes[0].fromKafka.eventTime", DELETE)],
         [(f"{PREFIX}.nodes[0].fromKafka", "'watermark' needs 'eventTime'")],

@@ -39,6 +39,7 @@ CORRUPT_COLUMN = "_sluice_corrupt"
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 ISOLATION_LEVELS = {"readCommitted": "read_committed", "readUncommitted": "read_uncommitted"}
 DEAD_LETTER_QUERY_SUFFIX = "-dead-letters"  # a source's dead letter query is named <source>-dead-letters
+WINDOW_TIME = "window_time"  # a windowed aggregation's output column holding its event time
 
 
 @dataclass(frozen=True)
@@ -274,11 +275,11 @@ class Compiler:
     def _op_aggregate(self, node: Node, cfg, stream: Stream) -> Stream:
         if stream.batch_steps:
             raise self.fail(node, "an aggregation cannot follow topN")
+        by_time = stream.windowed and stream.event_time in {k.strip().strip("`") for k in cfg.groupBy}
+        self._check_chained(node, cfg, stream, by_time)
         keys: list[Column] = [F.expr(k) for k in cfg.groupBy]
         window = cfg.window
         if window is not None:
-            if stream.windowed:  # before the event time, which a windowed aggregation's output has none of
-                raise self.fail(node, "windows over the output of a windowed aggregation are not supported", "window")
             on = window.timeColumn or stream.event_time
             if on is None:
                 raise self.fail(
@@ -297,12 +298,42 @@ class Compiler:
                 keys.insert(0, F.session_window(on, duration_to_spark(window.session)).alias("window"))
         aggregated = stream.df.groupBy(*keys).agg(*[F.expr(e).alias(n) for n, e in cfg.aggregations.items()])
         if window is None:
+            if by_time:  # one group per window of the input: final once the watermark passes it
+                return Stream(aggregated, event_time=stream.event_time, watermarked=True, windowed=True)
             return Stream(aggregated, aggregated=True)
         others = [c for c in aggregated.columns if c != "window"]
+        # window_time (the window's last instant, end - 1µs) keeps the watermark: the event time of what follows.
         flat = aggregated.select(
-            F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), *others
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            F.window_time("window").alias(WINDOW_TIME),
+            *others,
         )
-        return Stream(flat, windowed=stream.watermarked, aggregated=not stream.watermarked)
+        return Stream(
+            flat,
+            event_time=WINDOW_TIME,
+            watermarked=stream.watermarked,
+            windowed=stream.watermarked,
+            aggregated=not stream.watermarked,
+        )
+
+    def _check_chained(self, node: Node, cfg, stream: Stream, by_time: bool) -> None:
+        """Spark runs an aggregation after another one only in append mode, with the first one's windows
+        over a watermarked event time and the second grouping by time (a window, or the event time itself)."""
+        if stream.aggregated:
+            raise self.fail(
+                node,
+                "cannot aggregate the output of an aggregation without a watermarked window (it runs in update "
+                "mode; Spark chains aggregations in append mode only): window the first one over an event time "
+                "with a watermark",
+            )
+        if stream.windowed and cfg.window is None and not by_time:
+            raise self.fail(
+                node,
+                f"an aggregation after a windowed aggregation needs a window (over its event time "
+                f"{stream.event_time}) or {stream.event_time} in groupBy",
+                "window",
+            )
 
     def _op_join(self, node: Node, cfg, left: Stream, right: Stream) -> Stream:
         left_name, right_name = node.inputs or []
@@ -384,7 +415,7 @@ class Compiler:
         # (F.expr("x DESC") is x aliased as DESC, which would sort ascending).
         partition = ", ".join(f"`{c}`" for c in cfg.partitionBy)
         over = (f"PARTITION BY {partition} " if partition else "") + f"ORDER BY {', '.join(cfg.orderBy)}"
-        rank = F.expr(f"row_number() OVER ({over})")
+        rank = F.expr(f"{'rank' if cfg.ties else 'row_number'}() OVER ({over})")
 
         def top(df: DataFrame) -> DataFrame:
             return df.withColumn("_rank", rank).where(f"_rank <= {cfg.limit}").drop("_rank")

@@ -162,7 +162,7 @@ class Window(Strict):
 
 
 class Aggregate(Strict):
-    """Group-by aggregation, optionally over event-time windows (adds window_start, window_end)."""
+    """Group-by aggregation, optionally over event-time windows (adds window_start, window_end, window_time)."""
 
     groupBy: list[SqlExpr] = Field(default_factory=list)
     window: Window | None = None
@@ -208,11 +208,16 @@ class Union(Strict):
 
 
 class TopN(Strict):
-    """The first `limit` rows per group (default: per window) after a windowed aggregation."""
+    """The first `limit` rows per group (default: per window) after a windowed aggregation, or all tied rows."""
 
     limit: int = Field(ge=1, description="Rows kept per group.")
     orderBy: list[SqlExpr] = Field(min_length=1, description="e.g. ['revenue DESC']")
     partitionBy: list[str] = Field(default_factory=lambda: ["window_start", "window_end"])
+    ties: bool = Field(
+        False,
+        description="Keep every row ranked within limit, ties included (SQL RANK: may keep more than limit "
+        "rows); default: exactly limit rows, ties broken arbitrarily (ROW_NUMBER).",
+    )
 
 
 class PythonTransform(Strict):

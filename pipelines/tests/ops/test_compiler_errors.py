@@ -64,10 +64,24 @@ CASES = {
         ],
         "nodes[1].aggregate.window: needs an event-time column: set eventTime on the source or window.timeColumn",
     ),
-    "window over a windowed aggregation": (
+    "running total over a windowed aggregation": (
         [
             TIMED,
             WINDOWED,
+            {"name": "total", "inputs": ["counts"], "aggregate": {"groupBy": ["k"], "aggregations": {"n": "sum(n)"}}},
+            memory("out", "total"),
+        ],
+        "nodes[2].aggregate.window: an aggregation after a windowed aggregation needs a window (over its event time "
+        "window_time) or window_time in groupBy",
+    ),
+    "window over an aggregation without a watermark": (
+        [
+            UNTIMED,
+            {
+                **WINDOWED,
+                "inputs": ["plain"],
+                "aggregate": {**WINDOWED["aggregate"], "window": {"tumbling": "10s", "timeColumn": "ts"}},
+            },
             {
                 "name": "w2",
                 "inputs": ["counts"],
@@ -75,7 +89,9 @@ CASES = {
             },
             memory("out", "w2"),
         ],
-        "nodes[2].aggregate.window: windows over the output of a windowed aggregation are not supported",
+        "nodes[2].aggregate: cannot aggregate the output of an aggregation without a watermarked window (it runs in "
+        "update mode; Spark chains aggregations in append mode only): window the first one over an event time with "
+        "a watermark",
     ),
     "join without watermarks": (
         [

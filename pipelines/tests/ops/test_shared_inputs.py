@@ -151,8 +151,8 @@ def two_windowed_counts(rows, name: str) -> tuple[dict, list[dict]]:
         ]
     }
     expected = [
-        {"window_start": 0, "window_end": 10 * SECOND, "word": "a", "n": 2},
-        {"window_start": 0, "window_end": 10 * SECOND, "word": "b", "n": 1},
+        {"window_start": 0, "window_end": 10 * SECOND, "window_time": 10 * SECOND - 1, "word": "a", "n": 2},
+        {"window_start": 0, "window_end": 10 * SECOND, "window_time": 10 * SECOND - 1, "word": "b", "n": 1},
     ]
     return pipeline, expected
 

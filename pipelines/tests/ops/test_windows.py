@@ -38,6 +38,11 @@ def events(*pairs: tuple[str, float]) -> list[dict]:
     return [{"word": word, "ts": at(seconds)} for word, seconds in pairs]
 
 
+def counted(start: int, end: int, word: str, n: int) -> dict:
+    """An output row: a window (ms after T0), its last instant in whole ms (window_time), the word's count."""
+    return {"window_start": start, "window_end": end, "window_time": end - 1, "word": word, "n": n}
+
+
 def closing(rows, at: float) -> None:
     """Two batches of `z`: the second runs with the watermark the first set (at - 1s)."""
     rows.batch("events", events(("z", at))).batch("events", events(("z", at + 1)))
@@ -50,11 +55,11 @@ def test_sliding_windows_count_each_record_in_every_window_it_falls_in(spark_ses
     run(spark_session, windowed({"sliding": {"size": "10s", "slide": "5s"}}, name), rows, tmp_path / "cp")
     assert table(spark_session, name) == sorted_rows(
         [
-            {"window_start": -5 * SECOND, "window_end": 5 * SECOND, "word": "a", "n": 1},
-            {"window_start": 0, "window_end": 10 * SECOND, "word": "a", "n": 3},
-            {"window_start": 5 * SECOND, "window_end": 15 * SECOND, "word": "a", "n": 2},
-            {"window_start": 5 * SECOND, "window_end": 15 * SECOND, "word": "b", "n": 1},
-            {"window_start": 10 * SECOND, "window_end": 20 * SECOND, "word": "b", "n": 1},
+            counted(-5 * SECOND, 5 * SECOND, "a", 1),
+            counted(0, 10 * SECOND, "a", 3),
+            counted(5 * SECOND, 15 * SECOND, "a", 2),
+            counted(5 * SECOND, 15 * SECOND, "b", 1),
+            counted(10 * SECOND, 20 * SECOND, "b", 1),
         ]
     )
 
@@ -67,8 +72,8 @@ def test_session_windows_close_after_the_gap(spark_session, rows, tmp_path):
     run(spark_session, windowed({"session": "5s"}, name), rows, tmp_path / "cp")
     assert table(spark_session, name) == sorted_rows(
         [
-            {"window_start": 0, "window_end": 12 * SECOND, "word": "a", "n": 3},
-            {"window_start": 20 * SECOND, "window_end": 25 * SECOND, "word": "a", "n": 1},
-            {"window_start": 1 * SECOND, "window_end": 6 * SECOND, "word": "b", "n": 1},
+            counted(0, 12 * SECOND, "a", 3),
+            counted(20 * SECOND, 25 * SECOND, "a", 1),
+            counted(1 * SECOND, 6 * SECOND, "b", 1),
         ]
     )
