@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StringType, TimestampNTZType, TimestampType
 
 from .metrics import OBSERVED_QUALITY
 from .sinks.kafka import kafka_record
@@ -226,6 +227,10 @@ class Compiler:
                 *RAW_COLUMNS, *(["headers"] if "headers" in src.metadata else []), "_sluice_parsed.*"
             )
             malformed = F.col(CORRUPT_COLUMN).isNotNull()
+        if src.eventTimeExpr is not None:
+            assert src.eventTime is not None  # validated: 'eventTimeExpr' needs 'eventTime'
+            parsed = parsed.withColumn(src.eventTime, self._event_time_expr(node, src.eventTimeExpr, parsed))
+            fields = [*fields, src.eventTime] if src.eventTime not in fields else fields
         error = F.when(F.col("value").isNull(), F.lit("record has no value")).when(
             malformed, F.lit(f"malformed {src.format}: does not match schema ({src.schema_})")
         )
@@ -234,6 +239,25 @@ class Compiler:
         checked = parsed.withColumn(ERROR_COLUMN, error)
         return SourceRecords(
             node, checked, fields, parsed=src.format != "text" or src.eventTime not in (None, "kafka_timestamp")
+        )
+
+    def _event_time_expr(self, node: Node, expression: str, parsed: DataFrame) -> Column:
+        """The event time computed from the record: a timestamp as is, a string or date cast (null when not
+        parseable: the record is then malformed); any other type is refused."""
+        column = F.expr(expression)
+        try:
+            kind = parsed.select(column).schema.fields[0].dataType
+        except (AnalysisException, ParseException) as exc:
+            raise self.fail(node, str(exc).split("\n")[0].strip(), "eventTimeExpr") from exc
+        if isinstance(kind, TimestampType | TimestampNTZType):
+            return column
+        if isinstance(kind, StringType | DateType):
+            return column.try_cast("timestamp")
+        raise self.fail(
+            node,
+            f"{expression!r} is of type {kind.simpleString()}, not a timestamp: convert it, e.g. "
+            "timestamp_millis(x) or timestamp_seconds(x) for epoch numbers, to_timestamp(x, 'pattern') for text",
+            "eventTimeExpr",
         )
 
     # ----------------------------------------------------------------------------- transforms

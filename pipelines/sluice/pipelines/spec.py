@@ -23,7 +23,8 @@ SqlExpr = Annotated[
     StringConstraints(min_length=1),
     Field(description="A Spark SQL expression, e.g. upper(word) or price * qty AS revenue."),
 ]
-Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
 NodeName = Annotated[
     str,
     StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63),
@@ -87,6 +88,7 @@ class FromKafka(Strict):
         ("has(self.topic) != has(self.pattern)", "set exactly one of 'topic' or 'pattern'"),
         ("self.format == 'text' || has(self.schema)", "json and csv need 'schema'"),
         ("!has(self.watermark) || has(self.eventTime)", "'watermark' needs 'eventTime'"),
+        ("!has(self.eventTimeExpr) || has(self.eventTime)", "'eventTimeExpr' needs 'eventTime'"),
     )
 
     topic: str | None = Field(None, description="Topic name (or a comma-separated list).")
@@ -100,7 +102,16 @@ class FromKafka(Strict):
         default_factory=list,
         description="Kafka record fields to keep, as columns kafka_<field> (kafka_key, kafka_timestamp, ...).",
     )
-    eventTime: str | None = Field(None, description="Column holding event time (a schema field, or kafka_timestamp).")
+    eventTime: str | None = Field(
+        None,
+        description="Column holding event time: a schema field, kafka_timestamp, or the column eventTimeExpr computes.",
+    )
+    eventTimeExpr: SqlExpr | None = Field(
+        None,
+        description="Spark SQL expression computing the event time from the record's fields, kept as column "
+        "eventTime: a nested field (payload.ts), timestamp_millis(try_cast(ts AS BIGINT)), ... A TIMESTAMP, or "
+        "a STRING or DATE cast to one; a record whose event time is null or unparseable is malformed.",
+    )
     watermark: Duration | None = Field(None, description="How late events may arrive (needs eventTime).")
     startingOffsets: Literal["earliest", "latest"] = "earliest"
     isolationLevel: Literal["readCommitted", "readUncommitted"] = Field(
@@ -121,6 +132,14 @@ class FromKafka(Strict):
             raise ValueError(f"format {self.format} needs 'schema' (Spark DDL, e.g. 'id STRING, ts TIMESTAMP')")
         if self.watermark and not self.eventTime:
             raise ValueError("'watermark' needs 'eventTime'")
+        if self.eventTimeExpr is not None:
+            if not self.eventTime:
+                raise ValueError("'eventTimeExpr' needs 'eventTime' (the name of the column it computes)")
+            if self.eventTime == "kafka_timestamp" or not re.fullmatch(IDENTIFIER_PATTERN, self.eventTime):
+                raise ValueError(
+                    f"eventTime {self.eventTime!r}: with eventTimeExpr, eventTime names the column it computes "
+                    "(letters, digits, _; not kafka_timestamp)"
+                )
         return self
 
 

@@ -238,7 +238,9 @@ _ORDER_SUFFIX = re.compile(r"\s+(ASC|DESC)(\s+NULLS\s+(FIRST|LAST))?\s*$", re.IG
 def node_expressions(node: Node) -> Iterator[tuple[tuple[str | int, ...], str]]:
     """Every Spark SQL expression of a node with its path below the node."""
     op, cfg = node.operation, node.config
-    if op == "select":
+    if op == "fromKafka" and cfg.eventTimeExpr is not None:
+        yield (op, "eventTimeExpr"), cfg.eventTimeExpr
+    elif op == "select":
         yield from (((op, k), e) for k, e in enumerate(cfg))
     elif op == "filter":
         yield (op,), cfg
@@ -286,9 +288,14 @@ def _source_problems(node: Node, at: Callable[..., str], ddl: DdlParser | None) 
             problems.append(Problem(at("fromKafka", "schema"), f"bad schema: {parsed}"))
         else:
             fields = parsed
-    if src.eventTime and src.format == "text" and src.eventTime != "kafka_timestamp":
+    if src.eventTimeExpr is not None:
+        pass  # eventTime names the column the expression computes; the compiler checks the expression's type
+    elif src.eventTime and src.format == "text" and src.eventTime != "kafka_timestamp":
         problems.append(
-            Problem(at("fromKafka", "eventTime"), "text records have no fields; use eventTime: kafka_timestamp")
+            Problem(
+                at("fromKafka", "eventTime"),
+                "text records have no fields; use eventTime: kafka_timestamp, or compute it with eventTimeExpr",
+            )
         )
     elif src.eventTime and fields is not None and src.eventTime not in (*fields, "kafka_timestamp"):
         problems.append(
