@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from .spec import DURATION_PATTERN, OPERATIONS, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
+from .spec import DURATION_PATTERN, OPERATIONS, SIGNED_DURATION_PATTERN, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
 
 
 @dataclass(frozen=True, order=True)
@@ -95,6 +95,11 @@ def _friendly(error: ErrorDetails) -> tuple[tuple[Any, ...], str]:
         return loc, f"unknown key '{loc[-1]}'"
     if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == DURATION_PATTERN:
         return loc, (f"invalid duration {error['input']!r}: use a number and a unit (ms, s, m, h, d), e.g. 5s")
+    if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == SIGNED_DURATION_PATTERN:
+        return loc, (
+            f"invalid duration {error['input']!r}: use a number and a unit (ms, s, m, h, d), "
+            "negative for before, e.g. -5s"
+        )
     if kind == "missing":
         return loc, "required"
     message = error["msg"].removeprefix("Value error, ")
