@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from helpers import EXAMPLE_NAMES, EXAMPLES, REPO_ROOT, load_manifest
 
-from sluice.pipelines.spec import PipelineSpec
+from sluice.pipelines.spec import Join, PipelineSpec
 from sluice.pipelines.validation import (
     DdlParser,
     PipelineInvalid,
@@ -91,6 +91,13 @@ def unused(i: int, name: str) -> tuple[str, str]:
 
 
 AUDIT = {"name": "audit", "inputs": ["events"], "filter": "id IS NOT NULL"}
+
+
+def joining(join: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Changes making nodes[1] a join of the base source and a second source, with this body."""
+    more = {"name": "more", "fromKafka": {"topic": "more"}}
+    return [("nodes[1]", {"name": "upper", "inputs": ["events", "more"], "join": join}), ("nodes[-1]", more)]
+
 
 # error class -> (changes to VALID, the problems expected at their paths)
 CASES: dict[str, tuple[list[tuple[str, Any]], list[tuple[str, str]]]] = {
@@ -178,7 +185,59 @@ CASES: dict[str, tuple[list[tuple[str, Any]], list[tuple[str, str]]]] = {
         [("nodes[0].fromKafka.format", "text"), ("nodes[0].fromKafka.schema", DELETE)],
         [(f"{PREFIX}.nodes[0].fromKafka.eventTime", "text records have no fields; use eventTime: kafka_timestamp")],
     ),
+    "event-time-expr-without-event-time": (
+        [
+            ("nodes[0].fromKafka.eventTime", DELETE),
+            ("nodes[0].fromKafka.watermark", DELETE),
+            ("nodes[0].fromKafka.eventTimeExpr", "payload.ts"),
+        ],
+        [(f"{PREFIX}.nodes[0].fromKafka", "'eventTimeExpr' needs 'eventTime' (the name of the column it computes)")],
+    ),
+    "event-time-expr-into-kafka-timestamp": (
+        [("nodes[0].fromKafka.eventTime", "kafka_timestamp"), ("nodes[0].fromKafka.eventTimeExpr", "ts")],
+        [
+            (
+                f"{PREFIX}.nodes[0].fromKafka",
+                "eventTime 'kafka_timestamp': with eventTimeExpr, eventTime names the column it computes",
+            )
+        ],
+    ),
+    "join-with-two-bounds": (
+        joining({"condition": "events.id = more.id", "within": "1s", "between": ["0s", "1s"]}),
+        [
+            (
+                f"{PREFIX}.nodes[1].join",
+                "set exactly one of 'within', 'between', 'until' or 'sameWindow' (found within, between)",
+            )
+        ],
+    ),
+    "join-without-bound": (
+        joining({"condition": "events.id = more.id"}),
+        [(f"{PREFIX}.nodes[1].join", "set exactly one of 'within', 'between', 'until' or 'sameWindow' (found none)")],
+    ),
+    "join-between-out-of-order": (
+        joining({"condition": "events.id = more.id", "between": ["5s", "-5s"]}),
+        [(f"{PREFIX}.nodes[1].join.between", "the lower bound 5s is after the upper bound -5s")],
+    ),
+    "join-between-bad-duration": (
+        joining({"condition": "events.id = more.id", "between": ["-5 s", "1s"]}),
+        [(f"{PREFIX}.nodes[1].join.between[0]", "invalid duration '-5 s': use a number and a unit")],
+    ),
+    "join-between-three-durations": (
+        joining({"condition": "events.id = more.id", "between": ["-5s", "1s", "2s"]}),
+        [(f"{PREFIX}.nodes[1].join.between", "List should have at most 2 items")],
+    ),
+    "join-until-incomplete": (
+        joining({"condition": "events.id = more.id", "until": {"column": "expires"}}),
+        [(f"{PREFIX}.nodes[1].join.until.atMost", "required")],
+    ),
 }
+
+
+def test_event_time_expr_computes_a_new_column_also_of_text_records() -> None:
+    source = {"topic": "in", "eventTime": "at", "eventTimeExpr": "substring_index(value, ' ', 1)", "watermark": "1s"}
+    spec = validate(edited(("nodes[0].fromKafka", source)), PREFIX)
+    assert spec.nodes[0].fromKafka is not None and spec.nodes[0].fromKafka.eventTimeExpr == source["eventTimeExpr"]
 
 
 def test_the_base_pipeline_is_valid() -> None:
@@ -306,3 +365,29 @@ def test_example_sql_and_schemas_parse(name: str, parsers: tuple[SqlParser, DdlP
     sql, ddl = parsers
     document = document_from(load_manifest(name), name)
     assert validate(document.pipeline, document.prefix, sql=sql, ddl=ddl).nodes
+
+
+@pytest.mark.spark
+def test_a_bad_event_time_expression_is_reported_at_its_path(parsers: tuple[SqlParser, DdlParser]) -> None:
+    sql, ddl = parsers
+    data = edited(("nodes[0].fromKafka.eventTime", "at"), ("nodes[0].fromKafka.eventTimeExpr", "timestamp_millis(ts"))
+    assert_problems(
+        problems_of(data, sql=sql, ddl=ddl),
+        [(f"{PREFIX}.nodes[0].fromKafka.eventTimeExpr", "bad SQL expression 'timestamp_millis(ts': ")],
+    )
+
+
+@pytest.mark.parametrize(
+    ("bound", "span_ms"),
+    [
+        ({"within": "10s"}, 10_000),
+        ({"between": ["-5s", "10s"]}, 10_000),
+        ({"between": ["-30s", "10s"]}, 30_000),
+        ({"between": ["-3s", "-2s"]}, 3_000),
+        ({"until": {"column": "expires", "atMost": "1h"}}, 3_600_000),
+        ({"sameWindow": "1m"}, 60_000),
+    ],
+)
+def test_a_joins_span_is_the_farthest_apart_two_joined_event_times_lie(bound: dict[str, Any], span_ms: int) -> None:
+    """What the operator rewinds a new checkpoint by (rollout.diff) for a join."""
+    assert Join.model_validate({"condition": "a.id = b.id", **bound}).span_ms() == span_ms

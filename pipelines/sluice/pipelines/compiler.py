@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StringType, TimestampNTZType, TimestampType
 
 from .metrics import OBSERVED_QUALITY
 from .sinks.kafka import kafka_record
@@ -23,10 +24,12 @@ from .spec import (
     SINK_OPS,
     DeadLetter,
     FromKafka,
+    Join,
     Node,
     PipelineSpec,
     duration_ms,
     duration_to_spark,
+    signed_duration_ms,
 )
 from .validation import PipelineInvalid, Problem, join_path
 
@@ -38,6 +41,7 @@ ERROR_COLUMN = "_sluice_error"
 CORRUPT_COLUMN = "_sluice_corrupt"
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 ISOLATION_LEVELS = {"readCommitted": "read_committed", "readUncommitted": "read_uncommitted"}
+JOIN_WINDOW = "_sluice_window_start"  # each side's window in a sameWindow join
 DEAD_LETTER_QUERY_SUFFIX = "-dead-letters"  # a source's dead letter query is named <source>-dead-letters
 WINDOW_TIME = "window_time"  # a windowed aggregation's output column holding its event time
 
@@ -227,6 +231,10 @@ class Compiler:
                 *RAW_COLUMNS, *(["headers"] if "headers" in src.metadata else []), "_sluice_parsed.*"
             )
             malformed = F.col(CORRUPT_COLUMN).isNotNull()
+        if src.eventTimeExpr is not None:
+            assert src.eventTime is not None  # validated: 'eventTimeExpr' needs 'eventTime'
+            parsed = parsed.withColumn(src.eventTime, self._event_time_expr(node, src.eventTimeExpr, parsed))
+            fields = [*fields, src.eventTime] if src.eventTime not in fields else fields
         error = F.when(F.col("value").isNull(), F.lit("record has no value")).when(
             malformed, F.lit(f"malformed {src.format}: does not match schema ({src.schema_})")
         )
@@ -235,6 +243,25 @@ class Compiler:
         checked = parsed.withColumn(ERROR_COLUMN, error)
         return SourceRecords(
             node, checked, fields, parsed=src.format != "text" or src.eventTime not in (None, "kafka_timestamp")
+        )
+
+    def _event_time_expr(self, node: Node, expression: str, parsed: DataFrame) -> Column:
+        """The event time computed from the record: a timestamp as is, a string or date cast (null when not
+        parseable: the record is then malformed); any other type is refused."""
+        column = F.expr(expression)
+        try:
+            kind = parsed.select(column).schema.fields[0].dataType
+        except (AnalysisException, ParseException) as exc:
+            raise self.fail(node, str(exc).split("\n")[0].strip(), "eventTimeExpr") from exc
+        if isinstance(kind, TimestampType | TimestampNTZType):
+            return column
+        if isinstance(kind, StringType | DateType):
+            return column.try_cast("timestamp")
+        raise self.fail(
+            node,
+            f"{expression!r} is of type {kind.simpleString()}, not a timestamp: convert it, e.g. "
+            "timestamp_millis(x) or timestamp_seconds(x) for epoch numbers, to_timestamp(x, 'pattern') for text",
+            "eventTimeExpr",
         )
 
     # ----------------------------------------------------------------------------- transforms
@@ -335,7 +362,7 @@ class Compiler:
                 "window",
             )
 
-    def _op_join(self, node: Node, cfg, left: Stream, right: Stream) -> Stream:
+    def _op_join(self, node: Node, cfg: Join, left: Stream, right: Stream) -> Stream:
         left_name, right_name = node.inputs or []
         for side_name, side in ((left_name, left), (right_name, right)):
             if not (side.event_time and side.watermarked):
@@ -343,29 +370,63 @@ class Compiler:
                     node,
                     f"input '{side_name}' needs an event time with a watermark "
                     "(set eventTime and watermark on its source)",
-                    "within",
+                    cfg.bound,
                 )
             if side.batch_steps:
                 raise self.fail(node, f"input '{side_name}' comes after topN and cannot be joined")
         lq, rq = f"`{left_name}`", f"`{right_name}`"
         l_time, r_time = F.col(f"{lq}.`{left.event_time}`"), F.col(f"{rq}.`{right.event_time}`")
-        condition = (
-            F.expr(cfg.condition)
-            & (r_time >= l_time)
-            & (r_time <= l_time + F.expr(f"INTERVAL {duration_to_spark(cfg.within)}"))
-        )
-        joined = left.df.alias(left_name).join(right.df.alias(right_name), condition, cfg.type)
-        if cfg.select:
-            out = joined.selectExpr(*cfg.select)
+        left_df, right_df = left.df, right.df
+        if cfg.sameWindow is not None:
+            # Equal window starts (computed, not F.window: its column would be a second event time of the side),
+            # and the range that implies, from which Spark derives when to evict each side's rows.
+            assert left.event_time and right.event_time  # checked above
+            left_df = left_df.withColumn(JOIN_WINDOW, _window_start(left.event_time, cfg.sameWindow))
+            right_df = right_df.withColumn(JOIN_WINDOW, _window_start(right.event_time, cfg.sameWindow))
+            size = _interval(cfg.sameWindow)
+            bound = (
+                (F.col(f"{lq}.{JOIN_WINDOW}") == F.col(f"{rq}.{JOIN_WINDOW}"))
+                & (r_time > l_time - size)
+                & (r_time < l_time + size)
+            )
+        elif cfg.between is not None:
+            lower, upper = cfg.between
+            bound = (r_time >= l_time + _interval(lower)) & (r_time <= l_time + _interval(upper))
+        elif cfg.until is not None:
+            self._timestamp_column(node, left.df, cfg.until.column, ("until", "column"))
+            until = F.col(f"{lq}.`{cfg.until.column}`")
+            # The last term bounds the left rows' stay in the state (Spark cannot from a column).
+            bound = (r_time >= l_time) & (r_time <= until) & (r_time <= l_time + _interval(cfg.until.atMost))
         else:
-            taken = set(left.df.columns)
+            assert cfg.within is not None
+            bound = (r_time >= l_time) & (r_time <= l_time + _interval(cfg.within))
+        joined = left_df.alias(left_name).join(right_df.alias(right_name), F.expr(cfg.condition) & bound, cfg.type)
+        window: list[Column] = []
+        if cfg.sameWindow is not None:
+            # An outer join's unmatched rows have only their own side's window.
+            start = F.coalesce(F.col(f"{lq}.{JOIN_WINDOW}"), F.col(f"{rq}.{JOIN_WINDOW}"))
+            window = [start.alias("window_start"), (start + _interval(cfg.sameWindow)).alias("window_end")]
+        if cfg.select:
+            out = (joined.select("*", *window) if window else joined).selectExpr(*cfg.select)
+        else:
+            window_names = {"window_start", "window_end"} if window else set()
+            left_columns = [c for c in left.df.columns if c not in window_names]
+            taken = set(left_columns) | window_names
             prefix = right_name.replace("-", "_")
             out = joined.select(
-                *[F.col(f"{lq}.`{c}`").alias(c) for c in left.df.columns],
+                *window,
+                *[F.col(f"{lq}.`{c}`").alias(c) for c in left_columns],
                 *[F.col(f"{rq}.`{c}`").alias(f"{prefix}_{c}" if c in taken else c) for c in right.df.columns],
             )
         event_time = left.event_time if left.event_time in out.columns else None
         return Stream(out, event_time=event_time, watermarked=event_time is not None)
+
+    def _timestamp_column(self, node: Node, df: DataFrame, column: str, path: tuple[str, ...]) -> None:
+        kinds = {f.name: f.dataType for f in df.schema.fields}
+        if column not in kinds:
+            raise self.fail(node, f"unknown column '{column}' (the left input has {', '.join(df.columns)})", *path)
+        if not isinstance(kinds[column], TimestampType | TimestampNTZType):
+            raise self.fail(node, f"'{column}' is of type {kinds[column].simpleString()}, not a timestamp", *path)
 
     def _op_lookup(self, node: Node, cfg, stream: Stream) -> Stream:
         reader = self.spark.read.format(cfg.format)
@@ -495,6 +556,18 @@ class Compiler:
                     seen.add(node.name)
                     queue.append(node.name)
         return LateRule(delay_ms)
+
+
+def _interval(duration: str) -> Column:
+    """A (signed) duration as a Spark day-time interval literal, which Spark's join state eviction reads."""
+    return F.expr(f"INTERVAL {signed_duration_ms(duration)} MILLISECONDS")
+
+
+def _window_start(event_time: str, size: str) -> Column:
+    """The start of the tumbling window of `size` holding the event time (windows aligned on the epoch, as
+    Spark's window())."""
+    micros = F.unix_micros(F.col(f"`{event_time}`"))
+    return F.timestamp_micros(micros - F.pmod(micros, F.lit(duration_ms(size) * 1000)))
 
 
 def compile_pipeline(

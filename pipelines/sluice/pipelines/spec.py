@@ -9,21 +9,28 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 DURATION_PATTERN = r"^[0-9]+(ms|s|m|h|d)$"
+SIGNED_DURATION_PATTERN = r"^-?[0-9]+(ms|s|m|h|d)$"
 _UNIT_WORDS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 Duration = Annotated[
     str, StringConstraints(pattern=DURATION_PATTERN), Field(description="A duration such as 500ms, 5s, 10m, 2h or 1d.")
 ]
+SignedDuration = Annotated[
+    str,
+    StringConstraints(pattern=SIGNED_DURATION_PATTERN),
+    Field(description="A duration, negative for before: -5s, 0s, 10m."),
+]
 SqlExpr = Annotated[
     str,
     StringConstraints(min_length=1),
     Field(description="A Spark SQL expression, e.g. upper(word) or price * qty AS revenue."),
 ]
-Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
 NodeName = Annotated[
     str,
     StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63),
@@ -40,6 +47,11 @@ def duration_to_spark(value: str) -> str:
 def duration_ms(value: str) -> int:
     number, unit = _split_duration(value)
     return number * _UNIT_MS[unit]
+
+
+def signed_duration_ms(value: str) -> int:
+    """'-5s' -> -5000."""
+    return -duration_ms(value[1:]) if value.startswith("-") else duration_ms(value)
 
 
 def _split_duration(value: str) -> tuple[int, str]:
@@ -87,6 +99,7 @@ class FromKafka(Strict):
         ("has(self.topic) != has(self.pattern)", "set exactly one of 'topic' or 'pattern'"),
         ("self.format == 'text' || has(self.schema)", "json and csv need 'schema'"),
         ("!has(self.watermark) || has(self.eventTime)", "'watermark' needs 'eventTime'"),
+        ("!has(self.eventTimeExpr) || has(self.eventTime)", "'eventTimeExpr' needs 'eventTime'"),
     )
 
     topic: str | None = Field(None, description="Topic name (or a comma-separated list).")
@@ -100,7 +113,16 @@ class FromKafka(Strict):
         default_factory=list,
         description="Kafka record fields to keep, as columns kafka_<field> (kafka_key, kafka_timestamp, ...).",
     )
-    eventTime: str | None = Field(None, description="Column holding event time (a schema field, or kafka_timestamp).")
+    eventTime: str | None = Field(
+        None,
+        description="Column holding event time: a schema field, kafka_timestamp, or the column eventTimeExpr computes.",
+    )
+    eventTimeExpr: SqlExpr | None = Field(
+        None,
+        description="Spark SQL expression computing the event time from the record's fields, kept as column "
+        "eventTime: a nested field (payload.ts), timestamp_millis(try_cast(ts AS BIGINT)), ... A TIMESTAMP, or "
+        "a STRING or DATE cast to one; a record whose event time is null or unparseable is malformed.",
+    )
     watermark: Duration | None = Field(None, description="How late events may arrive (needs eventTime).")
     startingOffsets: Literal["earliest", "latest"] = "earliest"
     isolationLevel: Literal["readCommitted", "readUncommitted"] = Field(
@@ -121,6 +143,14 @@ class FromKafka(Strict):
             raise ValueError(f"format {self.format} needs 'schema' (Spark DDL, e.g. 'id STRING, ts TIMESTAMP')")
         if self.watermark and not self.eventTime:
             raise ValueError("'watermark' needs 'eventTime'")
+        if self.eventTimeExpr is not None:
+            if not self.eventTime:
+                raise ValueError("'eventTimeExpr' needs 'eventTime' (the name of the column it computes)")
+            if self.eventTime == "kafka_timestamp" or not re.fullmatch(IDENTIFIER_PATTERN, self.eventTime):
+                raise ValueError(
+                    f"eventTime {self.eventTime!r}: with eventTimeExpr, eventTime names the column it computes "
+                    "(letters, digits, _; not kafka_timestamp)"
+                )
         return self
 
 
@@ -173,15 +203,69 @@ class Aggregate(Strict):
     )
 
 
+class Until(Strict):
+    """The right side's event time lies between the left's and a timestamp column of the left side."""
+
+    column: str = Field(description="A TIMESTAMP column of the left input, e.g. expires.")
+    atMost: Duration = Field(
+        description="And at most this after the left's event time: how long a left row is kept in the join's state."
+    )
+
+
+JOIN_BOUNDS = ("within", "between", "until", "sameWindow")
+
+
 class Join(Strict):
-    """Stream-stream join of the node's two inputs, bounded in event time."""
+    """Stream-stream join of the node's two inputs, bounded in event time by one of the four bounds."""
+
+    model_config = cel(_one_of(*JOIN_BOUNDS), "set exactly one of 'within', 'between', 'until' or 'sameWindow'")
 
     condition: SqlExpr = Field(description="Join condition; refer to the inputs by node name: req.id = resp.id.")
-    within: Duration = Field(description="The right side's event time lies within this after the left's.")
+    within: Duration | None = Field(None, description="The right side's event time lies within this after the left's.")
+    between: list[SignedDuration] | None = Field(
+        None,
+        min_length=2,
+        max_length=2,
+        description="[lower, upper]: the right side's event time lies between the left's + lower and the "
+        "left's + upper (both included), e.g. [-5s, 10s].",
+    )
+    until: Until | None = None
+    sameWindow: Duration | None = Field(
+        None,
+        description="Both sides' event times fall in the same tumbling window of this size "
+        "(the output gets its window_start, window_end).",
+    )
     type: Literal["inner", "leftOuter", "rightOuter"] = "inner"
     select: list[SqlExpr] = Field(
         default_factory=list, description="Output columns (default: all, clashes prefixed with the node name)."
     )
+
+    @field_validator("between")
+    @classmethod
+    def _ordered(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and signed_duration_ms(value[0]) > signed_duration_ms(value[1]):
+            raise ValueError(f"the lower bound {value[0]} is after the upper bound {value[1]}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Join:
+        bounds = [k for k in JOIN_BOUNDS if getattr(self, k) is not None]
+        if len(bounds) != 1:
+            found = ", ".join(bounds) if bounds else "none"
+            raise ValueError(f"set exactly one of 'within', 'between', 'until' or 'sameWindow' (found {found})")
+        return self
+
+    @property
+    def bound(self) -> str:
+        return next(k for k in JOIN_BOUNDS if getattr(self, k) is not None)
+
+    def span_ms(self) -> int:
+        """How far apart in event time two joined rows may lie (how long a row may wait in the state)."""
+        if self.between is not None:
+            return max(signed_duration_ms(self.between[1]), -signed_duration_ms(self.between[0]), 0)
+        if self.until is not None:
+            return duration_ms(self.until.atMost)
+        return duration_ms(self.within or self.sameWindow or "0s")
 
 
 class Lookup(Strict):

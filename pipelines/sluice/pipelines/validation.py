@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from .spec import DURATION_PATTERN, OPERATIONS, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
+from .spec import DURATION_PATTERN, OPERATIONS, SIGNED_DURATION_PATTERN, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
 
 
 @dataclass(frozen=True, order=True)
@@ -95,6 +95,11 @@ def _friendly(error: ErrorDetails) -> tuple[tuple[Any, ...], str]:
         return loc, f"unknown key '{loc[-1]}'"
     if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == DURATION_PATTERN:
         return loc, (f"invalid duration {error['input']!r}: use a number and a unit (ms, s, m, h, d), e.g. 5s")
+    if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == SIGNED_DURATION_PATTERN:
+        return loc, (
+            f"invalid duration {error['input']!r}: use a number and a unit (ms, s, m, h, d), "
+            "negative for before, e.g. -5s"
+        )
     if kind == "missing":
         return loc, "required"
     message = error["msg"].removeprefix("Value error, ")
@@ -238,7 +243,9 @@ _ORDER_SUFFIX = re.compile(r"\s+(ASC|DESC)(\s+NULLS\s+(FIRST|LAST))?\s*$", re.IG
 def node_expressions(node: Node) -> Iterator[tuple[tuple[str | int, ...], str]]:
     """Every Spark SQL expression of a node with its path below the node."""
     op, cfg = node.operation, node.config
-    if op == "select":
+    if op == "fromKafka" and cfg.eventTimeExpr is not None:
+        yield (op, "eventTimeExpr"), cfg.eventTimeExpr
+    elif op == "select":
         yield from (((op, k), e) for k, e in enumerate(cfg))
     elif op == "filter":
         yield (op,), cfg
@@ -348,9 +355,14 @@ def _source_problems(node: Node, at: Callable[..., str], ddl: DdlParser | None) 
             problems.append(Problem(at("fromKafka", "schema"), f"bad schema: {parsed}"))
         else:
             fields = parsed
-    if src.eventTime and src.format == "text" and src.eventTime != "kafka_timestamp":
+    if src.eventTimeExpr is not None:
+        pass  # eventTime names the column the expression computes; the compiler checks the expression's type
+    elif src.eventTime and src.format == "text" and src.eventTime != "kafka_timestamp":
         problems.append(
-            Problem(at("fromKafka", "eventTime"), "text records have no fields; use eventTime: kafka_timestamp")
+            Problem(
+                at("fromKafka", "eventTime"),
+                "text records have no fields; use eventTime: kafka_timestamp, or compute it with eventTimeExpr",
+            )
         )
     elif src.eventTime and fields is not None and src.eventTime not in (*fields, "kafka_timestamp"):
         problems.append(

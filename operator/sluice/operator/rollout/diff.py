@@ -349,7 +349,7 @@ class _Graph:
         upstream = max((self._span(i, members) for i in node.inputs or [] if i in members), default=0)
         own = 0
         if node.join is not None:
-            own = duration_ms(node.join.within)
+            own = node.join.span_ms()
         elif node.aggregate is not None and node.aggregate.window is not None:
             window = node.aggregate.window
             own = duration_ms(window.tumbling or window.session or (window.sliding.size if window.sliding else "0s"))
