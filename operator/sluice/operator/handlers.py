@@ -20,6 +20,7 @@ import kopf
 
 from . import metrics
 from .children import APP_LABEL, MANAGED_BY
+from .memory import TRIMMER
 from .model import GROUP, PLURAL, TERMINAL_PHASES, VERSION
 from .reconciler import Outcome, Reconciler
 from .settings import SETTINGS
@@ -67,6 +68,7 @@ def _record(trigger: str, outcome: Outcome, body: kopf.Body) -> None:
         metrics.SCALING_DECISIONS.labels(kind).inc()
     for event_type, reason, message in outcome.events:
         kopf.event(body, type=event_type, reason=reason, message=message)
+    TRIMMER.maybe_trim()
 
 
 @kopf.on.create(*RESOURCE)
