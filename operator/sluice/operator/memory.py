@@ -19,7 +19,7 @@ TRIM_SECONDS = 10.0  # at most once per this, from whichever pass ends
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim  # type: ignore[no-any-return]
+        return libc.malloc_trim
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim): nothing to do
         return None
 
