@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-autoscaler faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
+.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-autoscaler bench-operator faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
 	operator crds clean
 
 help:
@@ -61,6 +61,9 @@ faults: $(STAMP) ## the long fault runs (20 driver SIGKILLs, executor kills in c
 
 bench-autoscaler: $(STAMP) ## the autoscaler on a simulated plant: table, .sluice/bench/autoscaler.json and a PNG per scenario
 	flock /tmp/sluice-bench.lock $(PY) operator/bench/bench_autoscaler.py
+
+bench-operator: $(STAMP) ## the operator with SLUICE_BENCH_APPS apps (default 1000): apply latency, RSS, reconciles/s, API requests at rest; .sluice/bench/operator.json
+	flock /tmp/sluice-bench.lock $(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) operator/tests/test_operator_bench.py
 
 local-kafka: $(STAMP) ## single-node KRaft broker on localhost (prints the bootstrap address)
 	$(PY) -m sluice.pipelines.local kafka up --host $(KAFKA_HOST)

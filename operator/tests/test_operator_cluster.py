@@ -416,9 +416,10 @@ def test_two_replicas_with_peering_one_active_then_failover(
         # kopf logs success only after the handler's status patch, a moment after the child exists.
         wait_for(lambda: "Handler 'reconcile' succeeded" in active.log.read_text(), what="the active replica's log")
         assert "Handler 'reconcile' succeeded" not in standby.log.read_text(), "the standby must not act"
-        # The periodic tick is a kopf timer: it runs on the active replica only (peering pauses the standby).
-        wait_for(lambda: "Timer 'tick' succeeded" in active.log.read_text(), what="the active replica's tick")
-        assert "Timer 'tick'" not in standby.log.read_text(), "a paused standby must not tick"
+        # The periodic passes are kopf timers: they run on the active replica only (peering pauses the standby).
+        # No driver runs here, so the timer that fires is the resync.
+        wait_for(lambda: "Timer 'resync' succeeded" in active.log.read_text(), what="the active replica's resync")
+        assert "Timer '" not in standby.log.read_text(), "a paused standby must not run timers"
 
         active.stop()
         second = example("frequency-count", kafka_bootstrap, f"{namespace}-b")
@@ -439,7 +440,7 @@ def test_two_replicas_with_peering_one_active_then_failover(
 def test_finalizer_only_while_a_driver_runs_or_topics_must_be_deleted(
     operator_process, kube_cluster, namespace, kafka_bootstrap
 ):
-    """The periodic tick (a kopf timer) needs a finalizer on apps that run a driver; a suspended app keeps
+    """The periodic passes (kopf timers) need a finalizer on apps that run a driver; a suspended app keeps
     none unless Admin-API topics must be deleted with it."""
 
     def finalizers(name: str) -> list[str]:

@@ -147,7 +147,7 @@ def test_settings_resolve_from_the_environment():
     settings = Settings.from_env(
         {"SLUICE_TICK_SECONDS": "2", "SLUICE_CHECKPOINT_CLAIMS": "false", "SLUICE_CHECKPOINT_STORAGE_CLASS": ""}
     )
-    assert settings.tick_seconds == 2.0 and settings.resync_seconds == 30.0
+    assert settings.tick_seconds == 2.0 and settings.resync_seconds == 300.0
     assert settings.checkpoints == ClaimDefaults(create=False, storage_class=None)
 
 

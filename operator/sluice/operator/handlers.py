@@ -1,17 +1,18 @@
 """kopf handlers: thin. They hand the app to the reconciler, which reads it afresh and patches what changed, one
 pass per app at a time (a pass that read the app before another's status landed would write an older rollout back).
 
-Periodic work is a kopf timer on the apps that run a driver (`when=`: not suspended), so kopf's peering
-pauses it on a standby replica, and a suspended app carries no finalizer for it. Every tick observes the
-driver and scales it (the autoscaler, or re-asserting the count after a driver restart); every
-RESYNC_SECONDS a tick is a full pass that also repairs what no event reports (a topic deleted in Kafka).
+Periodic work is two kopf timers (so kopf's peering pauses them on a standby replica, and a suspended app
+carries no finalizer for them). The tick runs only while there is something to poll: a running driver, which
+it observes and scales (the autoscaler, or re-asserting the count after a driver restart), or a rollout in
+progress; an app without a running driver hears of one from its SparkApplication's events, so it costs no
+API requests between them. The resync, every RESYNC_SECONDS for every app not suspended, is a full pass
+that repairs what no event reports (a topic deleted in Kafka, a child deleted while the watch was down).
 Drift of the children is repaired from their own watch events.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from typing import Any
 
@@ -19,7 +20,8 @@ import kopf
 
 from . import metrics
 from .children import APP_LABEL, MANAGED_BY
-from .model import GROUP, PLURAL, VERSION
+from .memory import TRIMMER
+from .model import GROUP, PLURAL, TERMINAL_PHASES, VERSION
 from .reconciler import Outcome, Reconciler
 from .settings import SETTINGS
 
@@ -50,7 +52,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.execution.max_workers = SETTINGS.workers
     memo.reconciler = Reconciler()
     memo.apps = set()  # apps this replica has handled: child events of others wait for their handler
-    memo.full_pass_at = {}  # app -> monotonic time of its last full pass
 
 
 def _record(trigger: str, outcome: Outcome, body: kopf.Body) -> None:
@@ -67,6 +68,7 @@ def _record(trigger: str, outcome: Outcome, body: kopf.Body) -> None:
         metrics.SCALING_DECISIONS.labels(kind).inc()
     for event_type, reason, message in outcome.events:
         kopf.event(body, type=event_type, reason=reason, message=message)
+    TRIMMER.maybe_trim()
 
 
 @kopf.on.create(*RESOURCE)
@@ -84,7 +86,6 @@ def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, reason: str
     if outcome is None:  # deleted meanwhile
         return
     memo.apps.add((meta["namespace"], meta["name"]))
-    memo.full_pass_at[(meta["namespace"], meta["name"])] = time.monotonic()
     _record(trigger, outcome, body)
     status, previous = outcome.status, (body.get("status") or {}).get("phase")
     if status["phase"] == "Invalid":
@@ -93,26 +94,39 @@ def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, reason: str
         logger.info("phase %s -> %s (revision %s)", previous, status["phase"], status.get("revision"))
 
 
-def _runs_driver(spec: kopf.Spec, **_: Any) -> bool:
+def _not_suspended(spec: kopf.Spec, **_: Any) -> bool:
     return not spec.get("suspend")
 
 
-@kopf.timer(*RESOURCE, interval=TICK_SECONDS, initial_delay=TICK_SECONDS, when=_runs_driver)
+def _polls(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
+    """A tick has a driver to observe and scale, or a rollout to move on (as the last pass recorded them)."""
+    rollout = status.get("rollout") or {}
+    busy = bool(rollout) and rollout.get("phase") not in TERMINAL_PHASES
+    return _not_suspended(spec) and (status.get("phase") == "Running" or busy)
+
+
+@kopf.timer(*RESOURCE, interval=TICK_SECONDS, initial_delay=TICK_SECONDS, when=_polls)
 def tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _periodic("tick", body, memo, full=False)
+
+
+@kopf.timer(*RESOURCE, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, when=_not_suspended)
+def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _periodic("resync", body, memo, full=True)
+
+
+def _periodic(trigger: str, body: kopf.Body, memo: kopf.Memo, *, full: bool) -> None:
+    """The tick (periodic: the only pass that runs the autoscaler) or the resync (a full pass)."""
     meta = body["metadata"]
     key = (meta["namespace"], meta["name"])
-    full = time.monotonic() - memo.full_pass_at.get(key, 0.0) >= RESYNC_SECONDS
-    trigger = "resync" if full else "tick"
     with metrics.RECONCILE_SECONDS.labels(trigger).time():
         try:
-            outcome = memo.reconciler.reconcile_by_name(*key, full=full, periodic=True)
-        except Exception:  # reported; the next tick tries again
+            outcome = memo.reconciler.reconcile_by_name(*key, full=full, periodic=not full)
+        except Exception:  # reported; the next one tries again
             metrics.RECONCILE_ERRORS.labels(trigger).inc()
             raise
     if outcome is None:
         return
-    if full:
-        memo.full_pass_at[key] = time.monotonic()
     memo.apps.add(key)
     _record(trigger, outcome, body)
 
@@ -122,7 +136,6 @@ def forget_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: 
     if event["type"] == "DELETED":
         meta = body["metadata"]
         memo.apps.discard((meta["namespace"], meta["name"]))
-        memo.full_pass_at.pop((meta["namespace"], meta["name"]), None)
         _phases.pop(f"{meta['namespace']}/{meta['name']}", None)
         metrics.forget_app(meta["namespace"], meta["name"])
 

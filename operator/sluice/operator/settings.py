@@ -18,7 +18,7 @@ class ClaimDefaults:
 
 @dataclass(frozen=True)
 class Settings:
-    resync_seconds: float = 30.0
+    resync_seconds: float = 300.0
     tick_seconds: float = 5.0
     workers: int = 8
     checkpoints: ClaimDefaults = field(default_factory=ClaimDefaults)
@@ -27,7 +27,7 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         return cls(
-            resync_seconds=float(env.get("SLUICE_RESYNC_SECONDS", "30")),
+            resync_seconds=float(env.get("SLUICE_RESYNC_SECONDS", "300")),
             tick_seconds=float(env.get("SLUICE_TICK_SECONDS", "5")),
             workers=int(env.get("SLUICE_WORKERS", "8")),
             checkpoints=ClaimDefaults(
