@@ -148,11 +148,18 @@ class Replay:
         return self.bad + (self.late if late_too else [])
 
 
-def replay(phases: Sequence[Sequence[Record]], delay_ms: int, is_late: Callable[[int, int], bool]) -> Replay:
+def replay(
+    phases: Sequence[Sequence[Record]],
+    delay_ms: int,
+    is_late: Callable[[int, int], bool],
+    filtered: Callable[[Record], bool] = lambda _: True,
+) -> Replay:
     """Which records Spark processes, given phases each produced once the previous one was processed.
 
     The watermark of a phase is min over sources (topics) of (max event time seen before - delay): Spark's
     default multiple-watermark policy. Bad records never reach the watermark; late ones still raise it.
+    Records a filter right after the source leaves out (`filtered` false) are never late and do not raise
+    it either: Spark runs such a filter below the watermark.
     """
     result = Replay()
     maxima: dict[str, int] = {}
@@ -168,12 +175,12 @@ def replay(phases: Sequence[Sequence[Record]], delay_ms: int, is_late: Callable[
                 result.bad.append(record)
                 continue
             assert record.event_ms is not None
-            if watermark is not None and is_late(record.event_ms, watermark):
+            if watermark is not None and filtered(record) and is_late(record.event_ms, watermark):
                 result.late.append(record)
             else:
                 result.on_time.append(record)
         for record in phase:
-            if not record.bad and record.event_ms is not None:
+            if not record.bad and record.event_ms is not None and filtered(record):
                 maxima[record.topic] = max(maxima.get(record.topic, record.event_ms), record.event_ms)
     result.watermarks.append(current())
     return result

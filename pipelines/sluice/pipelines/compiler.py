@@ -82,23 +82,29 @@ class QueryPlan:
     sink: Any
     output_mode: str
     batch_steps: tuple[BatchStep, ...] = ()
-    late_rule: LateRule | None = None
+    late_rules: tuple[LateRule, ...] = ()  # a dead-letter query's: one per query that can drop the source's rows
     dead_letter_source: str | None = None  # set on a source's dead-letter query
     app: str = "app"
 
 
 @dataclass(frozen=True)
 class LateRule:
-    """When Spark would drop a record as late, mirrored for the dead-letter query.
+    """How the first stateful operation of query `query` after a source compares a record with the watermark
+    Spark used for the record's batch (read from that query's offset log at run time).
 
-    The watermark is (max event time of earlier batches - delay). A windowed aggregation drops a record
-    only once its latest window has closed (window end <= watermark); other stateful operations drop
-    it when its event time is at or before the watermark.
+    A windowed aggregation drops a record only once its latest window has closed (window end <= watermark);
+    other stateful operations drop it when its event time is at or before the watermark.
     """
 
-    delay_ms: int
+    query: str  # the sink node whose query drops the rows (its checkpoint is <root>/<query>)
     window_ms: int = 0  # tumbling/sliding size, or session gap
     slide_ms: int | None = None  # None: the bound is event time + window_ms
+    filters: tuple[str, ...] = ()  # conditions of the filters right after the source on the way there
+
+
+def reach_column(i: int) -> str:
+    """The dead-letter query's column telling whether a record passes the filters of late_rules[i]."""
+    return f"_reaches_{i}"
 
 
 @dataclass
@@ -503,7 +509,7 @@ class Compiler:
     def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:
         src, name = records.node.fromKafka, records.node.name
         assert src is not None
-        late = self._late_rule(name, duration_ms(src.watermark)) if dead.lateRecords and src.watermark else None
+        late = self._late_rules(name) if dead.lateRecords and src.watermark else ()
         columns: list[Column | str] = [
             F.lit(name).alias("source"),
             F.col(ERROR_COLUMN).alias("error"),
@@ -514,12 +520,19 @@ class Compiler:
             "key",
             "value",
         ]
-        if late is not None:  # lateness is decided per batch, from the event time (a watermark implies one)
+        checked = records.checked
+        if late:  # lateness is decided per batch, from the event time (a watermark implies one)
             assert src.eventTime is not None
             event_time = "timestamp" if src.eventTime == "kafka_timestamp" else src.eventTime
             columns.append(F.col(event_time).alias("_event_time"))
-        df = records.checked.select(*columns)
-        if late is None:
+            # A record a filter leaves out never reaches the stateful operation: never late there.
+            checked = checked.withColumns({f"kafka_{m}": F.col(m) for m in {*src.metadata, "timestamp"}})
+            for i, rule in enumerate(late):
+                if rule.filters:
+                    kept = F.expr(" AND ".join(f"({c})" for c in rule.filters))
+                    columns.append(F.coalesce(kept, F.lit(False)).alias(reach_column(i)))
+        df = checked.select(*columns)
+        if not late:
             df = df.where(F.col("error").isNotNull())
         sink_op = dead.sink_operation
         return QueryPlan(
@@ -528,34 +541,70 @@ class Compiler:
             sink_op,
             getattr(dead, sink_op),
             "append",
-            late_rule=late,
+            late_rules=late,
             dead_letter_source=name,
             app=self.app_name,
         )
 
-    def _late_rule(self, source: str, delay_ms: int) -> LateRule:
-        """The rule of the first stateful operation downstream of the source."""
+    def _late_rules(self, source: str) -> tuple[LateRule, ...]:
+        """Per sink query reading the source through a stateful operation, the rule of the first such
+        operation on the way from the source to the sink (queries without one drop nothing)."""
         consumers: dict[str, list[Node]] = {}
         for node in self.spec.nodes:
             for upstream in node.inputs or []:
                 consumers.setdefault(upstream, []).append(node)
-        queue, seen = [source], {source}
+        event_time = self.nodes[source].fromKafka.eventTime  # type: ignore[union-attr]
+        rules = []
+        for sink in self.spec.nodes:
+            if sink.kind == "sink":
+                rule = self._first_stateful(source, event_time, self._ancestors(sink.name), consumers, sink.name)
+                if rule is not None:
+                    rules.append(rule)
+        return tuple(rules)
+
+    def _ancestors(self, name: str) -> set[str]:
+        out, stack = set(), [name]
+        while stack:
+            for upstream in self.nodes[stack.pop()].inputs or []:
+                if upstream not in out:
+                    out.add(upstream)
+                    stack.append(upstream)
+        return out
+
+    @staticmethod
+    def _first_stateful(
+        source: str, event_time: str | None, ancestors: set[str], consumers: dict[str, list[Node]], query: str
+    ) -> LateRule | None:
+        """None when the query drops none of the source's rows as late."""
+        if source not in ancestors:
+            return None
+        # Breadth first, each node with the conditions of the filters met before any other step.
+        queue: list[tuple[str, tuple[str, ...], bool]] = [(source, (), True)]
+        seen = {source}
         while queue:
-            for node in consumers.get(queue.pop(0), []):
+            upstream, filters, only_filters = queue.pop(0)
+            for node in consumers.get(upstream, []):
+                if node.name not in ancestors:
+                    continue
+                rule = LateRule(query, filters=filters)
                 if node.aggregate is not None and node.aggregate.window is not None:
                     window = node.aggregate.window
                     if window.tumbling:
                         size = duration_ms(window.tumbling)
-                        return LateRule(delay_ms, size, size)
+                        return replace(rule, window_ms=size, slide_ms=size)
                     if window.sliding:
-                        return LateRule(delay_ms, duration_ms(window.sliding.size), duration_ms(window.sliding.slide))
-                    return LateRule(delay_ms, duration_ms(window.session or "0s"))
-                if node.operation in ("join", "dedupe", "aggregate"):
-                    return LateRule(delay_ms)
+                        size, slide = duration_ms(window.sliding.size), duration_ms(window.sliding.slide)
+                        return replace(rule, window_ms=size, slide_ms=slide)
+                    return replace(rule, window_ms=duration_ms(window.session or "0s"))
+                if node.aggregate is not None:  # Spark drops late rows only when the event time is a key
+                    return rule if event_time in node.aggregate.groupBy else None
+                if node.operation in ("join", "dedupe"):
+                    return rule
                 if node.name not in seen:
                     seen.add(node.name)
-                    queue.append(node.name)
-        return LateRule(delay_ms)
+                    more = only_filters and node.filter is not None
+                    queue.append((node.name, (*filters, node.filter) if more else filters, more))  # type: ignore[arg-type]
+        return None
 
 
 def _interval(duration: str) -> Column:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -11,9 +12,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from .compiler import LateRule, QueryPlan
+from .compiler import LateRule, QueryPlan, reach_column
 from .sinks import Sink, SinkContext, create_sink
-from .sinks.checkpoint_files import BatchFiles
+from .sinks.checkpoint_files import OffsetLog, running_query_at
 from .spec import ProcessingTime, duration_to_spark
 
 log = logging.getLogger(__name__)
@@ -76,58 +77,148 @@ def apply_trigger(writer: DataStreamWriter, trigger: ProcessingTime, spark_versi
 
 
 class LateTracker:
-    """Applies a LateRule per micro-batch of the dead-letter query.
+    """Marks the rows of a dead-letter batch that a stateful query dropped as late.
 
-    The max event time seen up to each batch is kept beside the query's checkpoint (one file per batch,
-    sluice/late-records/<batch>), so the rule survives restarts and a replayed batch uses the max from
-    before its first run.
+    Spark plans batch N of a query by writing `offsets/N` (the source offsets it reads up to, and the batch's
+    watermark), and drops the rows of batch N against the watermark of batch N-1 (0 for batch 0). So a record
+    is late for a query when the rule of its first stateful operation fails against the watermark of the
+    batch before the one whose offset range holds the record. The tracker waits until every query has planned
+    past the batch's records; a record late for several queries names the first.
     """
 
-    KEPT_FILES = 10
+    POLL_S = 0.2
+    WAIT_S = 1800.0  # a query's batch may take long: its next plan comes after it
+    IDLE_S = 30.0  # a query not running for this long (failed, stopped, removed) plans nothing more
 
-    def __init__(self, checkpoint: str, rule: LateRule) -> None:
-        self.folder = f"{checkpoint.rstrip('/')}/sluice/late-records"
-        self.rule = rule
-        self._known: dict[int, int | None] = {}  # batch id -> max event time (µs) up to it
+    def __init__(self, spark: SparkSession, checkpoint_root: str, rules: tuple[LateRule, ...]) -> None:
+        self.spark = spark  # the app's session: a batch's own (a clone per query) lists no queries
+        self.root = checkpoint_root.rstrip("/")
+        self.rules = rules
+        self._logs: dict[str, OffsetLog] = {}
 
-    def late_condition(self, max_before_us: int):
-        rule = self.rule
-        watermark = F.lit(max_before_us - rule.delay_ms * 1000)
+    def mark(self, batch: DataFrame, batch_id: int) -> DataFrame:
+        extents = {
+            (row["topic"], row["partition"]): (row["first"], row["last"])
+            for row in batch.where(F.col("error").isNull())
+            .groupBy("topic", "partition")
+            .agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
+            .collect()
+        }
+        marked = batch
+        if extents:
+            spark = batch.sparkSession
+            for i, rule in enumerate(self.rules):
+                ranges = self._ranges(spark, rule.query, extents, batch_id)
+                marked = self._apply(marked, rule, reach_column(i) if rule.filters else None, ranges)
+        helpers = ["_event_time", *(reach_column(i) for i in range(len(self.rules)))]
+        return marked.where(F.col("error").isNotNull()).drop(*helpers)
+
+    def _log(self, spark: SparkSession, query: str) -> OffsetLog:
+        if query not in self._logs:
+            self._logs[query] = OffsetLog(spark, f"{self.root}/{query}")
+        return self._logs[query]
+
+    def _planned(
+        self, spark: SparkSession, query: str, extents: dict[tuple[str, int], tuple[int, int]], batch_id: int
+    ) -> int:
+        """The id of the query's latest planned batch once it reads past every record (waits for it)."""
+        log = self._log(spark, query)
+        start = idle_since = time.monotonic()
+        while True:
+            ids = log.ids()
+            if ids:
+                ends = log.entry(ids[-1])[1]
+                if all(ends.get(key, -1) > last for key, (_, last) in extents.items()):
+                    return ids[-1]
+            now = time.monotonic()
+            if running_query_at(self.spark, f"{self.root}/{query}"):
+                idle_since = now
+            if now - idle_since > self.IDLE_S or now - start > self.WAIT_S:
+                behind = {f"{t}/{p}": last for (t, p), (_, last) in extents.items()}
+                raise TimeoutError(
+                    f"dead letters of batch {batch_id}: query {query} has not read up to the offsets {behind} "
+                    f"(it {'is not running' if now - idle_since > self.IDLE_S else 'took too long'}); "
+                    "the batch runs again when the query restarts"
+                )
+            time.sleep(self.POLL_S)
+
+    def _ranges(
+        self, spark: SparkSession, query: str, extents: dict[tuple[str, int], tuple[int, int]], batch_id: int
+    ) -> list[tuple[str, int, int, int, int, int]]:
+        """(topic, partition, from offset, until offset, watermark ms, batch) of the query's batches that
+        read the records, newest first."""
+        log = self._log(spark, query)
+        planned = self._planned(spark, query, extents, batch_id)
+        known = set(log.ids())
+        ranges = []
+        pending = set(extents)
+        for n in range(planned, -1, -1):
+            if not pending:
+                break
+            ends = log.entry(n)[1]
+            if n - 1 in known:
+                watermark, starts = log.entry(n - 1)
+            else:  # batch 0 (Spark's watermark for it is 0), or an entry Spark purged (not late: unknown)
+                if n > 0:
+                    log_missing(query, n - 1)
+                watermark, starts = 0, {}
+            for key in list(pending):
+                start, end = starts.get(key, 0), ends.get(key, 0)
+                if end > start:
+                    ranges.append((key[0], key[1], start, end, watermark, n))
+                if start <= extents[key][0]:
+                    pending.discard(key)
+            if n - 1 not in known:
+                break
+        return ranges
+
+    @staticmethod
+    def _apply(
+        batch: DataFrame, rule: LateRule, reaches: str | None, ranges: list[tuple[str, int, int, int, int, int]]
+    ) -> DataFrame:
+        spark = batch.sparkSession
+        table = spark.createDataFrame(
+            ranges, "_topic STRING, _partition INT, _from LONG, _until LONG, _watermark LONG, _batch LONG"
+        )
+        joined = batch.join(
+            F.broadcast(table),
+            (F.col("topic") == F.col("_topic"))
+            & (F.col("partition") == F.col("_partition"))
+            & (F.col("offset") >= F.col("_from"))
+            & (F.col("offset") < F.col("_until")),
+            "left",
+        )
         event_us = F.unix_micros("_event_time")
-        if rule.slide_ms:
+        if rule.slide_ms:  # the record's latest window
             slide = rule.slide_ms * 1000
             bound = F.floor(event_us / slide) * slide + rule.window_ms * 1000
         else:
             bound = event_us + rule.window_ms * 1000
+        late = F.col("error").isNull() & (bound <= F.col("_watermark") * 1000)
+        if reaches is not None:
+            late = late & F.col(reaches)
         message = F.concat(
             F.lit("late: event time "),
             F.col("_event_time").cast("string"),
             F.lit(" is behind the watermark "),
-            F.timestamp_micros(watermark).cast("string"),
+            F.timestamp_millis(F.col("_watermark")).cast("string"),
+            F.lit(f" of query {rule.query}, batch "),
+            F.col("_batch").cast("string"),
         )
-        return F.col("error").isNull() & (bound <= watermark), message
+        return joined.withColumn("error", F.when(late, message).otherwise(F.col("error"))).drop(*table.columns)
 
-    def _max_before(self, files: BatchFiles, batch_id: int) -> int | None:
-        if batch_id - 1 in self._known:
-            return self._known[batch_id - 1]
-        latest = files.latest(before=batch_id)
-        return None if latest is None else latest[1]["max"]
 
-    def mark(self, batch: DataFrame, batch_id: int) -> DataFrame:
-        files = BatchFiles(batch.sparkSession, self.folder)
-        max_before = self._max_before(files, batch_id)
-        marked = batch
-        if max_before is not None:
-            late, message = self.late_condition(max_before)
-            marked = batch.withColumn("error", F.when(late, message).otherwise(F.col("error")))
-        row = batch.where(F.col("error").isNull()).agg(F.max(F.unix_micros("_event_time"))).first()
-        assert row is not None  # an aggregation without grouping has one row
-        seen = row[0]
-        known = [x for x in (max_before, seen) if x is not None]
-        self._known = {batch_id: max(known) if known else None}
-        files.write(batch_id, {"max": self._known[batch_id]})
-        files.delete(batch_id - self.KEPT_FILES)
-        return marked.where(F.col("error").isNotNull()).drop("_event_time")
+_missing_logged: set[tuple[str, int]] = set()
+
+
+def log_missing(query: str, batch_id: int) -> None:
+    if (query, batch_id) not in _missing_logged:
+        _missing_logged.add((query, batch_id))
+        log.warning(
+            "offset log entry %s of query %s is gone: its watermark is unknown, its records count as not late",
+            batch_id,
+            query,
+        )
 
 
 def start_query(
@@ -153,7 +244,10 @@ def start_query(
     if plan.dead_letter_source is None and not plan.batch_steps:
         writer, query_name = sink.stream_writer(sink.records(plan.df)), sink.query_name
     else:
-        writer, query_name = plan.df.writeStream.foreachBatch(_batch_handler(plan, sink, on_dead_letters)), plan.name
+        writer, query_name = (
+            plan.df.writeStream.foreachBatch(_batch_handler(plan, sink, checkpoint_root, on_dead_letters)),
+            plan.name,
+        )
     writer = writer.queryName(query_name).outputMode(plan.output_mode).option("checkpointLocation", checkpoint)
     writer = apply_trigger(writer, trigger, spark_version)
     with query_conf(plan.df.sparkSession, STREAMING_QUERY_CONF):
@@ -161,11 +255,11 @@ def start_query(
 
 
 def _batch_handler(
-    plan: QueryPlan, sink: Sink, on_dead_letters: Callable[[str, int], None] | None
+    plan: QueryPlan, sink: Sink, checkpoint_root: str, on_dead_letters: Callable[[str, int], None] | None
 ) -> Callable[[DataFrame, int], None]:
     """Per micro-batch work: top-N and what follows it, or the dead letters (late marking, counting)."""
     source = plan.dead_letter_source
-    tracker = LateTracker(sink.context.checkpoint, plan.late_rule) if plan.late_rule else None
+    tracker = LateTracker(plan.df.sparkSession, checkpoint_root, plan.late_rules) if plan.late_rules else None
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
         cached = batch.persist()  # read the source once although this batch runs several jobs

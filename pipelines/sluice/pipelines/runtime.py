@@ -425,7 +425,8 @@ class PipelineRun:
     def stop(self, boundary_timeout: float = 30.0) -> None:
         """Stop every query, each between two micro-batches when it can be caught idle in time."""
         self._stopping.set()
-        for query in self.queries:
+        # Dead-letter queries (started last) first: a batch of theirs may wait for a sink query to plan its next.
+        for query in reversed(self.queries):
             self._stop_query(query, boundary_timeout, forget=False)
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)

@@ -486,7 +486,9 @@ class DeadLetter(Strict):
     toFiles: ToFiles | None = None
     toConsole: ToConsole | None = None
     toMemory: ToMemory | None = None
-    lateRecords: bool = Field(False, description="Also send records later than the watermark.")
+    lateRecords: bool = Field(
+        False, description="Also send the records Spark dropped as later than the watermark of their micro-batch."
+    )
 
     @model_validator(mode="after")
     def _one_sink(self) -> DeadLetter:

@@ -82,3 +82,57 @@ def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
     fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
     first_line = read_bytes(fs, path, jvm).decode().splitlines()[0]
     return str(json.loads(first_line)["id"])
+
+
+class OffsetLog:
+    """A query's offset log `<checkpoint>/offsets/<batch id>` (read only): Spark writes batch N's entry when it
+    plans the batch, before running it. Line 1 is the version, line 2 the batch's metadata (its
+    `batchWatermarkMs`), then one line per source with its end offsets (`{"topic": {"partition": offset}}`)."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
+        jvm = spark._jvm
+        assert jvm is not None
+        self._jvm = jvm
+        self._folder = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/offsets")
+        self._fs = self._folder.getFileSystem(spark._jsc.hadoopConfiguration())
+        self._entries: dict[int, tuple[int, dict[tuple[str, int], int]]] = {}  # entries never change once written
+
+    def ids(self) -> list[int]:
+        if not self._fs.exists(self._folder):
+            return []
+        names = (status.getPath().getName() for status in self._fs.listStatus(self._folder))
+        return sorted(int(name) for name in names if name.isdigit())
+
+    def entry(self, batch_id: int) -> tuple[int, dict[tuple[str, int], int]]:
+        """The batch's watermark (ms) and end offset per (topic, partition); a topic read by two sources of
+        the query counts with the first."""
+        if batch_id not in self._entries:
+            path = self._jvm.org.apache.hadoop.fs.Path(self._folder, str(batch_id))
+            lines = read_bytes(self._fs, path, self._jvm).decode().splitlines()
+            ends: dict[tuple[str, int], int] = {}
+            for line in lines[2:]:
+                offsets = json.loads(line) if line.strip() not in ("", "-") else None
+                for topic, partitions in (offsets if isinstance(offsets, dict) else {}).items():
+                    for partition, offset in partitions.items():
+                        ends.setdefault((topic, int(partition)), int(offset))
+            self._entries[batch_id] = (int(json.loads(lines[1]).get("batchWatermarkMs", 0)), ends)
+            for old in [i for i in self._entries if i < batch_id - 1000]:
+                del self._entries[old]
+        return self._entries[batch_id]
+
+
+def running_query_at(spark: SparkSession, checkpoint: str) -> bool:
+    """Whether a query of this session runs on the checkpoint (Spark's resolved checkpoint root)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    conf = spark._jsc.hadoopConfiguration()
+
+    def qualified(location: str) -> str:  # file:/x and file:///x are one place
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        return str(path.getFileSystem(conf).makeQualified(path).toString()).rstrip("/")
+
+    wanted = qualified(checkpoint)
+    return any(
+        query.isActive and qualified(query._jsq.streamingQuery().resolvedCheckpointRoot()) == wanted
+        for query in spark.streams.active
+    )
