@@ -51,15 +51,20 @@ def json_source(schema: str, expression: str) -> dict[str, Any]:
 
 
 def window_counts(event_ms: list[int]) -> list[dict[str, Any]]:
-    """The reference: count per 10 s tumbling window (ms after T0) of the windows the final watermark (the
-    newest event time - 1 s) closes: availableNow ends with a batch that runs with it."""
+    """The reference: count per 10 s tumbling window (ms after T0; window_time: its last instant in whole ms) of
+    the windows the final watermark (the newest event time - 1 s) closes: availableNow ends with a batch that
+    runs with it."""
     counts: dict[int, int] = {}
     for ms in event_ms:
         start = (ms // WINDOW_MS) * WINDOW_MS
         counts[start] = counts.get(start, 0) + 1
     closed = max(event_ms) - SECOND
     return sorted_rows(
-        [{"window_start": s, "window_end": s + WINDOW_MS, "n": n} for s, n in counts.items() if s + WINDOW_MS <= closed]
+        [
+            {"window_start": s, "window_end": s + WINDOW_MS, "window_time": s + WINDOW_MS - 1, "n": n}
+            for s, n in counts.items()
+            if s + WINDOW_MS <= closed
+        ]
     )
 
 
