@@ -37,6 +37,36 @@ def at(seconds: float) -> str:
     return datetime.fromtimestamp(T0 / 1000 + seconds, UTC).isoformat(timespec="milliseconds")
 
 
+def timed_source(name: str, schema: str, watermark: str = "1s") -> dict[str, Any]:
+    """A json source node reading topic `name`: the `schema` fields and `ts TIMESTAMP`, its event time."""
+    return {
+        "name": name,
+        "fromKafka": {
+            "topic": name,
+            "format": "json",
+            "schema": f"{schema}, ts TIMESTAMP",
+            "eventTime": "ts",
+            "watermark": watermark,
+        },
+    }
+
+
+def window_totals() -> list[dict[str, Any]]:
+    """Scores (player, points, ts) and their totals per player in 10 s tumbling windows (node `totals`)."""
+    return [
+        timed_source("scores", "player STRING, points INT"),
+        {
+            "name": "totals",
+            "inputs": ["scores"],
+            "aggregate": {
+                "groupBy": ["player"],
+                "window": {"tumbling": "10s"},
+                "aggregations": {"points": "sum(points)"},
+            },
+        },
+    ]
+
+
 def unique(name: str) -> str:
     """A memory table or query name no other test of the session uses."""
     return f"{name}_{os.getpid()}_{next(_unique)}"

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from rows import at, run, sorted_rows, table, unique
+from rows import at, run, sorted_rows, table, timed_source, unique
 
 pytestmark = pytest.mark.spark
 
 
 def source(name: str, schema: str) -> dict:
-    return {
-        "name": name,
-        "fromKafka": {
-            "topic": name,
-            "format": "json",
-            "schema": f"{schema}, ts TIMESTAMP",
-            "eventTime": "ts",
-            "watermark": "5s",
-        },
-    }
+    return timed_source(name, schema, watermark="5s")
 
 
 def test_dedupe_keeps_the_first_record_of_a_key_until_the_watermark_passes_it(spark_session, rows, tmp_path):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from rows import at, compile_rows, run, sorted_rows, table, unique
+from rows import at, compile_rows, run, sorted_rows, table, timed_source, unique
 
 from sluice.pipelines.validation import PipelineInvalid
 
@@ -19,16 +19,8 @@ Record = dict[str, Any]  # id and times as ms after T0
 
 
 def source(name: str, watermark: str, extra: str = "") -> dict[str, Any]:
-    return {
-        "name": name,
-        "fromKafka": {
-            "topic": name,
-            "format": "json",
-            "schema": f"id INT, ts TIMESTAMP{extra}",
-            "eventTime": "ts",
-            "watermark": watermark,
-        },
-    }
+    """`extra`: more schema fields, each after a comma."""
+    return timed_source(name, f"id INT{extra}", watermark)
 
 
 def as_json(records: list[Record]) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 import pytest
-from rows import at, run, sorted_rows, table, unique
+from rows import at, run, sorted_rows, table, timed_source, unique
 
 from sluice.pipelines import queries as sluice_queries
 from sluice.pipelines.queries import query_conf
@@ -27,16 +27,7 @@ SECOND = 1000
 
 
 def source(name: str, schema: str = "id INT") -> dict:
-    return {
-        "name": name,
-        "fromKafka": {
-            "topic": name,
-            "format": "json",
-            "schema": f"{schema}, ts TIMESTAMP",
-            "eventTime": "ts",
-            "watermark": "1s",
-        },
-    }
+    return timed_source(name, schema)
 
 
 def ids(*pairs: tuple[int, float]) -> list[dict]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rows import at, plain, run, sorted_rows, table, unique
+from rows import at, plain, run, sorted_rows, table, unique, window_totals
 
 pytestmark = pytest.mark.spark
 
@@ -58,25 +58,7 @@ def test_to_console_after_top_n_prints_the_top_rows(spark_session, rows, tmp_pat
         spark_session,
         {
             "nodes": [
-                {
-                    "name": "scores",
-                    "fromKafka": {
-                        "topic": "scores",
-                        "format": "json",
-                        "schema": "player STRING, points INT, ts TIMESTAMP",
-                        "eventTime": "ts",
-                        "watermark": "1s",
-                    },
-                },
-                {
-                    "name": "totals",
-                    "inputs": ["scores"],
-                    "aggregate": {
-                        "groupBy": ["player"],
-                        "window": {"tumbling": "10s"},
-                        "aggregations": {"points": "sum(points)"},
-                    },
-                },
+                *window_totals(),
                 {"name": "top", "inputs": ["totals"], "topN": {"limit": 2, "orderBy": ["points DESC"]}},
                 {"name": "ranked", "inputs": ["top"], "select": ["player", "points"]},
                 {"name": "out", "inputs": ["ranked"], "toConsole": {"numRows": 5}},

@@ -9,24 +9,11 @@ from collections import defaultdict
 from statistics import fmean
 
 import pytest
-from rows import at, run, sorted_rows, table, unique
+from rows import at, run, sorted_rows, table, timed_source, unique
 
 pytestmark = pytest.mark.spark
 
 SECOND = 1000
-
-
-def source(name: str, schema: str) -> dict:
-    return {
-        "name": name,
-        "fromKafka": {
-            "topic": name,
-            "format": "json",
-            "schema": f"{schema}, ts TIMESTAMP",
-            "eventTime": "ts",
-            "watermark": "1s",
-        },
-    }
 
 
 def in_batches(rows, name: str, records: list[dict], seconds: list[float], span: float) -> None:
@@ -61,7 +48,7 @@ def test_per_minute_average_of_per_second_maxima(spark_session, rows, tmp_path):
         spark_session,
         {
             "nodes": [
-                source("temps", "sensor STRING, t INT"),
+                timed_source("temps", "sensor STRING, t INT"),
                 {
                     "name": "per-second",
                     "inputs": ["temps"],
@@ -118,7 +105,7 @@ def test_a_join_of_each_event_with_the_count_of_its_window(spark_session, rows, 
         spark_session,
         {
             "nodes": [
-                source("words", "word STRING"),
+                timed_source("words", "word STRING"),
                 {
                     "name": "counts",
                     "inputs": ["words"],
@@ -164,8 +151,8 @@ def test_window_counts_joined_to_another_stream_within_a_bound(spark_session, ro
         spark_session,
         {
             "nodes": [
-                source("views", "word STRING"),
-                source("alerts", "word STRING"),
+                timed_source("views", "word STRING"),
+                timed_source("alerts", "word STRING"),
                 {
                     "name": "counts",
                     "inputs": ["views"],

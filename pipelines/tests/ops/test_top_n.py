@@ -7,7 +7,7 @@ import random
 from collections import Counter, defaultdict
 
 import pytest
-from rows import at, run, sorted_rows, table, unique
+from rows import at, run, sorted_rows, table, unique, window_totals
 
 pytestmark = pytest.mark.spark
 
@@ -21,25 +21,7 @@ def pipeline(name: str, ties: bool | None) -> dict:
         top["ties"] = ties
     return {
         "nodes": [
-            {
-                "name": "scores",
-                "fromKafka": {
-                    "topic": "scores",
-                    "format": "json",
-                    "schema": "player STRING, points INT, ts TIMESTAMP",
-                    "eventTime": "ts",
-                    "watermark": "1s",
-                },
-            },
-            {
-                "name": "totals",
-                "inputs": ["scores"],
-                "aggregate": {
-                    "groupBy": ["player"],
-                    "window": {"tumbling": "10s"},
-                    "aggregations": {"points": "sum(points)"},
-                },
-            },
+            *window_totals(),
             {"name": "top", "inputs": ["totals"], "topN": top},
             {"name": "ranked", "inputs": ["top"], "select": ["window_start", "player", "points"]},
             {"name": "out", "inputs": ["ranked"], "toMemory": {"table": name}},
