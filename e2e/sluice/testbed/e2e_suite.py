@@ -780,8 +780,9 @@ class E2ESuite:
         self.send(["alpha", "beta", "alpha"])
         self.assert_counts()
 
-    def driver_pod(self, app: str | None = None) -> dict[str, Any]:
-        pods = json.loads(
+    def driver_pods(self, app: str | None = None) -> list[dict[str, Any]]:
+        """The app's driver pods in any phase."""
+        return json.loads(
             self.target.kubectl(
                 "get",
                 "pods",
@@ -792,8 +793,10 @@ class E2ESuite:
                 "-l",
                 f"spark-role=driver,sluice.dev/app={app or self.app_name}",
             ).stdout
-        )
-        running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
+        )["items"]
+
+    def driver_pod(self, app: str | None = None) -> dict[str, Any]:
+        running = [p for p in self.driver_pods(app) if p["status"].get("phase") == "Running"]
         assert len(running) == 1, f"expected one running driver pod, found {[p['metadata']['name'] for p in running]}"
         return running[0]
 
@@ -1185,20 +1188,10 @@ class E2ESuite:
         )
 
     def _running_driver_uid(self) -> str | None:
-        pods = json.loads(
-            self.target.kubectl(
-                "get",
-                "pods",
-                "-n",
-                self.apps_namespace,
-                "-o",
-                "json",
-                "-l",
-                f"spark-role=driver,sluice.dev/app={self.app_name}",
-            ).stdout
-        )["items"]
         running = [
-            p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            p
+            for p in self.driver_pods()
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
         ]
         return running[0]["metadata"]["uid"] if len(running) == 1 else None
 
