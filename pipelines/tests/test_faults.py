@@ -135,6 +135,7 @@ class Workload:
     tmp_path: Path
     replicas: int = 1
     rate: float = 300
+    writers: str = "auto"  # the output's (an aggregation: auto writes from the driver)
     topics: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -178,7 +179,12 @@ class Workload:
                         {
                             "name": "out",
                             "inputs": ["counts"],
-                            "toKafka": {"topic": self.topics["out"], "key": "word", "delivery": "exactlyOnce"},
+                            "toKafka": {
+                                "topic": self.topics["out"],
+                                "key": "word",
+                                "delivery": "exactlyOnce",
+                                "writers": self.writers,
+                            },
                         },
                     ],
                     "deadLetter": {"toKafka": {"topic": self.topics["dead"], "delivery": "exactlyOnce"}},
@@ -494,7 +500,7 @@ def test_executor_killed_in_a_commit(kafka_bootstrap: str, tmp_path: Path, stand
     """Executors of a standalone cluster killed with SIGKILL while a task's transaction is open (the retry
     fences and aborts it) and right after a task committed (the retry finds the batch there): 0 lost, 0
     duplicated."""
-    workload = Workload(kafka_bootstrap, tmp_path)
+    workload = Workload(kafka_bootstrap, tmp_path, writers="executors")  # the transactions in executors
     fault_dir = tmp_path / "faults"
     fault_dir.mkdir()
     driver = Driver(

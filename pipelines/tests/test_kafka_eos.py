@@ -31,12 +31,15 @@ def forget_last_batch(checkpoint: Path) -> int:
     return last
 
 
-@pytest.mark.parametrize("delivery", ["exactlyOnce", "atLeastOnce"])
-def test_a_batch_replayed_after_its_output_was_written(harness: Harness, delivery: str) -> None:
-    """The replayed batch writes nothing again with exactlyOnce; with atLeastOnce (Spark's sink) its records
-    come twice, which shows the replay happened."""
+@pytest.mark.parametrize(
+    ("delivery", "writers"), [("exactlyOnce", "driver"), ("exactlyOnce", "executors"), ("atLeastOnce", "auto")]
+)
+def test_a_batch_replayed_after_its_output_was_written(harness: Harness, delivery: str, writers: str) -> None:
+    """The replayed batch writes nothing again with exactlyOnce (written by the driver, the default for this
+    aggregation, or by Spark tasks); with atLeastOnce (Spark's sink) its records come twice, which shows the
+    replay happened."""
     app = harness.load("frequency-count")
-    app.node("out")["toKafka"]["delivery"] = delivery
+    app.node("out")["toKafka"].update(delivery=delivery, writers=writers)
     first, second = words(1, 800), words(2, 800)
     harness.produce(app, first)
     with harness.running(app, checkpoint="checkpoint") as run:

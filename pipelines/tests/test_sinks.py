@@ -40,8 +40,8 @@ KEYS = [f"key-{i}" for i in range(60)]
 class Target:
     """One output topic and the checkpoint folder of the query writing it."""
 
-    def __init__(self, spark: SparkSession, bootstrap: str, topic: str, tmp_path: Path) -> None:
-        self.spark, self.bootstrap, self.topic = spark, bootstrap, topic
+    def __init__(self, spark: SparkSession, bootstrap: str, topic: str, tmp_path: Path, writers: str) -> None:
+        self.spark, self.bootstrap, self.topic, self.writers = spark, bootstrap, topic, writers
         self.app_id = f"tests/{uuid.uuid4().hex[:8]}"
         self.checkpoint = self.new_checkpoint(tmp_path / "checkpoint")
 
@@ -53,8 +53,10 @@ class Target:
         return str(folder)
 
     def sink(self, checkpoint: str | None = None) -> ExactlyOnceKafkaSink:
-        """A sink as one run of the query makes it (a new one = a restarted driver)."""
-        config = ToKafka(topic=self.topic, key="k", value="v")
+        """A sink as one run of the query makes it (a new one = a restarted driver, without the producers the
+        old driver kept: writers driver keeps them in this process)."""
+        _Workers.producers.clear()
+        config = ToKafka(topic=self.topic, key="k", value="v", writers=self.writers)
         return ExactlyOnceKafkaSink(
             config, SinkContext("out", checkpoint or self.checkpoint, self.bootstrap, self.app_id)
         )
@@ -95,9 +97,16 @@ def no_kept_producers() -> Iterator[None]:
     _Workers.consumers.clear()
 
 
-@pytest.fixture
-def target(spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path) -> Target:
-    return Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path)
+@pytest.fixture(params=["executors", "driver"])
+def target(
+    request: pytest.FixtureRequest,
+    spark_session: SparkSession,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    tmp_path: Path,
+) -> Target:
+    """Where the sink writes its transactions: Spark tasks (Python workers) or the driver (this process)."""
+    return Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path, request.param)
 
 
 def expected(tag: str, keys: list[str] = KEYS) -> Counter[str]:
@@ -203,6 +212,7 @@ def test_a_batch_committed_by_a_dead_driver_is_skipped(target: Target) -> None:
     sink = target.sink()
     old_task = target.batch_write(sink, 0, 3)
     list(old_task.write(1, iter(rows("b0", 1, 3))))
+    _Workers.producers.clear()  # gone with the old driver
     sink.write_batch(target.rows(sink, "b0"), 0)
     assert [(r.partition, r.skipped) for r in sink.last_results] == [(0, False), (1, True), (2, False)]
     assert target.values() == expected("b0")

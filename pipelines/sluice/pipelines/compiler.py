@@ -85,6 +85,7 @@ class QueryPlan:
     late_rules: tuple[LateRule, ...] = ()  # a dead-letter query's: one per query that can drop the source's rows
     dead_letter_source: str | None = None  # set on a source's dead-letter query
     app: str = "app"
+    grouped: bool = False  # the rows are an aggregation's groups (bounded per batch by the groups it touched)
 
 
 @dataclass(frozen=True)
@@ -504,7 +505,16 @@ class Compiler:
             )
         if node.operation == "toKafka" and not stream.batch_steps:
             kafka_record(stream.df, cfg)  # Spark analyses the key/value/headers expressions now, not mid-stream
-        return QueryPlan(node.name, stream.df, node.operation, cfg, mode, stream.batch_steps, app=self.app_name)
+        return QueryPlan(
+            node.name,
+            stream.df,
+            node.operation,
+            cfg,
+            mode,
+            stream.batch_steps,
+            app=self.app_name,
+            grouped=stream.aggregated or stream.windowed,
+        )
 
     def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:
         src, name = records.node.fromKafka, records.node.name

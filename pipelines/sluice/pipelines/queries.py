@@ -238,7 +238,12 @@ def start_query(
         plan.sink_op,
         plan.sink,
         SinkContext(
-            plan.name, checkpoint, bootstrap, app_id or plan.app, dead_letters=plan.dead_letter_source is not None
+            plan.name,
+            checkpoint,
+            bootstrap,
+            app_id or plan.app,
+            dead_letters=plan.dead_letter_source is not None,
+            grouped=plan.grouped,
         ),
     )
     if plan.dead_letter_source is None and not plan.batch_steps:
@@ -268,7 +273,8 @@ def _batch_handler(
             for step in plan.batch_steps:
                 out = step(out)
             dead = out.count() if source else 0
-            sink.write_batch(sink.records(out), batch_id)
+            if dead or not source or not sink.skips_empty_batches:  # most batches have no dead letters
+                sink.write_batch(sink.records(out), batch_id)
             if source and on_dead_letters:
                 on_dead_letters(source, dead)
         finally:

@@ -26,6 +26,7 @@ from .metrics import PipelineMetrics, ProgressListener
 from .plancheck import java_message, sink_path, streaming_problems
 from .queries import UnsupportedTrigger, start_query
 from .realtime import real_time_slot_problems
+from .sinks import release_kept_clients
 from .spec import PipelineSpec
 from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
@@ -428,6 +429,7 @@ class PipelineRun:
         # Dead-letter queries (started last) first: a batch of theirs may wait for a sink query to plan its next.
         for query in reversed(self.queries):
             self._stop_query(query, boundary_timeout, forget=False)
+        release_kept_clients()  # exactly-once sinks writing from the driver keep their producers until now
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

@@ -332,6 +332,13 @@ class ToKafka(SinkBase):
         "when a restart replays it (consumers read with isolation.level=read_committed); atLeastOnce: Spark's "
         "Kafka sink, a replayed batch is written again.",
     )
+    writers: Literal["auto", "driver", "executors"] = Field(
+        "auto",
+        description="exactlyOnce: where the transactions are written. driver: the micro-batch's records are "
+        "collected and written by the driver, whose producers live as long as the query (the output must fit in "
+        "the driver's memory); executors: one Spark task per Kafka partition. auto: driver when the rows are "
+        "an aggregation's groups (a batch holds the groups it changed), executors otherwise.",
+    )
     bootstrapServers: str | None = None
     options: dict[str, str] = Field(
         default_factory=dict,
@@ -348,6 +355,8 @@ class ToKafka(SinkBase):
                 f"options {', '.join(spark_only)}: with delivery exactlyOnce, options are Kafka client "
                 "settings prefixed kafka. (Spark's sink options apply to atLeastOnce only)"
             )
+        if self.delivery == "atLeastOnce" and self.writers != "auto":
+            raise ValueError("writers: applies to delivery exactlyOnce only (Spark's sink writes from executors)")
         return self
 
 

@@ -8,7 +8,7 @@ from .base import Sink, SinkContext
 from .console import ConsoleSink
 from .files import FilesSink
 from .kafka import KafkaSink, dead_letter_record, kafka_record
-from .kafka_eos import ExactlyOnceKafkaSink
+from .kafka_eos import ExactlyOnceKafkaSink, release_kept_clients
 from .memory import MemorySink, MemoryTables
 
 
@@ -29,4 +29,5 @@ __all__ = [
     "create_sink",
     "dead_letter_record",
     "kafka_record",
+    "release_kept_clients",
 ]

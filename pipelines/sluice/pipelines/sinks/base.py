@@ -19,6 +19,7 @@ class SinkContext:
     bootstrap: str | None  # the app's Kafka
     app_id: str  # names the app across a Kafka cluster (namespace/app); prefixes transactional ids
     dead_letters: bool = False  # rows are dead letters (source, error, topic, partition, offset, key, value)
+    grouped: bool = False  # rows are an aggregation's groups: a batch holds those it changed or closed
 
 
 class Sink(ABC):
@@ -27,6 +28,9 @@ class Sink(ABC):
     A query without per-batch work streams through `stream_writer`; one with per-batch work (top-N,
     dead letters) calls `write_batch` from its own foreachBatch handler. Both get `records(rows)`.
     """
+
+    # Whether a batch known to be empty may go unwritten (no Spark job for it); a memory sink's table must exist.
+    skips_empty_batches = False
 
     def __init__(self, config: Any, context: SinkContext) -> None:
         self.config = config

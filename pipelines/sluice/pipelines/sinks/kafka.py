@@ -46,6 +46,7 @@ class KafkaRecords(Sink):
     """What every Kafka sink shares: the target, and rows shaped as Kafka records."""
 
     config: ToKafka
+    skips_empty_batches = True
 
     def __init__(self, config: ToKafka, context: SinkContext) -> None:
         super().__init__(config, context)

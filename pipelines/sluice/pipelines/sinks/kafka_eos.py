@@ -20,8 +20,13 @@ How (per micro-batch B, in foreachBatch):
 Spark replays a batch with the offsets recorded for it and the state of the batch before, so a replayed
 batch holds the same records; non-deterministic pipelines (rand(), now()) are outside this promise.
 
-Producers are kept in the Python worker between batches, with the partition's last commit: what they read
-when they took the partition, then their own commits. That stays true until another producer takes the id
+Where the transactions are written (`writers`): by default, when the rows are an aggregation's groups (a
+batch holds only the groups it changed or closed), the driver collects the batch and writes each partition's
+transaction itself, the partitions side by side; its producers live as long as the query. Otherwise Spark task
+p writes partition p, as below. Both use the same ids, markers and fencing.
+
+Producers are kept in the Python worker (or the driver) between batches, with the partition's last commit:
+what they read when they took the partition, then their own commits. That stays true until another producer takes the id
 (a task of the same partition on another worker, a zombie): so a kept producer first sends one record and
 flushes, which fails if it was fenced meanwhile; then it is replaced by a new one, which reads the log.
 """
@@ -35,6 +40,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
@@ -54,7 +60,11 @@ T = TypeVar("T")
 COMMIT_HEADER = "sluice.commit"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 300_000  # a partition's share of a batch must be written within it
 CLIENT_TIMEOUT_S = 60.0
-MAX_KEPT_PRODUCERS = 64  # per Python worker
+MAX_KEPT_PRODUCERS = 256  # per Python worker or driver
+# librdkafka logs errors only: its warnings are retries it makes by itself ("not coordinator: retrying" while a
+# new broker loads its transaction log), and what fails reaches the sink as an exception.
+QUIET = 3
+MAX_DRIVER_WRITERS = 8  # partitions a driver writes at once
 MAX_FENCED = 5  # new producers in a row fenced by another one before a task gives up
 
 Header = tuple[str, str | bytes | None]  # as confluent_kafka takes and gives them (it reads bytes)
@@ -179,15 +189,19 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         self._transaction_timeout_ms: int | None = None
         self._pinned: tuple[int, int] | None = None  # (from batch, partitions) last pinned in this run
         self._lock = threading.Lock()
+        self.from_driver = config.writers == "driver" or (config.writers == "auto" and context.grouped)
         self.last_results: list[PartitionResult] = []
 
     def write_batch(self, records: DataFrame, batch_id: int) -> None:
         spark = records.sparkSession
         with self._lock:
             job = self._batch_write(spark, batch_id, [*records.columns, PARTITION_COLUMN])
-        route = F.element_at(F.array(*map(F.lit, routes(job.partitions))), F.col(PARTITION_COLUMN) + 1)
-        spread = with_kafka_partition(records, job.partitions).repartition(job.partitions, route)
-        results = spread.rdd.mapPartitionsWithIndex(job.write).collect()
+        placed = with_kafka_partition(records, job.partitions)
+        if self.from_driver:
+            results = self._write_from_driver(job, placed.collect())
+        else:
+            route = F.element_at(F.array(*map(F.lit, routes(job.partitions))), F.col(PARTITION_COLUMN) + 1)
+            results = placed.repartition(job.partitions, route).rdd.mapPartitionsWithIndex(job.write).collect()
         self.last_results = sorted(results)
         skipped = [r.partition for r in results if r.skipped]
         if skipped:
@@ -198,6 +212,18 @@ class ExactlyOnceKafkaSink(KafkaRecords):
                 self.config.topic,
                 skipped,
             )
+
+    def _write_from_driver(self, job: BatchWrite, rows: list[Row]) -> list[PartitionResult]:
+        """Each partition's records in its own transaction, the partitions side by side. The producers stay in
+        the driver as long as the query runs: no new producer (and its fencing round trips) per batch."""
+        by_partition: dict[int, list[Row]] = {}
+        for row in rows:
+            by_partition.setdefault(row[PARTITION_COLUMN], []).append(row)
+        if not by_partition:
+            return []
+        with ThreadPoolExecutor(max_workers=min(len(by_partition), MAX_DRIVER_WRITERS)) as pool:
+            written = pool.map(lambda p: list(job.write(p, by_partition[p])), sorted(by_partition))
+            return [result for results in written for result in results]
 
     def _batch_write(self, spark: SparkSession, batch_id: int, columns: list[str]) -> BatchWrite:
         if self._query_id is None:  # the first batch of this run
@@ -249,7 +275,7 @@ class ExactlyOnceKafkaSink(KafkaRecords):
     def _new_admin(self) -> AdminClient:
         """A client for one question: one kept beside a stopped query would reconnect to Kafka forever. It logs
         errors only: its info line when it goes (a purged queue) would land in `sluice run`'s terminal."""
-        return AdminClient({"log_level": 3, **self.client_config, "allow.auto.create.topics": False})
+        return AdminClient({"log_level": QUIET, **self.client_config, "allow.auto.create.topics": False})
 
     def _transaction_timeout(self) -> int:
         """The option when set, else the default capped at the brokers' transaction.max.timeout.ms."""
@@ -314,11 +340,27 @@ class OwnedPartition:
 
 
 class _Workers:
-    """What a Python worker keeps between tasks: producers by transactional id, consumers by config."""
+    """What a Python worker (or the driver) keeps between batches: producers by transactional id, consumers by
+    config."""
 
     producers: OrderedDict[str, OwnedPartition] = OrderedDict()
     consumers: dict[str, Consumer] = {}
     lock = threading.Lock()
+    reading = threading.Lock()
+
+
+def release_kept_clients() -> None:
+    """Close the clients this process keeps (the driver's, once its queries have stopped; an open transaction
+    is aborted): left behind, they would reconnect to Kafka as long as the process lives."""
+    with _Workers.lock:
+        producers = [owner.producer for owner in _Workers.producers.values()]
+        consumers = list(_Workers.consumers.values())
+        _Workers.producers.clear()
+        _Workers.consumers.clear()
+    for producer in producers:
+        producer.close()
+    for consumer in consumers:
+        consumer.close()
 
 
 @dataclass(frozen=True)
@@ -348,7 +390,7 @@ class BatchWrite:
         for _ in range(MAX_FENCED):
             if owner.committed is not None and owner.committed.covers(self.marker):
                 return iter([PartitionResult(partition, 0, skipped=True)])
-            if self._began(owner, partition, head, fresh):
+            if self._began(owner, partition, head, probe=not fresh):
                 break
             owner, fresh = self._owner(partition, replace=True)  # fenced: a newer producer took the id
         else:
@@ -365,17 +407,23 @@ class BatchWrite:
         owner.committed = self.marker
         return iter([PartitionResult(partition, written, skipped=False)])
 
+    @functools.cached_property
+    def _positions(self) -> tuple[int, int | None, int | None, int]:
+        """Where value, key, headers and the partition are in a row."""
+        at = {name: i for i, name in enumerate(self.columns)}
+        return at["value"], at.get("key"), at.get("headers"), at[PARTITION_COLUMN]
+
     def _record(self, row: Row, partition: int) -> KafkaRecord:
-        fields = dict(zip(self.columns, row, strict=True))
-        if fields[PARTITION_COLUMN] != partition:
+        value_at, key_at, headers_at, partition_at = self._positions
+        if row[partition_at] != partition:
             raise RuntimeError(
-                f"a record of partition {fields[PARTITION_COLUMN]} reached the task of partition "
+                f"a record of partition {row[partition_at]} reached the writer of partition "
                 f"{partition}: Spark's hash partitioning is not what routes() found"
             )
-        headers = fields.get("headers")
+        headers = None if headers_at is None else row[headers_at]
         return (
-            _as_bytes(fields.get("key")),
-            _as_bytes(fields["value"]),
+            None if key_at is None else _as_bytes(row[key_at]),
+            _as_bytes(row[value_at]),
             [(h[0], _as_bytes(h[1])) for h in headers] if headers else None,
         )
 
@@ -394,6 +442,7 @@ class BatchWrite:
         producer = Producer(
             {
                 "linger.ms": 5,
+                "log_level": QUIET,
                 **self.client_config,
                 "transactional.id": transactional_id,
                 "transaction.timeout.ms": self.transaction_timeout_ms,
@@ -403,19 +452,20 @@ class BatchWrite:
         # fails and is retried only 500 ms later.
         producer.list_topics(self.topic, timeout=CLIENT_TIMEOUT_S)
         retried(producer.init_transactions)
-        owner = OwnedPartition(producer, last_marker(self._consumer(), self.topic, partition, self.writer))
+        with _Workers.reading:  # one consumer per process: the driver writes partitions side by side
+            owner = OwnedPartition(producer, last_marker(self._consumer(), self.topic, partition, self.writer))
         with _Workers.lock:
             _Workers.producers[transactional_id] = owner
             while len(_Workers.producers) > MAX_KEPT_PRODUCERS:
                 _Workers.producers.popitem(last=False)
         return owner, True
 
-    def _began(self, owner: OwnedPartition, partition: int, head: list[KafkaRecord], fresh: bool) -> bool:
+    def _began(self, owner: OwnedPartition, partition: int, head: list[KafkaRecord], probe: bool) -> bool:
         """Begin the transaction, False when fenced. A kept producer also sends the first record and waits for
         it: fenced meanwhile, it learns so now, before the batch is decided on what it read."""
         try:
             owner.producer.begin_transaction()
-            if not fresh:
+            if probe:
                 self._send(owner.producer, partition, head[0], last=len(head) == 1)
                 owner.producer.flush(CLIENT_TIMEOUT_S)
         except KafkaException as exc:
@@ -437,6 +487,7 @@ class BatchWrite:
 
     def _consumer(self) -> Consumer:
         config = {
+            "log_level": QUIET,
             **self.client_config,
             "group.id": "sluice-exactly-once",
             "isolation.level": "read_committed",
