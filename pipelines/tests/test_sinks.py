@@ -257,6 +257,24 @@ def test_a_replayed_batch_keeps_the_partition_count_of_its_first_run(target: Tar
         assert record.partition == kafka_partition(key.encode(), 3 if batch == "b0" else 5)
 
 
+def test_a_batch_beyond_the_drivers_result_size_is_written_by_the_tasks(target: Target) -> None:
+    """Spark refuses to collect more than spark.driver.maxResultSize: such a batch goes the executors' way (the
+    same ids and markers), any other failure of the batch stays one."""
+
+    class Refused:
+        def __init__(self, message: str) -> None:
+            self.message = message
+
+        def collect(self) -> list:
+            raise RuntimeError(self.message)
+
+    sink = target.sink()
+    too_large = "Total size of serialized results of 4 tasks (1100.0 MiB) is bigger than spark.driver.maxResultSize"
+    assert sink._collected(Refused(too_large), 0) is None  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="executor lost"):
+        sink._collected(Refused("executor lost"), 0)  # type: ignore[arg-type]
+
+
 def test_the_topic_must_exist(target: Target, spark_session: SparkSession) -> None:
     sink = target.sink()
     sink.config = ToKafka(topic=f"missing-{uuid.uuid4().hex}", key="k", value="v")

@@ -55,6 +55,7 @@ class Stream:
     watermarked: bool = False
     windowed: bool = False  # output of a windowed aggregation: final rows per window (append mode)
     aggregated: bool = False  # a streaming aggregation without a window: needs update/complete mode
+    grouped: bool = False  # an aggregation's groups (or fewer rows): a batch holds at most the groups it touched
     batch_steps: tuple[BatchStep, ...] = ()  # applied per micro-batch (after top-N)
 
     def then(self, step: BatchStep, **changes: Any) -> Stream:
@@ -283,7 +284,11 @@ class Compiler:
 
     def _op_explode(self, node: Node, cfg, stream: Stream) -> Stream:
         explode = F.explode_outer if cfg.outer else F.explode
-        return self._stateless(stream, lambda df: df.withColumn(cfg.column, explode(F.expr(cfg.from_))).drop(*cfg.drop))
+
+        def step(df: DataFrame) -> DataFrame:
+            return df.withColumn(cfg.column, explode(F.expr(cfg.from_))).drop(*cfg.drop)
+
+        return self._stateless(stream, step, grouped=False)  # one row becomes many
 
     def _op_python(self, node: Node, cfg, stream: Stream) -> Stream:
         module_name, function_name = cfg.function.split(":")
@@ -298,10 +303,10 @@ class Compiler:
                 raise self.fail(node, f"{cfg.function} returned {type(out).__name__}, not a DataFrame")
             return out
 
-        return self._stateless(stream, step)
+        return self._stateless(stream, step, grouped=False)  # any number of rows per row
 
-    def _stateless(self, stream: Stream, step: BatchStep) -> Stream:
-        out = stream.then(step)
+    def _stateless(self, stream: Stream, step: BatchStep, **changes: Any) -> Stream:
+        out = stream.then(step, **changes)
         if not out.batch_steps and out.event_time not in out.df.columns:
             out = replace(out, event_time=None, watermarked=False)  # the projection dropped it
         return out
@@ -333,8 +338,8 @@ class Compiler:
         aggregated = stream.df.groupBy(*keys).agg(*[F.expr(e).alias(n) for n, e in cfg.aggregations.items()])
         if window is None:
             if by_time:  # one group per window of the input: final once the watermark passes it
-                return Stream(aggregated, event_time=stream.event_time, watermarked=True, windowed=True)
-            return Stream(aggregated, aggregated=True)
+                return Stream(aggregated, event_time=stream.event_time, watermarked=True, windowed=True, grouped=True)
+            return Stream(aggregated, aggregated=True, grouped=True)
         others = [c for c in aggregated.columns if c != "window"]
         # window_time (the window's last instant, end - 1µs) keeps the watermark: the event time of what follows.
         flat = aggregated.select(
@@ -349,6 +354,7 @@ class Compiler:
             watermarked=stream.watermarked,
             windowed=stream.watermarked,
             aggregated=not stream.watermarked,
+            grouped=True,
         )
 
     def _check_chained(self, node: Node, cfg, stream: Stream, by_time: bool) -> None:
@@ -452,7 +458,7 @@ class Compiler:
                 "keys",
             )
         table = F.broadcast(table) if cfg.broadcast else table
-        return stream.then(lambda df: df.join(table, on=list(cfg.keys), how=cfg.type))
+        return stream.then(lambda df: df.join(table, on=list(cfg.keys), how=cfg.type), grouped=False)  # 1:n
 
     def _op_dedupe(self, node: Node, cfg, stream: Stream) -> Stream:
         if not stream.watermarked or stream.batch_steps:
@@ -513,7 +519,7 @@ class Compiler:
             mode,
             stream.batch_steps,
             app=self.app_name,
-            grouped=stream.aggregated or stream.windowed,
+            grouped=stream.grouped and mode != "complete",  # complete mode: every group, every batch
         )
 
     def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:

@@ -241,6 +241,8 @@ class PipelineRun:
         does not fit this run or the new pipeline does not compile (SwapRefused, PipelineInvalid). A query
         that fails to start on the new plan is started on the old one again, and its error raised."""
         with self._changing:
+            if self._stopping.is_set():
+                raise SwapRefused("the driver is stopping", "revision")
             compiled = self._compile(config)
             plans = {plan.name: plan for plan in compiled.queries}
             by_action = self._check_swap(config, self._still_to_do(config.revision, steps), set(plans))
@@ -426,10 +428,11 @@ class PipelineRun:
     def stop(self, boundary_timeout: float = 30.0) -> None:
         """Stop every query, each between two micro-batches when it can be caught idle in time."""
         self._stopping.set()
-        # Dead-letter queries (started last) first: a batch of theirs may wait for a sink query to plan its next.
-        for query in reversed(self.queries):
-            self._stop_query(query, boundary_timeout, forget=False)
-        release_kept_clients()  # exactly-once sinks writing from the driver keep their producers until now
+        with self._changing:  # a swap under way ends first (none starts now): its queries are stopped too
+            # Dead-letter queries (started last) first: a batch of theirs may wait for a sink query to plan its next.
+            for query in reversed(self.queries):
+                self._stop_query(query, boundary_timeout, forget=False)
+            release_kept_clients()  # exactly-once sinks writing from the driver keep their producers until now
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rows import at, plain, run, sorted_rows, table, unique, window_totals
+from rows import at, compile_rows, plain, run, sorted_rows, table, unique, window_totals
 
 pytestmark = pytest.mark.spark
 
@@ -70,3 +70,42 @@ def test_to_console_after_top_n_prints_the_top_rows(spark_session, rows, tmp_pat
     printed = capsys.readouterr().out
     assert "|bob   |9     |\n|cy    |7     |\n+------+------+" in printed
     assert "ann" not in printed
+
+
+TIMED = {
+    "name": "words",
+    "fromKafka": {
+        "topic": "words",
+        "format": "json",
+        "schema": "word STRING, n INT, ts TIMESTAMP",
+        "eventTime": "ts",
+        "watermark": "5s",
+    },
+}
+COUNTS = {"name": "counts", "inputs": ["words"], "aggregate": {"groupBy": ["word"], "aggregations": {"n": "count(*)"}}}
+WINDOWED = {
+    "name": "counts",
+    "inputs": ["words"],
+    "aggregate": {"groupBy": ["word"], "window": {"tumbling": "10s"}, "aggregations": {"n": "count(*)"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("steps", "sink", "grouped"),
+    [
+        ([COUNTS], {}, True),
+        ([COUNTS], {"outputMode": "complete"}, False),  # every group in every batch
+        ([WINDOWED], {}, True),
+        ([COUNTS, {"name": "big", "inputs": ["counts"], "filter": "n > 1"}], {}, True),
+        ([COUNTS, {"name": "big", "inputs": ["counts"], "explode": {"column": "c", "from": "array(n, n)"}}], {}, False),
+        ([{"name": "big", "inputs": ["words"], "filter": "n > 1"}], {}, False),
+    ],
+)
+def test_the_outputs_that_are_an_aggregations_groups(spark_session, rows, steps, sink, grouped):
+    """What an exactly-once Kafka sink with writers auto writes from the driver: rows bounded by the groups a
+    batch touched (one row may not become many on the way, and complete mode writes them all every time)."""
+    last = steps[-1]["name"]
+    pipeline = {"nodes": [TIMED, *steps, {"name": "out", "inputs": [last], "toMemory": {"table": unique("g"), **sink}}]}
+    _, compiled = compile_rows(spark_session, pipeline, rows)
+    [plan] = [q for q in compiled.queries if q.name == "out"]
+    assert plan.grouped is grouped

@@ -34,6 +34,7 @@ flushes, which fails if it was fenced meanwhile; then it is replaced by a new on
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import threading
@@ -65,6 +66,7 @@ MAX_KEPT_PRODUCERS = 256  # per Python worker or driver
 # new broker loads its transaction log), and what fails reaches the sink as an exception.
 QUIET = 3
 MAX_DRIVER_WRITERS = 8  # partitions a driver writes at once
+DRIVER_WRITE_ATTEMPTS = 4  # per partition and batch, as spark.task.maxFailures for a task
 MAX_FENCED = 5  # new producers in a row fenced by another one before a task gives up
 
 Header = tuple[str, str | bytes | None]  # as confluent_kafka takes and gives them (it reads bytes)
@@ -197,8 +199,9 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         with self._lock:
             job = self._batch_write(spark, batch_id, [*records.columns, PARTITION_COLUMN])
         placed = with_kafka_partition(records, job.partitions)
-        if self.from_driver:
-            results = self._write_from_driver(job, placed.collect())
+        rows = self._collected(placed, batch_id) if self.from_driver else None
+        if rows is not None:
+            results = self._write_from_driver(job, rows)
         else:
             route = F.element_at(F.array(*map(F.lit, routes(job.partitions))), F.col(PARTITION_COLUMN) + 1)
             results = placed.repartition(job.partitions, route).rdd.mapPartitionsWithIndex(job.write).collect()
@@ -213,6 +216,22 @@ class ExactlyOnceKafkaSink(KafkaRecords):
                 skipped,
             )
 
+    def _collected(self, records: DataFrame, batch_id: int) -> list[Row] | None:
+        """The batch's rows in the driver; None when they exceed spark.driver.maxResultSize (the tasks write
+        that batch: both ways use the same ids and markers, so a batch may go either way)."""
+        try:
+            return records.collect()
+        except Exception as exc:  # a Py4JJavaError or what pyspark converts it to
+            if "spark.driver.maxResultSize" not in str(exc):
+                raise
+            log.warning(
+                "%s: batch %d is larger than spark.driver.maxResultSize: written from the executors "
+                "(set writers: executors for this sink if that is usual)",
+                self.context.query,
+                batch_id,
+            )
+            return None
+
     def _write_from_driver(self, job: BatchWrite, rows: list[Row]) -> list[PartitionResult]:
         """Each partition's records in its own transaction, the partitions side by side. The producers stay in
         the driver as long as the query runs: no new producer (and its fencing round trips) per batch."""
@@ -222,7 +241,7 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         if not by_partition:
             return []
         with ThreadPoolExecutor(max_workers=min(len(by_partition), MAX_DRIVER_WRITERS)) as pool:
-            written = pool.map(lambda p: list(job.write(p, by_partition[p])), sorted(by_partition))
+            written = pool.map(lambda p: job.write_again_on_failure(p, by_partition[p]), sorted(by_partition))
             return [result for results in written for result in results]
 
     def _batch_write(self, spark: SparkSession, batch_id: int, columns: list[str]) -> BatchWrite:
@@ -349,18 +368,22 @@ class _Workers:
     reading = threading.Lock()
 
 
-def release_kept_clients() -> None:
+def release_kept_clients(timeout: float = 10.0) -> None:
     """Close the clients this process keeps (the driver's, once its queries have stopped; an open transaction
-    is aborted): left behind, they would reconnect to Kafka as long as the process lives."""
-    with _Workers.lock:
-        producers = [owner.producer for owner in _Workers.producers.values()]
-        consumers = list(_Workers.consumers.values())
+    is aborted): left behind, they would reconnect to Kafka as long as the process lives. Closing waits for
+    the brokers, so it runs beside the caller for at most `timeout` seconds (a transaction left open then is
+    aborted by the next producer with its id, or times out)."""
+    with _Workers.reading, _Workers.lock:
+        closing: list[Callable[[], object]] = [owner.producer.close for owner in _Workers.producers.values()]
+        closing += [consumer.close for consumer in _Workers.consumers.values()]
         _Workers.producers.clear()
         _Workers.consumers.clear()
-    for producer in producers:
-        producer.close()
-    for consumer in consumers:
-        consumer.close()
+    threads = [threading.Thread(target=close, name="sluice-close-kafka-client", daemon=True) for close in closing]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass(frozen=True)
@@ -407,6 +430,17 @@ class BatchWrite:
         owner.committed = self.marker
         return iter([PartitionResult(partition, written, skipped=False)])
 
+    def write_again_on_failure(self, partition: int, rows: list[Row]) -> list[PartitionResult]:
+        """`write`, tried again after a Kafka error as Spark tries a failed task again (in the driver nothing
+        else would): the new attempt's producer fences the failed one and reads what it committed."""
+        for wait in itertools.islice(backoff(first=0.5, most=5.0), DRIVER_WRITE_ATTEMPTS - 1):
+            try:
+                return list(self.write(partition, rows))
+            except KafkaException as exc:
+                log.warning("%s[%d], batch %d: %s; writing again", self.topic, partition, self.batch_id, exc)
+            time.sleep(wait)
+        return list(self.write(partition, rows))
+
     @functools.cached_property
     def _positions(self) -> tuple[int, int | None, int | None, int]:
         """Where value, key, headers and the partition are in a row."""
@@ -436,9 +470,9 @@ class BatchWrite:
         transactional_id = self._transactional_id(partition)
         with _Workers.lock:
             kept = _Workers.producers.pop(transactional_id, None)
-        if kept is not None and not replace:
-            _Workers.producers[transactional_id] = kept
-            return kept, False
+            if kept is not None and not replace:
+                _Workers.producers[transactional_id] = kept  # now the most recently used
+                return kept, False
         producer = Producer(
             {
                 "linger.ms": 5,
