@@ -104,7 +104,7 @@ local-images: $(STAMP) ## build the images with buildah for the local cluster (n
 e2e-faults: $(STAMP) ## the local cluster's long fault run: the driver pod deleted 20 times under load: .sluice/e2e/driver-killed.json
 	$(PY) -m sluice.testbed prefetch
 	SLUICE_E2E_DRIVER_KILLS=20 $(PY) -m pytest -p no:cacheprovider -m e2e_local e2e/tests/test_e2e_local.py \
-		-k "install or kafka_ready or deploy_app or stream or driver_killed" $(PYTEST_ARGS)
+		-k "install or kafka_ready or deploy_app or stream or driver_killed" --timeout 3600 $(PYTEST_ARGS)
 
 e2e-local: $(STAMP) ## the e2e suite on a throwaway local cluster with real pods (no Docker; needs root): .sluice/e2e/*.json
 	$(PY) -m sluice.testbed prefetch
