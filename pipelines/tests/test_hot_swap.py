@@ -112,6 +112,7 @@ def test_a_filter_change_restarts_only_its_query(
         assert body == {
             "revision": "rev-2",
             "restarted": ["picked"],
+            "moved": [],
             "started": [],
             "stopped": [],
             "kept": ["everything"],

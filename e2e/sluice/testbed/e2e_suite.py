@@ -901,7 +901,7 @@ class E2ESuite:
         # the rate measured at a low load understates what one executor does when saturated (found here with
         # cheap records: 13 rec/s measured at 5 rec/s, 85 at 40 rec/s). Records cost ~60 ms each here, so the
         # fixed cost matters less, but not nothing: a quarter core spends ~3 s of each 10 s batch on it, so the
-        # busy share at r rec/s is about (3 s + 10 s × r ÷ warm) ÷ 10 s. Half the warm rate read 83% in a CI run
+        # busy share at r rec/s is about (3 s + 10 s x r ÷ warm) ÷ 10 s. Half the warm rate read 83% in a CI run
         # (input 3.4 rec/s, 4.1 rec/s per busy second measured at that load: past the 70% ± 10% band, a correct
         # scale-up); 0.3 of it reads about 65%. The step is 3x the rate measured at the base, past one
         # saturated executor.

@@ -559,6 +559,7 @@ class Reconciler:
             f"{what} {', '.join(names)}"
             for what, names in (
                 ("restarted", answer.restarted),
+                ("moved to a checkpoint of their own", answer.moved),
                 ("started", answer.started),
                 ("stopped", answer.stopped),
             )

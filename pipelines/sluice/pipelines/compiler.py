@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +56,7 @@ class Stream:
     windowed: bool = False  # output of a windowed aggregation: final rows per window (append mode)
     aggregated: bool = False  # a streaming aggregation without a window: needs update/complete mode
     grouped: bool = False  # an aggregation's groups (or fewer rows): a batch holds at most the groups it touched
+    stateful: bool = False  # a stateful operation (aggregation, join, dedupe) upstream
     batch_steps: tuple[BatchStep, ...] = ()  # applied per micro-batch (after top-N)
 
     def then(self, step: BatchStep, **changes: Any) -> Stream:
@@ -87,6 +88,10 @@ class QueryPlan:
     dead_letter_source: str | None = None  # set on a source's dead-letter query
     app: str = "app"
     grouped: bool = False  # the rows are an aggregation's groups (bounded per batch by the groups it touched)
+    # The event-time column of rows that are final once the watermark passes it (a windowed aggregation's
+    # window_time, in append mode): what a checkpoint migration's output gate compares with its cut.
+    final_time: str | None = None
+    stateful: bool = False  # state of its own in the checkpoint (aggregation, join, dedupe)
 
 
 @dataclass(frozen=True)
@@ -125,9 +130,11 @@ class Compiler:
         prefix: str = "",
         app_name: str = "app",
         source_frames: SourceFrames | None = None,
+        starting_offsets: Mapping[str, str] | None = None,
     ) -> None:
         self.spark = spark
         self.source_frames = source_frames
+        self.starting_offsets = dict(starting_offsets or {})  # source node -> startingOffsets, over the spec's
         self.spec = spec
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
@@ -208,7 +215,7 @@ class Compiler:
         reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
-            .option("startingOffsets", src.startingOffsets)
+            .option("startingOffsets", self.starting_offsets.get(node.name, src.startingOffsets))
             .option("kafka.isolation.level", ISOLATION_LEVELS[src.isolationLevel])
             .option("includeHeaders", str("headers" in src.metadata).lower())
         )
@@ -338,8 +345,15 @@ class Compiler:
         aggregated = stream.df.groupBy(*keys).agg(*[F.expr(e).alias(n) for n, e in cfg.aggregations.items()])
         if window is None:
             if by_time:  # one group per window of the input: final once the watermark passes it
-                return Stream(aggregated, event_time=stream.event_time, watermarked=True, windowed=True, grouped=True)
-            return Stream(aggregated, aggregated=True, grouped=True)
+                return Stream(
+                    aggregated,
+                    event_time=stream.event_time,
+                    watermarked=True,
+                    windowed=True,
+                    grouped=True,
+                    stateful=True,
+                )
+            return Stream(aggregated, aggregated=True, grouped=True, stateful=True)
         others = [c for c in aggregated.columns if c != "window"]
         # window_time (the window's last instant, end - 1µs) keeps the watermark: the event time of what follows.
         flat = aggregated.select(
@@ -355,6 +369,7 @@ class Compiler:
             windowed=stream.watermarked,
             aggregated=not stream.watermarked,
             grouped=True,
+            stateful=True,
         )
 
     def _check_chained(self, node: Node, cfg, stream: Stream, by_time: bool) -> None:
@@ -432,7 +447,7 @@ class Compiler:
                 *[F.col(f"{rq}.`{c}`").alias(f"{prefix}_{c}" if c in taken else c) for c in right.df.columns],
             )
         event_time = left.event_time if left.event_time in out.columns else None
-        return Stream(out, event_time=event_time, watermarked=event_time is not None)
+        return Stream(out, event_time=event_time, watermarked=event_time is not None, stateful=True)
 
     def _timestamp_column(self, node: Node, df: DataFrame, column: str, path: tuple[str, ...]) -> None:
         kinds = {f.name: f.dataType for f in df.schema.fields}
@@ -463,7 +478,7 @@ class Compiler:
     def _op_dedupe(self, node: Node, cfg, stream: Stream) -> Stream:
         if not stream.watermarked or stream.batch_steps:
             raise self.fail(node, "needs a watermarked input (set eventTime and watermark on the source)")
-        return replace(stream, df=stream.df.dropDuplicatesWithinWatermark(list(cfg.keys)))
+        return replace(stream, df=stream.df.dropDuplicatesWithinWatermark(list(cfg.keys)), stateful=True)
 
     def _op_union(self, node: Node, cfg, *streams: Stream) -> Stream:
         if any(s.batch_steps for s in streams):
@@ -474,7 +489,10 @@ class Compiler:
         times = {s.event_time for s in streams}
         event_time = times.pop() if len(times) == 1 else None
         return Stream(
-            df, event_time=event_time, watermarked=event_time is not None and all(s.watermarked for s in streams)
+            df,
+            event_time=event_time,
+            watermarked=event_time is not None and all(s.watermarked for s in streams),
+            stateful=any(s.stateful for s in streams),
         )
 
     def _op_topN(self, node: Node, cfg, stream: Stream) -> Stream:
@@ -520,6 +538,8 @@ class Compiler:
             stream.batch_steps,
             app=self.app_name,
             grouped=stream.grouped and mode != "complete",  # complete mode: every group, every batch
+            final_time=stream.event_time if stream.windowed and mode == "append" else None,
+            stateful=stream.stateful,
         )
 
     def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:
@@ -643,9 +663,18 @@ def compile_pipeline(
     prefix: str = "",
     app_name: str = "app",
     source_frames: SourceFrames | None = None,
+    starting_offsets: Mapping[str, str] | None = None,
 ) -> CompiledPipeline:
+    """`starting_offsets`: source node name -> Spark's startingOffsets, instead of the spec's (a migrated query's
+    first batch)."""
     return Compiler(
-        spark, spec, bootstrap_servers=bootstrap_servers, prefix=prefix, app_name=app_name, source_frames=source_frames
+        spark,
+        spec,
+        bootstrap_servers=bootstrap_servers,
+        prefix=prefix,
+        app_name=app_name,
+        source_frames=source_frames,
+        starting_offsets=starting_offsets,
     ).compile()
 
 

@@ -9,9 +9,9 @@ client parses them, so both sides share one definition.
 from __future__ import annotations
 
 import re
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StringConstraints
 
 from .spec import PipelineSpec, Strict
 
@@ -19,6 +19,7 @@ API_VERSION: Final = "sluice.dev/v1alpha1"
 RUNNER_CONFIG_FILE = "runner.json"
 DEFAULT_CONTROL_PORT = 9090
 MAX_EXECUTORS = 1000
+CHECKPOINT_FOLDER = r"^[A-Za-z0-9][A-Za-z0-9._@-]*$"  # one folder under checkpointRoot, never a path
 
 
 class RunnerConfig(Strict):
@@ -32,10 +33,19 @@ class RunnerConfig(Strict):
     kafkaBootstrap: str = Field(min_length=1, description="host:port[,host:port], resolved by the operator.")
     pipeline: PipelineSpec
     checkpointRoot: str = Field(min_length=1, description="The app's checkpoint folder (a query per subfolder).")
+    checkpoints: dict[str, Annotated[str, StringConstraints(pattern=CHECKPOINT_FOLDER)]] = Field(
+        default_factory=dict,
+        description="Query name -> its checkpoint's subfolder of checkpointRoot, where it is not the query's name: "
+        "a query migrated to a checkpoint of its own (checkpoint migration) keeps it in later revisions.",
+    )
     controlPort: int = Field(DEFAULT_CONTROL_PORT, ge=0, le=65535, description="0: no control API.")
     controlTokenFile: str | None = Field(
         None, description="File holding the bearer token writes need; None: the API refuses every write."
     )
+
+    def checkpoint(self, query: str) -> str:
+        """Where the query's checkpoint is."""
+        return f"{self.checkpointRoot.rstrip('/')}/{self.checkpoints.get(query, query)}"
 
 
 def in_app(error: str) -> str:
@@ -160,7 +170,7 @@ Health = Literal["ok", "failed", "stopping", "starting"]
 # ------------------------------------------------------------------------------ rolling updates
 
 QueryAction = Literal["keep", "restart", "migrate", "start", "stop", "restore"]
-IN_DRIVER_ACTIONS: tuple[QueryAction, ...] = ("keep", "restart", "start", "stop")
+IN_DRIVER_ACTIONS: tuple[QueryAction, ...] = ("keep", "restart", "migrate", "start", "stop", "restore")
 
 
 class QueryStep(Strict):
@@ -198,6 +208,9 @@ class SwapRequest(Strict):
 class SwapResponse(Strict):
     revision: str
     restarted: list[str] = Field(default_factory=list)
+    moved: list[str] = Field(
+        default_factory=list, description="migrate and restore: on another checkpoint, behind an output gate."
+    )
     started: list[str] = Field(default_factory=list)
     stopped: list[str] = Field(default_factory=list)
     kept: list[str] = Field(default_factory=list)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -90,9 +92,9 @@ class LateTracker:
     WAIT_S = 1800.0  # a query's batch may take long: its next plan comes after it
     IDLE_S = 30.0  # a query not running for this long (failed, stopped, removed) plans nothing more
 
-    def __init__(self, spark: SparkSession, checkpoint_root: str, rules: tuple[LateRule, ...]) -> None:
+    def __init__(self, spark: SparkSession, checkpoint_of: Callable[[str], str], rules: tuple[LateRule, ...]) -> None:
         self.spark = spark  # the app's session: a batch's own (a clone per query) lists no queries
-        self.root = checkpoint_root.rstrip("/")
+        self.checkpoint_of = checkpoint_of  # asked each time: a migrated query's checkpoint moves
         self.rules = rules
         self._logs: dict[str, OffsetLog] = {}
 
@@ -114,9 +116,10 @@ class LateTracker:
         return marked.where(F.col("error").isNotNull()).drop(*helpers)
 
     def _log(self, spark: SparkSession, query: str) -> OffsetLog:
-        if query not in self._logs:
-            self._logs[query] = OffsetLog(spark, f"{self.root}/{query}")
-        return self._logs[query]
+        checkpoint = self.checkpoint_of(query)
+        if checkpoint not in self._logs:
+            self._logs[checkpoint] = OffsetLog(spark, checkpoint)
+        return self._logs[checkpoint]
 
     def _planned(
         self, spark: SparkSession, query: str, extents: dict[tuple[str, int], tuple[int, int]], batch_id: int
@@ -131,7 +134,7 @@ class LateTracker:
                 if all(ends.get(key, -1) > last for key, (_, last) in extents.items()):
                     return ids[-1]
             now = time.monotonic()
-            if running_query_at(self.spark, f"{self.root}/{query}"):
+            if running_query_at(self.spark, self.checkpoint_of(query)):
                 idle_since = now
             if now - idle_since > self.IDLE_S or now - start > self.WAIT_S:
                 behind = {f"{t}/{p}": last for (t, p), (_, last) in extents.items()}
@@ -230,10 +233,17 @@ def start_query(
     spark_version: str,
     on_dead_letters: Callable[[str, int], None] | None = None,
     app_id: str | None = None,
+    checkpoint_of: Callable[[str], str] | None = None,
+    gate_ms: int | None = None,
 ) -> StreamingQuery:
     """Start one query. `app_id` names the app across the Kafka cluster (namespace/app; default: the app's
-    name): exactly-once Kafka sinks derive their transactional ids from it."""
-    checkpoint = f"{checkpoint_root.rstrip('/')}/{plan.name}"
+    name): exactly-once Kafka sinks derive their transactional ids from it. `checkpoint_of`: a query's
+    checkpoint by name (default `<checkpoint_root>/<name>`). `gate_ms`: the output gate of a query that took
+    over its output from another checkpoint: rows final before it (plan.final_time) are left out."""
+    checkpoint_of = checkpoint_of or functools.partial(default_checkpoint, checkpoint_root)
+    checkpoint = checkpoint_of(plan.name)
+    if gate_ms is not None:
+        plan = dataclasses.replace(plan, batch_steps=(output_gate(plan, gate_ms), *plan.batch_steps))
     sink = create_sink(
         plan.sink_op,
         plan.sink,
@@ -250,7 +260,7 @@ def start_query(
         writer, query_name = sink.stream_writer(sink.records(plan.df)), sink.query_name
     else:
         writer, query_name = (
-            plan.df.writeStream.foreachBatch(_batch_handler(plan, sink, checkpoint_root, on_dead_letters)),
+            plan.df.writeStream.foreachBatch(_batch_handler(plan, sink, checkpoint_of, on_dead_letters)),
             plan.name,
         )
     writer = writer.queryName(query_name).outputMode(plan.output_mode).option("checkpointLocation", checkpoint)
@@ -259,12 +269,30 @@ def start_query(
         return writer.start()
 
 
+def output_gate(plan: QueryPlan, cut_ms: int) -> Callable[[DataFrame], DataFrame]:
+    """A per-batch step leaving out the rows final before `cut_ms` (windows that closed at or before it). Per
+    micro-batch, on its output: on the streaming plan Spark pushes a filter on a window below the aggregation,
+    where it would not reach the windows already in the state."""
+    final_time = plan.final_time
+    if final_time is None:
+        raise ValueError(f"query {plan.name}: an output gate needs rows final by event time (a window)")
+    cut = F.timestamp_millis(F.lit(cut_ms))
+    return lambda df: df.where(F.col(final_time) >= cut)
+
+
+def default_checkpoint(checkpoint_root: str, query: str) -> str:
+    return f"{checkpoint_root.rstrip('/')}/{query}"
+
+
 def _batch_handler(
-    plan: QueryPlan, sink: Sink, checkpoint_root: str, on_dead_letters: Callable[[str, int], None] | None
+    plan: QueryPlan,
+    sink: Sink,
+    checkpoint_of: Callable[[str], str],
+    on_dead_letters: Callable[[str, int], None] | None,
 ) -> Callable[[DataFrame, int], None]:
     """Per micro-batch work: top-N and what follows it, or the dead letters (late marking, counting)."""
     source = plan.dead_letter_source
-    tracker = LateTracker(plan.df.sparkSession, checkpoint_root, plan.late_rules) if plan.late_rules else None
+    tracker = LateTracker(plan.df.sparkSession, checkpoint_of, plan.late_rules) if plan.late_rules else None
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
         cached = batch.persist()  # read the source once although this batch runs several jobs

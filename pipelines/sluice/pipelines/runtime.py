@@ -21,12 +21,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from .compiler import CompiledPipeline, QueryPlan, compile_pipeline
-from .contract import IN_DRIVER_ACTIONS, QueryStep, RunnerConfig, SwapResponse
+from .contract import QueryStep, RunnerConfig, SwapResponse
+from .handover import hand_over
 from .metrics import PipelineMetrics, ProgressListener
 from .plancheck import java_message, sink_path, streaming_problems
 from .queries import UnsupportedTrigger, start_query
 from .realtime import real_time_slot_problems
 from .sinks import release_kept_clients
+from .sinks.checkpoint_files import Handover
 from .spec import PipelineSpec
 from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
@@ -184,7 +186,7 @@ class PipelineRun:
         try:
             for plan in compiled.queries:
                 try:
-                    self._start_query(plan, self.config)
+                    self._start_query(plan, self.config, self._handover(self.config, plan.name))
                 except (AnalysisException, IllegalArgumentException) as exc:  # refused by Spark as the query starts
                     problem = Problem(
                         self.query_path(plan.name), f"query {plan.name} did not start: {java_message(exc)}"
@@ -198,9 +200,11 @@ class PipelineRun:
             raise
         return self
 
-    def _compile(self, config: RunnerConfig) -> CompiledPipeline:
+    def _compile(self, config: RunnerConfig, starting_offsets: dict[str, str] | None = None) -> CompiledPipeline:
         """The pipeline's queries, checked with Spark's parsers first and with Spark's unsupported-operation
-        check after (what `sluice validate` checks): PipelineInvalid naming each node, nothing started."""
+        check after (what `sluice validate` checks): PipelineInvalid naming each node, nothing started.
+        `starting_offsets`: per source node, instead of the spec's (a query that took over from another
+        checkpoint)."""
         problems = semantic_problems(
             config.pipeline, self.pipeline_path, sql=spark_sql_parser(self.spark), ddl=spark_ddl_parser(self.spark)
         )
@@ -212,6 +216,7 @@ class PipelineRun:
             bootstrap_servers=config.kafkaBootstrap,
             prefix=self.pipeline_path,
             app_name=config.app,
+            starting_offsets=starting_offsets,
         )
         problems = streaming_problems(self.spark, compiled, config.pipeline, self.pipeline_path)
         problems += real_time_slot_problems(self.spark, config.pipeline, self.pipeline_path, config.kafkaBootstrap)
@@ -219,7 +224,19 @@ class PipelineRun:
             raise PipelineInvalid(problems)
         return compiled
 
-    def _start_query(self, plan: QueryPlan, config: RunnerConfig) -> StreamingQuery:
+    def checkpoint_of(self, query: str) -> str:
+        """Where the query's checkpoint is in the revision that runs (a dead-letter query asks each batch)."""
+        return self.config.checkpoint(query)
+
+    def _handover(self, config: RunnerConfig, query: str) -> Handover | None:
+        """How the query's checkpoint in `config` took over another's output, if it did."""
+        return Handover.latest(self.spark, config.checkpoint(query))
+
+    def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
+        """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it
+        was given while it has none of its own, and behind its output gate."""
+        if handover is not None and handover.startingOffsets:
+            plan = next(p for p in self._compile(config, handover.startingOffsets).queries if p.name == plan.name)
         query = start_query(
             plan,
             checkpoint_root=config.checkpointRoot,
@@ -228,6 +245,8 @@ class PipelineRun:
             spark_version=self.spark.version,
             on_dead_letters=self._count_dead_letters,
             app_id=f"{config.namespace}/{config.app}",
+            checkpoint_of=self.checkpoint_of,
+            gate_ms=handover.cutMs if handover is not None and plan.final_time is not None else None,
         )
         self.queries.append(query)
         self.query_revisions[plan.name] = config.revision
@@ -237,15 +256,18 @@ class PipelineRun:
     # ------------------------------------------------------------------------------- hot swap
     def swap(self, config: RunnerConfig, steps: Sequence[QueryStep]) -> SwapResponse:
         """Run `config`'s revision in this driver: the steps' queries stop at a batch boundary and restart
-        (on their checkpoints), start or stop; `keep` queries are not touched. Nothing changes when the request
-        does not fit this run or the new pipeline does not compile (SwapRefused, PipelineInvalid). A query
-        that fails to start on the new plan is started on the old one again, and its error raised."""
+        (on their checkpoints), move to another checkpoint (migrate, restore: see handover.py), start or stop;
+        `keep` queries are not touched. Nothing changes when the request does not fit this run or the new
+        pipeline does not compile (SwapRefused, PipelineInvalid). A query that fails to start on the new plan
+        is started on the old one again, and its error raised."""
         with self._changing:
             if self._stopping.is_set():
                 raise SwapRefused("the driver is stopping", "revision")
             compiled = self._compile(config)
             plans = {plan.name: plan for plan in compiled.queries}
-            by_action = self._check_swap(config, self._still_to_do(config.revision, steps), set(plans))
+            todo = self._still_to_do(config, steps)
+            by_action = self._check_swap(config, todo, plans)
+            rewind = {step.name: step.rewindMs for step in todo}
             running = {query.name: query for query in self.queries}
             old_config, self.config = self.config, config
             started_at = time.monotonic()
@@ -256,10 +278,20 @@ class PipelineRun:
                 if name in running:
                     self._stop_query(running[name])
                 if name in plans and name not in by_action["stop"]:
-                    self._start_query(plans[name], config)
+                    handover = None
+                    if name in by_action["move"]:
+                        handover = hand_over(
+                            self.spark,
+                            source_checkpoint=old_config.checkpoint(name),
+                            target_checkpoint=config.checkpoint(name),
+                            rewind_ms=rewind[name],
+                            sources=compiled.sources,
+                            bootstrap=config.kafkaBootstrap,
+                        )
+                    self._start_query(plans[name], config, handover)
                     started.append(name)
 
-            changing = by_action["stop"] + by_action["restart"] + by_action["start"]
+            changing = by_action["stop"] + by_action["restart"] + by_action["move"] + by_action["start"]
             with ThreadPoolExecutor(max_workers=max(len(changing), 1), thread_name_prefix="sluice-swap") as pool:
                 failures = [f.exception() for f in [pool.submit(change, name) for name in changing]]
             failure = next((f for f in failures if f is not None), None)
@@ -268,48 +300,60 @@ class PipelineRun:
                     self._stop_query(self._query(name))
                 self.config = old_config
                 old_plans = {plan.name: plan for plan in self._compile(old_config).queries}  # compiled before
-                for name in by_action["restart"] + by_action["stop"]:
-                    self._start_query(old_plans[name], old_config)
+                for name in by_action["restart"] + by_action["move"] + by_action["stop"]:
+                    self._start_query(old_plans[name], old_config, self._handover(old_config, name))
                 raise failure
             return SwapResponse(
                 revision=config.revision,
                 restarted=by_action["restart"],
+                moved=by_action["move"],
                 started=by_action["start"],
                 stopped=by_action["stop"],
                 kept=by_action["keep"],
                 tookMs=round((time.monotonic() - started_at) * 1000),
             )
 
-    def _still_to_do(self, revision: str, steps: Sequence[QueryStep]) -> list[QueryStep]:
-        """The same swap asked twice changes nothing the second time: a query that already runs the revision is
-        kept, one already stopped needs no step."""
+    def _still_to_do(self, config: RunnerConfig, steps: Sequence[QueryStep]) -> list[QueryStep]:
+        """The same swap asked twice changes nothing the second time: a query that already runs the revision (on
+        its checkpoint) is kept, one already stopped needs no step; a `restore` of a query that does not run is
+        a start on the checkpoint it kept."""
         running = {query.name: query for query in self.queries}
         todo = []
         for step in steps:
             query = running.get(step.name)
-            there = query is not None and query.isActive and self.query_revisions.get(step.name) == revision
+            there = (
+                query is not None
+                and query.isActive
+                and self.query_revisions.get(step.name) == config.revision
+                and self.config.checkpoint(step.name) == config.checkpoint(step.name)
+            )
             if step.action == "stop" and query is None:
                 continue
-            todo.append(
-                step.model_copy(update={"action": "keep"}) if step.action in ("restart", "start") and there else step
-            )
+            if step.action in ("restart", "start", "migrate", "restore") and there:
+                step = step.model_copy(update={"action": "keep"})
+            elif step.action == "restore" and query is None:
+                step = step.model_copy(update={"action": "start"})
+            todo.append(step)
         return todo
 
-    def _check_swap(self, config: RunnerConfig, steps: Sequence[QueryStep], new: set[str]) -> dict[str, list[str]]:
-        """The steps' query names by action, or SwapRefused."""
+    def _check_swap(
+        self, config: RunnerConfig, steps: Sequence[QueryStep], plans: dict[str, QueryPlan]
+    ) -> dict[str, list[str]]:
+        """The steps' query names by action (migrate and restore: "move"), or SwapRefused."""
         for field in ("app", "namespace", "kafkaBootstrap", "checkpointRoot"):
             if getattr(config, field) != getattr(self.config, field):
                 raise SwapRefused(
                     f"a hot swap keeps the run's {field} ({getattr(self.config, field)!r})", f"config.{field}"
                 )
         running = {query.name for query in self.queries}  # a failed query may be restarted on a new plan
-        names: dict[str, list[str]] = {"restart": [], "start": [], "stop": [], "keep": []}
+        new = set(plans)
+        names: dict[str, list[str]] = {"restart": [], "move": [], "start": [], "stop": [], "keep": []}
         for index, step in enumerate(steps):
             where = f"steps[{index}]"
-            if step.action not in IN_DRIVER_ACTIONS:
-                raise SwapRefused(f"{step.action} needs a checkpoint of its own: not a hot swap", f"{where}.action")
             if any(step.name in listed for listed in names.values()):
                 raise SwapRefused(f"query {step.name!r} has two steps", f"{where}.name")
+            if step.action in ("migrate", "restore"):
+                self._check_move(config, step, plans.get(step.name), where)
             must_run, must_be_new = step.action != "start", step.action != "stop"
             if must_run != (step.name in running):
                 raise SwapRefused(
@@ -319,11 +363,31 @@ class PipelineRun:
                 raise SwapRefused(
                     f"query {step.name!r} is {'not ' if must_be_new else ''}in the new pipeline", f"{where}.name"
                 )
-            names[step.action].append(step.name)
+            names["move" if step.action in ("migrate", "restore") else step.action].append(step.name)
         missing = sorted((running | new) - {name for listed in names.values() for name in listed})
         if missing:
             raise SwapRefused(f"no step for the queries {', '.join(missing)}", "steps")
         return names
+
+    def _check_move(self, config: RunnerConfig, step: QueryStep, plan: QueryPlan | None, where: str) -> None:
+        """A query moves to another checkpoint only with its output kept exactly once: an output gate (rows
+        final by event time) or, for a stateless query, a start exactly where the old one stopped (no rewind)."""
+        if plan is None:
+            return  # refused below: not in the new pipeline
+        if config.checkpoint(step.name) == self.config.checkpoint(step.name):
+            raise SwapRefused(
+                f"{step.action} of query {step.name!r} needs another checkpoint than the one it runs on "
+                f"({self.config.checkpoint(step.name)}): set config.checkpoints[{step.name!r}]",
+                f"{where}.action",
+            )
+        exact_without_gate = not plan.stateful and step.action == "migrate" and step.rewindMs == 0
+        if plan.final_time is None and not exact_without_gate:
+            raise SwapRefused(
+                f"{step.action} of query {step.name!r}: its rows are not final per event-time window (a windowed "
+                "aggregation in append mode), so no output gate can keep what the other checkpoint wrote from "
+                "being written again (a stateless query migrates with rewindMs 0: where the old one stopped)",
+                f"{where}.action",
+            )
 
     def _query(self, name: str) -> StreamingQuery:
         return next(query for query in reversed(self.queries) if query.name == name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -136,3 +137,43 @@ def running_query_at(spark: SparkSession, checkpoint: str) -> bool:
         query.isActive and qualified(query._jsq.streamingQuery().resolvedCheckpointRoot()) == wanted
         for query in spark.streams.active
     )
+
+
+def committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
+    """The id of the query's last completed batch (`<checkpoint>/commits/<id>`: its output is in the sink);
+    None before its first."""
+    jvm = spark._jvm
+    assert jvm is not None
+    folder = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/commits")
+    fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(folder):
+        return None
+    ids = [int(name) for name in (s.getPath().getName() for s in fs.listStatus(folder)) if name.isdigit()]
+    return max(ids, default=None)
+
+
+@dataclass(frozen=True)
+class Handover:
+    """How a query took over its output from another checkpoint (`<checkpoint>/sluice/handovers/<n>`, the
+    newest counts; kept across restarts). cutMs: the other query's last watermark; rows final before it
+    (windows that closed at or before it) were written by that query, so this one drops them (the output gate).
+    startingOffsets: where this checkpoint's first batch starts, per source node (Spark's startingOffsets JSON);
+    Spark reads them only while the checkpoint has no offsets of its own."""
+
+    source: str  # the checkpoint the output came from
+    cutMs: int | None
+    startingOffsets: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def folder(checkpoint: str) -> str:
+        return checkpoint.rstrip("/") + "/sluice/handovers"
+
+    @classmethod
+    def latest(cls, spark: SparkSession, checkpoint: str) -> Handover | None:
+        found = BatchFiles(spark, cls.folder(checkpoint)).latest()
+        return None if found is None else cls(**found[1])
+
+    def write(self, spark: SparkSession, checkpoint: str) -> None:
+        files = BatchFiles(spark, self.folder(checkpoint))
+        latest = files.latest()
+        files.write(0 if latest is None else latest[0] + 1, asdict(self))

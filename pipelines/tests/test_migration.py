@@ -1,0 +1,238 @@
+"""Checkpoint migration inside a running driver (a swap's migrate and restore steps), on real Kafka and Spark:
+a windowed count changes its window size, moves to a checkpoint of its own rewound from the old one's
+offsets, and its output goes on exactly once; a driver restarted mid-migration goes on the same way; the
+rollback moves it back behind the new one's cut. Plus the pure parts (offsets, gate)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_output import read_committed
+from pyspark.sql import SparkSession
+
+from sluice.pipelines.contract import QueryStep, RunnerConfig
+from sluice.pipelines.handover import gate_cut, starting_offsets
+from sluice.pipelines.local.kafka_io import end_offsets, produce
+from sluice.pipelines.runtime import PipelineRun, SwapRefused
+from sluice.pipelines.sinks.checkpoint_files import Handover
+from sluice.pipelines.spec import FromKafka, PipelineSpec
+from sluice.testbed.common import wait_for
+
+WATERMARK_MS = 2_000
+WORDS = ("a", "b", "c")
+Window = tuple[int, int, str]  # (size ms, start ms, word)
+
+
+def pipeline(source: str, out: str, window: str, *, windowed: bool = True) -> PipelineSpec:
+    count: dict[str, Any] = {"groupBy": ["word"], "aggregations": {"n": "count(*)"}}
+    value = "to_json(named_struct('word', word, 'n', n))"
+    if windowed:
+        count["window"] = {"tumbling": window}
+        value = (
+            "to_json(named_struct('start', unix_millis(window_start), 'end', unix_millis(window_end), "
+            "'word', word, 'n', n))"
+        )
+    return PipelineSpec.model_validate(
+        {
+            "trigger": {"processingTime": "1s"},
+            "nodes": [
+                {
+                    "name": "events",
+                    "fromKafka": {
+                        "topic": source,
+                        "format": "json",
+                        "schema": "word STRING, ts TIMESTAMP",
+                        "eventTime": "ts",
+                        "watermark": f"{WATERMARK_MS // 1000}s",
+                        "startingOffsets": "earliest",
+                    },
+                },
+                {"name": "counted", "inputs": ["events"], "aggregate": count},
+                {"name": "counts", "inputs": ["counted"], "toKafka": {"topic": out, "key": "word", "value": value}},
+            ],
+        }
+    )
+
+
+def send(bootstrap: str, topic: str, times_ms: list[int]) -> list[tuple[int, str]]:
+    """Events at the given times (event time = record time), each word in turn; returns (time, word)."""
+    events = [(t, WORDS[i % len(WORDS)]) for i, t in enumerate(times_ms)]
+    iso = [time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t // 1000)) + f".{t % 1000:03d}Z" for t, _ in events]
+    records = [(w.encode(), json.dumps({"word": w, "ts": s}).encode()) for (_, w), s in zip(events, iso, strict=True)]
+    produce(bootstrap, topic, records, timestamps_ms=[t for t, _ in events])
+    return events
+
+
+def written(bootstrap: str, topic: str) -> dict[Window, list[int]]:
+    """The counts the sink committed for each (window size, start, word), in order."""
+    out: dict[Window, list[int]] = {}
+    for record in read_committed(bootstrap, topic):
+        row = json.loads(record.value)
+        out.setdefault((row["end"] - row["start"], row["start"], row["word"]), []).append(row["n"])
+    return out
+
+
+def first_revision(spec: PipelineSpec, bootstrap: str, tmp_path: Path) -> RunnerConfig:
+    return RunnerConfig(
+        app="migrate",
+        revision="rev-1",
+        kafkaBootstrap=bootstrap,
+        pipeline=spec,
+        checkpointRoot=str(tmp_path / "chk"),
+        controlPort=0,
+    )
+
+
+def windows(events: list[tuple[int, str]], size: int) -> Counter[Window]:
+    return Counter((size, t - t % size, word) for t, word in events)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_window_change_migrates_and_rolls_back_exactly_once(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    source, out = new_topic(2), new_topic(1)
+    base = (int(time.time() * 1000) // 4000 - 30) * 4000  # aligned on both window sizes, within retention
+    old = first_revision(pipeline(source, out, "2s"), kafka_bootstrap, tmp_path)
+    new = old.model_copy(
+        update={"revision": "rev-2", "pipeline": pipeline(source, out, "4s"), "checkpoints": {"counts": "counts@rev-2"}}
+    )
+
+    def emitted(size: int, end: int) -> bool:
+        return any(w[0] == size and w[1] + size >= base + end for w in written(kafka_bootstrap, out))
+
+    events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
+    run = PipelineRun(spark_session, old).start()
+    try:
+        # The watermark reaches 17.75 s (the last event less 2 s): the windows up to 16 s close.
+        wait_for(lambda: emitted(2000, 16_000), timeout=120, what="the 2 s windows up to 16 s")
+        ends = end_offsets(kafka_bootstrap, source)
+        response = run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=WATERMARK_MS + 4000)])
+        assert (response.moved, response.restarted) == (["counts"], [])
+        first = Handover.latest(spark_session, new.checkpoint("counts"))
+        assert first is not None and first.source == old.checkpoint("counts")
+        assert first.cutMs is not None and first.cutMs >= base + 16_000
+        rewound = json.loads(first.startingOffsets["events"])[source]
+        assert set(rewound) == {str(p) for p in ends}
+        filled = {p for p, end in ends.items() if end}
+        assert filled and all(rewound[str(p)] == 0 for p in set(ends) - filled)
+        for partition in filled:  # back to the cut less 6 s of record time, not to the start
+            assert 0 < rewound[str(partition)] < ends[partition], rewound
+
+        # The driver goes down mid-migration: the next one starts the query as the handover says.
+        run.stop()
+        run = PipelineRun(spark_session, new).start()
+        events += send(kafka_bootstrap, source, [base + 20_000 + i * 250 for i in range(80)])  # 20 .. 40 s
+        wait_for(lambda: emitted(4000, 36_000), timeout=120, what="the 4 s windows up to 36 s")
+
+        response = run.swap(old, [QueryStep(name="counts", action="restore")])
+        assert response.moved == ["counts"]
+        back = Handover.latest(spark_session, old.checkpoint("counts"))
+        assert back is not None and back.cutMs is not None and back.cutMs >= base + 36_000
+        assert back.startingOffsets == {}, "the old checkpoint goes on from its own offsets"
+        events += send(kafka_bootstrap, source, [base + 40_000 + i * 250 for i in range(80)])  # 40 .. 60 s
+        send(kafka_bootstrap, source, [base + 100_000])  # closes every window before 98 s
+        wait_for(lambda: emitted(2000, 60_000), timeout=120, what="the 2 s windows up to 60 s")
+        time.sleep(3)  # a window written twice would show now
+        got = written(kafka_bootstrap, out)
+    finally:
+        run.stop()
+
+    cut_1, cut_2 = first.cutMs, back.cutMs
+    expected = {
+        w: n
+        for w, n in (windows(events, 2000) + windows(events, 4000)).items()
+        if (w[0] == 2000 and (w[1] + 2000 <= cut_1 or w[1] + 2000 > cut_2))
+        or (w[0] == 4000 and cut_1 < w[1] + 4000 <= cut_2)
+    }
+    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
+
+    def relative(counts: dict[Window, int]) -> list[tuple[int, int, str, int]]:
+        return sorted((size, start - base, word, n) for (size, start, word), n in counts.items())
+
+    got_counts = {w: ns[0] for w, ns in got.items()}
+    assert got_counts == expected, (cut_1 - base, cut_2 - base, relative(got_counts), relative(expected))
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_migration_without_an_output_gate_is_refused_unless_it_starts_where_the_old_query_stopped(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    source, out = new_topic(1), new_topic(1)
+    old = first_revision(pipeline(source, out, "", windowed=False), kafka_bootstrap, tmp_path)
+    moved = old.model_copy(update={"revision": "rev-2", "checkpoints": {"counts": "counts@rev-2"}})
+    run = PipelineRun(spark_session, old).start()
+    try:
+        with pytest.raises(SwapRefused, match="needs another checkpoint") as same:
+            run.swap(old.model_copy(update={"revision": "rev-2"}), [QueryStep(name="counts", action="migrate")])
+        assert same.value.field == "steps[0].action"
+        for rewind in (5000, 0):  # a running count's state would start again from nothing
+            with pytest.raises(SwapRefused, match="not final per event-time window"):
+                run.swap(moved, [QueryStep(name="counts", action="migrate", rewindMs=rewind)])
+        assert [q.name for q in run.queries if q.isActive] == ["counts"], "a refused swap changes nothing"
+    finally:
+        run.stop()
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_stateless_query_migrates_where_the_old_one_stopped(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    source, out = new_topic(2), new_topic(1)
+    passed_on = PipelineSpec.model_validate(
+        {
+            "trigger": {"processingTime": "1s"},
+            "nodes": [
+                {"name": "lines", "fromKafka": {"topic": source, "format": "text", "startingOffsets": "earliest"}},
+                {"name": "copy", "inputs": ["lines"], "toKafka": {"topic": out, "value": "value"}},
+            ],
+        }
+    )
+    old = first_revision(passed_on, kafka_bootstrap, tmp_path)
+    moved = old.model_copy(update={"revision": "rev-2", "checkpoints": {"copy": "copy@rev-2"}})
+    produce(kafka_bootstrap, source, [f"a{i}".encode() for i in range(50)])
+    run = PipelineRun(spark_session, old).start()
+    try:
+        wait_for(lambda: len(read_committed(kafka_bootstrap, out)) >= 50, timeout=120, what="the first 50 out")
+        assert run.swap(moved, [QueryStep(name="copy", action="migrate", rewindMs=0)]).moved == ["copy"]
+        produce(kafka_bootstrap, source, [f"b{i}".encode() for i in range(50)])
+        wait_for(lambda: len(read_committed(kafka_bootstrap, out)) >= 100, timeout=120, what="the next 50 out")
+        time.sleep(3)
+    finally:
+        run.stop()
+    got = Counter(r.value.decode() for r in read_committed(kafka_bootstrap, out))
+    assert got == Counter([f"a{i}" for i in range(50)] + [f"b{i}" for i in range(50)])
+
+
+# ------------------------------------------------------------------------------------------ pure parts
+
+
+def test_starting_offsets_are_the_rewound_ones_never_past_what_the_old_query_read() -> None:
+    sources = {
+        "clicks": FromKafka(topic="clicks", format="text"),
+        "views": FromKafka(pattern="views-.*", format="text"),
+        "other": FromKafka(topic="other", format="text"),
+    }
+    ends = {("clicks", 0): 100, ("clicks", 1): 50, ("views-eu", 0): 7}
+    found = {("clicks", 0): 60, ("clicks", 1): None, ("views-eu", 0): 9}
+    assert starting_offsets(ends, found, sources) == {
+        "clicks": json.dumps({"clicks": {"0": 60, "1": 50}}),
+        "views": json.dumps({"views-eu": {"0": 7}}),
+    }
+    assert starting_offsets(ends, {}, sources)["clicks"] == json.dumps({"clicks": {"0": 100, "1": 50}})
+
+
+def test_the_gate_is_the_later_cut() -> None:
+    earlier = Handover(source="/chk/a", cutMs=5_000)
+    assert gate_cut(9_000, earlier) == 9_000
+    assert gate_cut(None, earlier) == 5_000
+    assert gate_cut(3_000, None) == 3_000
+    assert gate_cut(None, None) is None
