@@ -28,7 +28,7 @@ from .plancheck import java_message, sink_path, streaming_problems
 from .queries import UnsupportedTrigger, start_query
 from .realtime import real_time_slot_problems
 from .sinks import release_kept_clients
-from .sinks.checkpoint_files import Handover
+from .sinks.checkpoint_files import Handover, committed_batch
 from .spec import PipelineSpec
 from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
@@ -235,7 +235,8 @@ class PipelineRun:
     def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
         """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it
         was given while it has none of its own, and behind its output gate."""
-        if handover is not None and handover.startingOffsets:
+        fresh = handover is not None and committed_batch(self.spark, config.checkpoint(plan.name)) is None
+        if handover is not None and handover.startingOffsets and fresh:  # Spark reads them only before batch 0
             plan = next(p for p in self._compile(config, handover.startingOffsets).queries if p.name == plan.name)
         query = start_query(
             plan,
