@@ -15,7 +15,7 @@ import pytest
 from kafka_output import read_committed
 from pyspark.sql import SparkSession
 
-from sluice.pipelines.contract import QueryStep, RunnerConfig
+from sluice.pipelines.contract import Migration, QueryStep, RunnerConfig
 from sluice.pipelines.handover import gate_cut, starting_offsets
 from sluice.pipelines.local.kafka_io import end_offsets, produce
 from sluice.pipelines.runtime import PipelineRun, SwapRefused
@@ -162,6 +162,71 @@ def test_a_window_change_migrates_and_rolls_back_exactly_once(
 
 @pytest.mark.kafka
 @pytest.mark.spark
+def test_a_driver_that_starts_a_migrating_revision_hands_over_first(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    """No driver ran the swap (the app was suspended, or its driver restarted before the swap): the revision's
+    config says where the query's new checkpoint takes over from, and the driver that starts it hands over."""
+    source, out = new_topic(2), new_topic(1)
+    base = (int(time.time() * 1000) // 4000 - 30) * 4000
+    old = first_revision(pipeline(source, out, "2s"), kafka_bootstrap, tmp_path)
+    new = old.model_copy(
+        update={
+            "revision": "rev-2",
+            "pipeline": pipeline(source, out, "4s"),
+            "checkpoints": {"counts": "counts@rev-2"},
+            "migrations": {"counts": Migration(fromCheckpoint="counts", rewindMs=WATERMARK_MS + 4000)},
+        }
+    )
+    events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
+    run = PipelineRun(spark_session, old).start()
+    try:
+        wait_for(
+            lambda: any(w[1] + w[0] >= base + 16_000 for w in written(kafka_bootstrap, out)),
+            timeout=120,
+            what="the 2 s windows up to 16 s",
+        )
+    finally:
+        run.stop()
+    run = PipelineRun(spark_session, new).start()
+    try:
+        handover = Handover.latest(spark_session, new.checkpoint("counts"))
+        assert handover is not None and handover.source == old.checkpoint("counts") and handover.cutMs is not None
+        events += send(kafka_bootstrap, source, [base + 20_000 + i * 250 for i in range(40)])  # 20 .. 30 s
+        send(kafka_bootstrap, source, [base + 60_000])  # closes every window before 58 s
+        wait_for(
+            lambda: any(w[0] == 4000 and w[1] + 4000 >= base + 28_000 for w in written(kafka_bootstrap, out)),
+            timeout=120,
+            what="the 4 s windows up to 28 s",
+        )
+        time.sleep(3)
+        got = written(kafka_bootstrap, out)
+    finally:
+        run.stop()
+    cut = handover.cutMs
+    expected = {
+        w: n
+        for w, n in (windows(events, 2000) + windows(events, 4000)).items()
+        if (w[0] == 2000 and w[1] + 2000 <= cut) or (w[0] == 4000 and w[1] + 4000 > cut)
+    }
+    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
+    assert {w: ns[0] for w, ns in got.items()} == expected, cut - base
+
+
+def test_a_migration_names_another_checkpoint() -> None:
+    with pytest.raises(ValueError, match=r"migrations\.counts\.fromCheckpoint"):
+        RunnerConfig(
+            app="a",
+            revision="r",
+            kafkaBootstrap="k:9092",
+            pipeline=pipeline("in", "out", "2s"),
+            checkpointRoot="/chk",
+            migrations={"counts": Migration(fromCheckpoint="counts")},
+        )
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
 def test_a_migration_without_an_output_gate_is_refused_unless_it_starts_where_the_old_query_stopped(
     spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
 ) -> None:
@@ -173,6 +238,9 @@ def test_a_migration_without_an_output_gate_is_refused_unless_it_starts_where_th
         with pytest.raises(SwapRefused, match="needs another checkpoint") as same:
             run.swap(old.model_copy(update={"revision": "rev-2"}), [QueryStep(name="counts", action="migrate")])
         assert same.value.field == "steps[0].action"
+        for action in ("restart", "keep"):  # the checkpoint would move without a handover
+            with pytest.raises(SwapRefused, match="moving it takes migrate"):
+                run.swap(moved, [QueryStep(name="counts", action=action)])
         for rewind in (5000, 0):  # a running count's state would start again from nothing
             with pytest.raises(SwapRefused, match="not final per event-time window"):
                 run.swap(moved, [QueryStep(name="counts", action="migrate", rewindMs=rewind)])

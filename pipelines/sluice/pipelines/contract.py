@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Final, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from .spec import PipelineSpec, Strict
 
@@ -20,6 +20,16 @@ RUNNER_CONFIG_FILE = "runner.json"
 DEFAULT_CONTROL_PORT = 9090
 MAX_EXECUTORS = 1000
 CHECKPOINT_FOLDER = r"^[A-Za-z0-9][A-Za-z0-9._@-]*$"  # one folder under checkpointRoot, never a path
+
+
+CheckpointFolder = Annotated[str, StringConstraints(pattern=CHECKPOINT_FOLDER)]
+
+
+class Migration(Strict):
+    """Where a query's checkpoint takes over its output from (a checkpoint migration to the config's revision)."""
+
+    fromCheckpoint: CheckpointFolder = Field(description="The subfolder of checkpointRoot the query ran on before.")
+    rewindMs: int | None = Field(None, ge=0, description="As a migrate step's (QueryStep.rewindMs).")
 
 
 class RunnerConfig(Strict):
@@ -33,19 +43,35 @@ class RunnerConfig(Strict):
     kafkaBootstrap: str = Field(min_length=1, description="host:port[,host:port], resolved by the operator.")
     pipeline: PipelineSpec
     checkpointRoot: str = Field(min_length=1, description="The app's checkpoint folder (a query per subfolder).")
-    checkpoints: dict[str, Annotated[str, StringConstraints(pattern=CHECKPOINT_FOLDER)]] = Field(
+    checkpoints: dict[str, CheckpointFolder] = Field(
         default_factory=dict,
         description="Query name -> its checkpoint's subfolder of checkpointRoot, where it is not the query's name: "
         "a query migrated to a checkpoint of its own (checkpoint migration) keeps it in later revisions.",
+    )
+    migrations: dict[str, Migration] = Field(
+        default_factory=dict,
+        description="Query name -> the checkpoint its own (checkpoints) takes over from, in a checkpoint migration "
+        "to this revision: a driver that starts the query while its checkpoint has no completed batch hands over "
+        "first, as a hot swap's migrate step does (a driver that was not running, or restarted, mid-migration).",
     )
     controlPort: int = Field(DEFAULT_CONTROL_PORT, ge=0, le=65535, description="0: no control API.")
     controlTokenFile: str | None = Field(
         None, description="File holding the bearer token writes need; None: the API refuses every write."
     )
 
-    def checkpoint(self, query: str) -> str:
-        """Where the query's checkpoint is."""
-        return f"{self.checkpointRoot.rstrip('/')}/{self.checkpoints.get(query, query)}"
+    def checkpoint(self, query: str, folder: str | None = None) -> str:
+        """Where the query's checkpoint is (`folder`: where one of its subfolders is)."""
+        return f"{self.checkpointRoot.rstrip('/')}/{folder or self.checkpoints.get(query, query)}"
+
+    @model_validator(mode="after")
+    def _migrations_move(self) -> RunnerConfig:
+        for query, migration in self.migrations.items():
+            if migration.fromCheckpoint == self.checkpoints.get(query, query):
+                raise ValueError(
+                    f"migrations.{query}.fromCheckpoint: {migration.fromCheckpoint!r} is the checkpoint the query "
+                    "runs on; a migration moves it to another (checkpoints)"
+                )
+        return self
 
 
 def in_app(error: str) -> str:

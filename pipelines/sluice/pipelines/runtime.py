@@ -7,6 +7,7 @@ or a bare pipeline file for local runs (`config_from_document`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -31,6 +32,8 @@ from .sinks import release_kept_clients
 from .sinks.checkpoint_files import Handover, committed_batch
 from .spec import PipelineSpec
 from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
+
+log = logging.getLogger("sluice.runtime")
 
 LOCAL_REVISION = "local"  # the revision of a run made from a file rather than by the operator
 
@@ -161,6 +164,7 @@ class PipelineRun:
         self._listener: ProgressListener | None = None
         self._stopping = threading.Event()
         self._changing = threading.Lock()  # a hot swap in progress: its queries stop and start
+        self._logged_runs: set[Any] = set()
 
     @classmethod
     def from_document(
@@ -181,12 +185,12 @@ class PipelineRun:
 
     def start(self) -> PipelineRun:
         compiled = self._compile(self.config)
-        self._listener = ProgressListener(self.metrics.record_progress)
+        self._listener = ProgressListener(self.metrics.record_progress, self._log_first_batch)
         self.spark.streams.addListener(self._listener)
         try:
             for plan in compiled.queries:
                 try:
-                    self._start_query(plan, self.config, self._handover(self.config, plan.name))
+                    self._start_query(plan, self.config, self._handover(self.config, plan.name, compiled))
                 except (AnalysisException, IllegalArgumentException) as exc:  # refused by Spark as the query starts
                     problem = Problem(
                         self.query_path(plan.name), f"query {plan.name} did not start: {java_message(exc)}"
@@ -228,8 +232,20 @@ class PipelineRun:
         """Where the query's checkpoint is in the revision that runs (a dead-letter query asks each batch)."""
         return self.config.checkpoint(query)
 
-    def _handover(self, config: RunnerConfig, query: str) -> Handover | None:
-        """How the query's checkpoint in `config` took over another's output, if it did."""
+    def _handover(self, config: RunnerConfig, query: str, compiled: CompiledPipeline) -> Handover | None:
+        """How the query's checkpoint in `config` took over another's output, if it did: as `config.migrations`
+        says while the checkpoint has no completed batch (decided again: the source may have gone on since),
+        else as decided before."""
+        migration = config.migrations.get(query)
+        if migration is not None and committed_batch(self.spark, config.checkpoint(query)) is None:
+            return hand_over(
+                self.spark,
+                source_checkpoint=config.checkpoint(query, migration.fromCheckpoint),
+                target_checkpoint=config.checkpoint(query),
+                rewind_ms=migration.rewindMs,
+                sources=compiled.sources,
+                bootstrap=config.kafkaBootstrap,
+            )
         return Handover.latest(self.spark, config.checkpoint(query))
 
     def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
@@ -276,11 +292,14 @@ class PipelineRun:
 
             def change(name: str) -> None:
                 """One query's part, beside the others': its pause is its own batch boundary and start only."""
+                began = time.monotonic()
                 if name in running:
                     self._stop_query(running[name])
+                stopped = time.monotonic()
                 if name in plans and name not in by_action["stop"]:
-                    handover = None
-                    if name in by_action["move"]:
+                    if name not in by_action["move"]:
+                        handover = self._handover(config, name, compiled)  # a gate it was given stays
+                    else:
                         handover = hand_over(
                             self.spark,
                             source_checkpoint=old_config.checkpoint(name),
@@ -291,6 +310,13 @@ class PipelineRun:
                         )
                     self._start_query(plans[name], config, handover)
                     started.append(name)
+                log.info(
+                    "swap to %s: query %s stopped in %.2f s, started in %.2f s",
+                    config.revision,
+                    name,
+                    stopped - began,
+                    time.monotonic() - stopped,
+                )
 
             changing = by_action["stop"] + by_action["restart"] + by_action["move"] + by_action["start"]
             with ThreadPoolExecutor(max_workers=max(len(changing), 1), thread_name_prefix="sluice-swap") as pool:
@@ -300,9 +326,10 @@ class PipelineRun:
                 for name in started:
                     self._stop_query(self._query(name))
                 self.config = old_config
-                old_plans = {plan.name: plan for plan in self._compile(old_config).queries}  # compiled before
+                old_compiled = self._compile(old_config)  # compiled before
+                old_plans = {plan.name: plan for plan in old_compiled.queries}
                 for name in by_action["restart"] + by_action["move"] + by_action["stop"]:
-                    self._start_query(old_plans[name], old_config, self._handover(old_config, name))
+                    self._start_query(old_plans[name], old_config, self._handover(old_config, name, old_compiled))
                 raise failure
             return SwapResponse(
                 revision=config.revision,
@@ -355,6 +382,14 @@ class PipelineRun:
                 raise SwapRefused(f"query {step.name!r} has two steps", f"{where}.name")
             if step.action in ("migrate", "restore"):
                 self._check_move(config, step, plans.get(step.name), where)
+            elif step.action in ("restart", "keep") and config.checkpoint(step.name) != self.config.checkpoint(
+                step.name
+            ):
+                raise SwapRefused(
+                    f"{step.action} of query {step.name!r} would move it from its checkpoint "
+                    f"{self.config.checkpoint(step.name)} to {config.checkpoint(step.name)}: moving it takes migrate",
+                    f"{where}.action",
+                )
             must_run, must_be_new = step.action != "start", step.action != "stop"
             if must_run != (step.name in running):
                 raise SwapRefused(
@@ -404,11 +439,30 @@ class PipelineRun:
             if _last_batch(query) != running:
                 break
             time.sleep(0.05)
+        waited = time.monotonic() - deadline + boundary_timeout
         query.stop()
+        log.info(
+            "query %s: %.2f s to a batch boundary, stopped %.2f s after",
+            query.name,
+            waited,
+            time.monotonic() - deadline + boundary_timeout - waited,
+        )
         self.metrics.up.labels(app=self.metrics.app, query=query.name).set(0)
         if forget and query in self.queries:
             self.queries.remove(query)
             self.query_revisions.pop(query.name, None)
+
+    def _log_first_batch(self, progress: dict[str, Any]) -> None:
+        """A query run's first batch (after a start, a restart or a swap): what its pause was spent on."""
+        if progress.get("runId") not in self._logged_runs:
+            self._logged_runs.add(progress.get("runId"))
+            log.info(
+                "query %s: first batch %s of run %s: %s",
+                progress.get("name"),
+                progress.get("batchId"),
+                progress.get("runId"),
+                json.dumps(progress.get("durationMs", {}), sort_keys=True),
+            )
 
     def _count_dead_letters(self, source: str, count: int) -> None:
         self.metrics.dead_letters.labels(app=self.metrics.app, source=source).inc(count)
