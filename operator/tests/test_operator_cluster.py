@@ -171,6 +171,7 @@ def test_a_change_the_running_driver_cannot_take_is_refused_and_nothing_changes(
         what="the first stable revision",
     )
     manifest["spec"]["pipeline"]["nodes"][3]["aggregate"]["window"]["tumbling"] = "10s"
+    manifest["spec"].setdefault("spark", {})["image"] = "sluice/spark:0.2.0"  # a migration with a new driver
     apply(kube_cluster, manifest, namespace)
     app = wait_for(
         lambda: (
@@ -191,6 +192,40 @@ def test_a_change_the_running_driver_cannot_take_is_refused_and_nothing_changes(
         "get", "events", "-n", namespace, "--field-selector", "reason=StrategyNotAvailable", "-o", "name"
     ).stdout.split()
     assert len(events) == 1, "one event for the refusal, not one per pass"
+
+
+def test_a_window_change_moves_the_query_to_a_checkpoint_of_the_new_revision(
+    operator_process, kube_cluster, namespace, kafka_bootstrap
+):
+    """No driver answers here (no spark-operator): the next driver to start runs the new revision, and the
+    runner config tells it where the query's new checkpoint takes over from."""
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    apply(kube_cluster, manifest, namespace)
+    first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
+    wait_for(
+        lambda: get(kube_cluster, "sapp", "wordcount", namespace).get("status", {}).get("stableRevision"),
+        what="the first stable revision",
+    )
+    manifest["spec"]["pipeline"]["nodes"][3]["aggregate"]["window"]["tumbling"] = "10s"
+    apply(kube_cluster, manifest, namespace)
+    app = wait_for(
+        lambda: (
+            (a := get(kube_cluster, "sapp", "wordcount", namespace))
+            and (a["status"].get("rollout") or {}).get("strategy") == "checkpointMigration"
+            and a["status"].get("checkpoints")
+            and a
+        ),
+        what="the checkpoint migration",
+    )
+    rollout, revision = app["status"]["rollout"], app["status"]["stableRevision"]
+    assert rollout["phase"] == "Complete" and rollout["toRevision"] == revision, rollout
+    assert app["status"]["checkpoints"] == {"out": f"out@{revision}"}
+    runner = get(kube_cluster, "configmap", children.runner_configmap_name("wordcount"), namespace)
+    config = RunnerConfig.model_validate_json(runner["data"][RUNNER_CONFIG_FILE])
+    assert config.revision == revision and config.checkpoint("out").endswith(f"/wordcount/out@{revision}")
+    assert config.migrations["out"].fromCheckpoint == "out" and config.migrations["out"].rewindMs == 12_000
+    assert config.checkpoint("lines-dead-letters").endswith("/wordcount/lines-dead-letters")
+    assert get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"] == first["spec"], "no resubmission"
 
 
 def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kafka_bootstrap):

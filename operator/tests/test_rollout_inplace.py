@@ -22,10 +22,11 @@ from sluice.operator.rollout.inplace import (
     decide,
     driver_facts,
     pending_swap,
+    revision_checkpoints,
     rollout_condition,
     with_refused_swap,
 )
-from sluice.pipelines.contract import DriverStatus, QueryStatus, QueryStep, TopicStatus
+from sluice.pipelines.contract import DriverStatus, Migration, QueryStatus, QueryStep, TopicStatus
 
 
 def target(*edits: str, type_: str = "auto", to: str = "r2") -> Target:
@@ -89,7 +90,7 @@ def test_a_runtime_change_restarts_the_driver_through_spark_operator() -> None:
 
 
 def test_changes_only_a_second_driver_could_roll_out_are_refused_and_the_stable_revision_runs_on() -> None:
-    for edits, type_ in (((WINDOW,), "auto"), ((WINDOW,), "checkpointMigration"), ((IMAGE,), "fencedHandover")):
+    for edits, type_ in (((WINDOW, IMAGE), "auto"), ((FILTER,), "fencedHandover"), ((IMAGE,), "fencedHandover")):
         result = decide(APP, None, "r1", target(*edits, type_=type_), observed(driver()), submitted_revision="r1")
         assert result.step.refusal is not None and result.step.refusal.reason == "StrategyNotAvailable", edits
         assert result.step.rollout is None and result.step.stable_revision == "r1" and not result.step.actions
@@ -97,7 +98,7 @@ def test_changes_only_a_second_driver_could_roll_out_are_refused_and_the_stable_
         status, reason, message = rollout_condition(result.step, "r2")
         assert (status, reason) == (False, "StrategyNotAvailable")
         assert "does not carry out" in message and "keeps running" in message
-    window = decide(APP, None, "r1", target(WINDOW), observed(driver()), submitted_revision="r1")
+    window = decide(APP, None, "r1", target(WINDOW, IMAGE), observed(driver()), submitted_revision="r1")
     assert "spec.pipeline.nodes[3].aggregate.window" in window.step.refusal.message  # type: ignore[union-attr]
     unsafe = decide(APP, None, "r1", target(WINDOW, type_="hotSwap"), observed(driver()), submitted_revision="r1")
     assert unsafe.step.refusal is not None and unsafe.step.refusal.reason == "UnsafeUpdateStrategy"
@@ -111,11 +112,70 @@ def test_without_a_running_driver_the_next_driver_starts_the_new_revision() -> N
         assert "no driver runs" in (rollout.message or "")
         assert result.step.stable_revision == "r2" and not result.step.actions
         assert (result.runner_revision, result.submitted_revision) == ("r2", "r1"), "nothing to resubmit"
-        # What a driver could not run on its checkpoints is refused all the same.
-        refused = decide(APP, None, "r1", target(WINDOW), observed(*drivers), submitted_revision="r1")
-        assert refused.step.refusal is not None and refused.runner_revision == "r1"
+        # What a driver could not run on its checkpoints: the next driver hands the query over as it starts it.
+        moved = decide(APP, None, "r1", target(WINDOW), observed(*drivers), submitted_revision="r1")
+        migration = moved.step.rollout
+        assert migration is not None and (migration.strategy, migration.phase) == ("checkpointMigration", "Complete")
+        assert "hand over as it starts" in (migration.message or "") and moved.runner_revision == "r2"
+        folders, migrations = revision_checkpoints("r2", {}, migration)
+        assert folders == {"out": "out@r2"} and migrations["out"].fromCheckpoint == "out"
     first = decide(APP, None, None, target(to="r1"), observed(), submitted_revision=None)
     assert first.step.stable_revision == "r1" and (first.runner_revision, first.submitted_revision) == ("r1", "r1")
+
+
+def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the_new_revision() -> None:
+    planned = decide(APP, None, "r1", target(WINDOW), observed(driver()), submitted_revision="r1")
+    rollout = planned.step.rollout
+    assert rollout is not None and (rollout.strategy, rollout.phase, rollout.newDriver) == (
+        "checkpointMigration",
+        "Draining",
+        False,
+    )
+    swap = next(a for a in planned.step.actions if isinstance(a, SwapQueries))
+    asked = pending_swap(swap, driver())
+    assert asked is not None
+    by_name = {s.name: s for s in asked}
+    assert by_name["out"].action == "migrate" and (by_name["out"].rewindMs or 0) > 0, "the rewind goes to the driver"
+    assert by_name["lines-dead-letters"].action == "restart", "its late-record filter follows the window"
+    # r2 runs the query on a checkpoint of its own, taken over from the stable one; r1 keeps its folders.
+    folders, migrations = revision_checkpoints("r2", {}, rollout)
+    assert folders == {"out": "out@r2"}
+    assert migrations == {"out": Migration(fromCheckpoint="out", rewindMs=by_name["out"].rewindMs)}
+    assert revision_checkpoints("r1", {}, rollout) == ({}, {})
+    assert planned.runner_revision == "r2" and planned.submitted_revision == "r1", "no resubmission"
+
+    # A refused migration (a query without final rows per window, say) rolls back like a refused swap.
+    refused = with_refused_swap(observed(driver()), swap, "migrate of query 'out': its rows are not final")
+    back = decide(APP, rollout, "r1", target(), refused, submitted_revision="r1")
+    assert back.step.rollout is not None and back.step.rollout.phase == "RollingBack"
+
+    migrated = driver(running=queries("r2", batches=3))
+    done = decide(APP, rollout, "r1", target(), observed(migrated, at=T0 + 20), submitted_revision="r1")
+    assert done.step.rollout is not None and done.step.rollout.phase == "Complete" and done.step.stable_revision == "r2"
+    stable = revision_checkpoints("r2", {}, done.step.rollout)[0]
+    assert stable == {"out": "out@r2"}, "what status.checkpoints keeps"
+
+    # Rolled back instead: the query goes back onto the checkpoint it left, behind the new one's cut.
+    failing = driver(running=(*queries("r2", only=("lines-dead-letters",)), *queries("r2", only=("out",), error="x")))
+    rolling = decide(APP, rollout, "r1", target(), observed(failing, at=T0 + 5), submitted_revision="r1")
+    assert rolling.step.rollout is not None and rolling.step.rollout.phase == "RollingBack"
+    back_swap = next(a for a in rolling.step.actions if isinstance(a, SwapQueries))
+    assert back_swap.revision == "r1" and revision_checkpoints("r1", {}, rolling.step.rollout) == ({}, {})
+    assert [(s.name, s.action) for s in pending_swap(back_swap, migrated) or ()] == [
+        ("lines-dead-letters", "restart"),
+        ("out", "restore"),
+    ]
+
+    # The next migration of the same query moves it from the checkpoint r2 gave it.
+    r3 = observed(migrated, revisions=("r2", "r3"))
+    again = decide(APP, done.step.rollout, "r2", target(FILTER, WINDOW, to="r3"), r3, "r1", stable)
+    assert again.step.rollout is not None and again.step.rollout.fromCheckpoints == stable
+    folders, migrations = revision_checkpoints("r3", stable, again.step.rollout)
+    assert folders == {"out": "out@r3"} and migrations["out"].fromCheckpoint == "out@r2"
+    # ... and a change it restarts for keeps it on that checkpoint.
+    swapped = decide(APP, done.step.rollout, "r2", target(FILTER, to="r3"), r3, "r1", stable)
+    assert swapped.step.rollout is not None and swapped.step.rollout.strategy == "hotSwap"
+    assert revision_checkpoints("r3", stable, swapped.step.rollout) == ({"out": "out@r2"}, {})
 
 
 def test_pending_swap_asks_only_for_what_the_driver_does_not_run_yet() -> None:

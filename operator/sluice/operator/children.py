@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.pipelines.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, RunnerConfig
+from sluice.pipelines.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, Migration, RunnerConfig
 
 from .model import StreamingAppSpec, TopicSpec
 from .settings import ClaimDefaults
@@ -134,8 +135,16 @@ def checkpoint_root(app: str, spec: StreamingAppSpec) -> str:
     return f"{spec.checkpoint.location.rstrip('/')}/{app}"
 
 
-def runner_config(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: str) -> RunnerConfig:
-    """The one thing the driver is given: this revision of the app, with the Kafka address resolved."""
+def runner_config(
+    app: str,
+    namespace: str,
+    spec: StreamingAppSpec,
+    bootstrap: str,
+    checkpoints: Mapping[str, str] | None = None,
+    migrations: Mapping[str, Migration] | None = None,
+) -> RunnerConfig:
+    """The one thing the driver is given: this revision of the app, with the Kafka address resolved, and where
+    its queries' checkpoints are (rollout.inplace.revision_checkpoints; default: a folder per query's name)."""
     return RunnerConfig(
         app=app,
         namespace=namespace,
@@ -143,6 +152,8 @@ def runner_config(app: str, namespace: str, spec: StreamingAppSpec, bootstrap: s
         kafkaBootstrap=bootstrap,
         pipeline=spec.pipeline,
         checkpointRoot=checkpoint_root(app, spec),
+        checkpoints=dict(checkpoints or {}),
+        migrations=dict(migrations or {}),
         controlPort=CONTROL_PORT,
         controlTokenFile=f"{CONTROL_TOKEN_MOUNT}/{CONTROL_TOKEN_KEY}",
     )
@@ -431,10 +442,14 @@ def children(
     claims: ClaimDefaults | None = None,
     pin: DriverPin | None = None,
     runner: RunnerConfig | None = None,
+    driver_spec: StreamingAppSpec | None = None,
 ) -> list[dict[str, Any]]:
     """Every child the app should have now (topics are handled on their own: they outlive the driver; the
     control Secret too: its token is made once, not on every pass). `runner`: what a starting driver runs
-    (`pin.runs`'s config; default: this spec's)."""
+    (`pin.runs`'s config; default: this spec's). `driver_spec`: the spec of the revision the SparkApplication
+    is submitted for (`pin.submitted`; default: this one): a change that is not rolled out by a restart (refused,
+    swapped in, or needing no rollout) leaves the SparkApplication as it is, so spark-operator does not
+    resubmit it."""
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
     out += [
         driver_role(app, namespace),
@@ -448,5 +463,5 @@ def children(
     if claim is not None and (claims or ClaimDefaults()).create:
         out.append(claim)
     if not spec.suspend:
-        out.append(spark_application(app, namespace, spec, submitted_executors, pin))
+        out.append(spark_application(app, namespace, driver_spec or spec, submitted_executors, pin))
     return out

@@ -90,6 +90,10 @@ class RolloutStatus(Strict):
     fromDrivers: list[DriverRef] = Field(default_factory=list, description="The drivers running when planned.")
     toDriver: str = Field(description="The SparkApplication a new driver gets (when one is needed).")
     queries: list[QueryStep] = Field(default_factory=list)
+    fromCheckpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="status.checkpoints when planned: where the queries a checkpoint migration moves take over from.",
+    )
     deadline: str = Field(
         description="When the current direction (forward, or back) gives up: the start of it "
         "plus rollback.healthTimeout."
@@ -110,6 +114,11 @@ class StreamingAppStatus(Strict):
         None, description="The last revision that was healthy: what a rollback returns to."
     )
     rollout: RolloutStatus | None = Field(None, description="The rolling update in progress, or the last one.")
+    checkpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="Query -> the subfolder of the app's checkpoint folder it runs on in the stable revision, where "
+        "a checkpoint migration moved it (<query>@<revision>; every other query's is its name).",
+    )
     executors: int | None = Field(None, description="Live executors the driver reports.")
     desiredExecutors: int | None = Field(None, description="Executors the operator asks the driver for.")
     scaling: Literal["manual", "autoscaler"] | None = Field(

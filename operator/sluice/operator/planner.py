@@ -82,9 +82,11 @@ def desired_state(
     claims: ClaimDefaults | None = None,
     pin: ch.DriverPin | None = None,
     runner: RunnerConfig | None = None,
+    driver_spec: StreamingAppSpec | None = None,
 ) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children);
-    `pin`, `runner`: the revisions its driver runs and was submitted for, and what a starting driver runs."""
+    `pin`, `runner`, `driver_spec`: the revisions its driver runs and was submitted for, what a starting driver
+    runs, and the spec it was submitted with."""
     bootstrap = bootstrap_for(spec, namespace)
     by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
     for topic in spec.topics:
@@ -100,7 +102,7 @@ def desired_state(
         spec,
         bootstrap,
         ch.revision(spec),
-        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner),
+        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner, driver_spec),
         by_mode["admin"],
         strimzi,
     )
@@ -251,7 +253,7 @@ def status_for(
 ) -> dict[str, Any]:
     """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
     `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step; `rollout`:
-    stableRevision and rollout, by its rollout step."""
+    stableRevision, rollout and checkpoints, by its rollout step."""
     status: dict[str, Any] = {
         "phase": phase_of(obs),
         "observedGeneration": generation,
@@ -271,6 +273,7 @@ def status_for(
         "revision": revision,
         "stableRevision": (rollout or {}).get("stableRevision", old_status.get("stableRevision")),
         "rollout": (rollout or {}).get("rollout", old_status.get("rollout")),
+        "checkpoints": (rollout or {}).get("checkpoints", old_status.get("checkpoints")),
         "executors": None,
         "lag": None,
         "inputRate": None,

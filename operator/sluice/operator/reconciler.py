@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from sluice.pipelines.contract import RunnerConfig, SwapRequest, in_app
+from sluice.pipelines.contract import Migration, RunnerConfig, SwapRequest, in_app
 
 from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable, SwapRefused
@@ -46,6 +46,7 @@ from .rollout.inplace import (
     driver_facts,
     lost_base,
     pending_swap,
+    revision_checkpoints,
     rollout_condition,
     with_refused_swap,
 )
@@ -86,9 +87,10 @@ class RolloutPass:
     decision: Decision
     pin: ch.DriverPin
     runner: RunnerConfig  # what a starting driver runs (pin.runs)
+    driver_spec: StreamingAppSpec  # what the SparkApplication is submitted with (pin.submitted's spec)
     condition: tuple[bool | None, str, str]
     events: list[tuple[str, str, str]]
-    status: dict[str, Any]  # stableRevision, rollout
+    status: dict[str, Any]  # stableRevision, rollout, checkpoints
     moved: bool  # the rollout changed or runs: the runner ConfigMap may have to follow (also on a tick)
 
 
@@ -247,6 +249,7 @@ class Reconciler:
             claims=self.settings.checkpoints,
             pin=rollout.pin,
             runner=rollout.runner,
+            driver_spec=rollout.driver_spec,
         )
         if full:
             self._ensure_children(body, desired, obs, rollout.decision.keep)
@@ -460,10 +463,11 @@ class Reconciler:
         restarts = int(((spark_app or {}).get("status") or {}).get("executionAttempts") or 0)
         facts = driver_facts(app, submitted or "", obs.spark_state, restarts, obs.driver)
         observed = Observed(clock, frozenset(revisions), (facts,) if spark_app else ())
-        decision = decide(app, recorded, stable, target, observed, submitted)
+        stable_checkpoints = status.get("checkpoints") or {}
+        decision = decide(app, recorded, stable, target, observed, submitted, stable_checkpoints)
         events: list[tuple[str, str, str]] = [(e.type, e.reason, e.message) for e in decision.step.events]
         for _ in range(2):
-            refused = self._carry_out(body, decision, specs, obs, facts, observed.revisions, events)
+            refused = self._carry_out(body, decision, specs, obs, facts, observed.revisions, events, stable_checkpoints)
             if refused is None:
                 break
             observed = with_refused_swap(observed, *refused)
@@ -478,15 +482,20 @@ class Reconciler:
         runs = decision.runner_revision
         runs_spec = self._revision_spec(namespace, app, runs, specs) or spec
         rollout = decision.step.rollout
+        folders = revision_checkpoints(runs, stable_checkpoints, rollout)
+        new_stable = decision.step.stable_revision
         return RolloutPass(
             decision=decision,
             pin=ch.DriverPin(runs, decision.submitted_revision),
-            runner=ch.runner_config(app, namespace, runs_spec, bootstrap_for(runs_spec, namespace)),
+            runner=ch.runner_config(app, namespace, runs_spec, bootstrap_for(runs_spec, namespace), *folders),
+            driver_spec=self._revision_spec(namespace, app, decision.submitted_revision, specs) or runs_spec,
             condition=condition,
             events=events,
             status={
-                "stableRevision": decision.step.stable_revision,
+                "stableRevision": new_stable,
                 "rollout": rollout.model_dump(mode="json", exclude_none=True) if rollout else None,
+                "checkpoints": (revision_checkpoints(new_stable, stable_checkpoints, rollout)[0] if new_stable else {})
+                or None,
             },
             moved=rollout != recorded or (rollout is not None and not rollout.terminal),
         )
@@ -500,6 +509,7 @@ class Reconciler:
         facts: DriverFacts,
         revisions: frozenset[str],
         events: list[tuple[str, str, str]],
+        stable_checkpoints: dict[str, str],
     ) -> tuple[SwapQueries, str] | None:
         """The decision's actions; returns the swap the driver refused, with its answer. `facts`: the driver as
         observed (not as a refused swap makes the decision see it): what a swap still has to ask for."""
@@ -510,7 +520,8 @@ class Reconciler:
                 if spec is not None and action.revision not in revisions:
                     self._apply_revision(owner, spec)
             elif isinstance(action, SwapQueries):
-                error = self._swap(namespace, app, action, specs, obs, facts, events)
+                folders = revision_checkpoints(action.revision, stable_checkpoints, decision.step.rollout)
+                error = self._swap(namespace, app, action, specs, obs, facts, events, folders)
                 if error is not None:
                     return action, error
             elif not isinstance(action, ReleaseRevision):  # released revisions are pruned with the children
@@ -532,8 +543,10 @@ class Reconciler:
         obs: Observation,
         facts: DriverFacts,
         events: list[tuple[str, str, str]],
+        folders: tuple[dict[str, str], dict[str, Migration]],
     ) -> str | None:
-        """Ask the driver to run the swap's revision, unless it does; returns the driver's refusal."""
+        """Ask the driver to run the swap's revision, unless it does; returns the driver's refusal. `folders`:
+        where the revision keeps its queries' checkpoints (revision_checkpoints)."""
         if obs.driver is None or obs.driver_address is None:
             return None
         steps = pending_swap(action, facts)
@@ -546,7 +559,7 @@ class Reconciler:
         if token is None:
             events.append(("Warning", "SwapFailed", f"no control token in Secret {ch.control_secret_name(app)}"))
             return None
-        config = ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace))
+        config = ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace), *folders)
         try:
             answer = self.driver_client.swap(obs.driver_address, token, SwapRequest(config=config, steps=list(steps)))
         except SwapRefused as exc:

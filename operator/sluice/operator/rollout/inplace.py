@@ -1,19 +1,24 @@
-"""The rollouts this operator carries out with the app's one SparkApplication: a hot swap inside the running
-driver (through its control API), and a restart by spark-operator (a new SparkApplication spec). Pure.
+"""The rollouts this operator carries out with the app's one SparkApplication: a hot swap and a checkpoint
+migration inside the running driver (through its control API), and a restart by spark-operator (a new
+SparkApplication spec). Pure.
 
 A driver that (re)starts runs what the app's runner ConfigMap says, so which revision that is follows the
 rollout: the stable one, or the new one from the moment its queries are swapped in. The SparkApplication
 records the revision it was submitted for: changing it is what makes spark-operator resubmit, so it
-changes only when a restart is decided. Checkpoint migration and the fenced handover need a second driver
-and are refused (StrategyNotAvailable) rather than replaced by a restart Spark would run with undefined
-results.
+changes only when a restart is decided. A migrated query runs on a checkpoint of the revision it moved in
+(`<query>@<revision>`, kept in status.checkpoints once stable); the revision's config also says where that
+checkpoint takes over from, so a driver that starts it (none ran the swap, or it restarted) hands over the
+same way. A change that also changes the runtime (checkpoint migration with a new driver) and the fenced
+handover need a second driver and are refused (StrategyNotAvailable) rather than replaced by a restart
+Spark would run with undefined results.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from sluice.pipelines.contract import DriverStatus, QueryStep
+from sluice.pipelines.contract import DriverStatus, Migration, QueryStep
 
 from ..autoscaler.collect import format_time
 from ..model import RolloutStatus, Strategy
@@ -49,25 +54,33 @@ def decide(
     target: Target,
     observed: Observed,
     submitted_revision: str | None,
+    stable_checkpoints: Mapping[str, str] | None = None,
 ) -> Decision:
     """One pass of the rollout: plan.step with the strategies carried out here, a restart completed at once
     (spark-operator resubmits the driver on the same checkpoints), and the revisions the driver is pinned to.
-    `submitted_revision`: what the existing SparkApplication was submitted for (None: there is none)."""
-    result = step(app, rollout, stable_revision, replace(target, available=IN_PLACE), observed)
+    `submitted_revision`: what the existing SparkApplication was submitted for (None: there is none).
+    `stable_checkpoints`: status.checkpoints, which a new rollout records as where it moves queries from."""
+    result = step(app, rollout, stable_revision, replace(target, available=in_place_strategies(target)), observed)
     planned = result.rollout
     fresh = planned is not None and not planned.terminal and (rollout is None or rollout.terminal)
+    if fresh and planned is not None and stable_checkpoints:
+        planned = planned.model_copy(update={"fromCheckpoints": dict(stable_checkpoints)})
+        result = replace(result, rollout=planned)
     running = any(d.state == "running" for d in observed.drivers)
     if fresh and planned is not None and (planned.strategy == "restart" or not running):
         # A restart is spark-operator's (a new submitted revision); with no driver running (suspended, pending,
-        # failed) the next driver to start runs the new revision, as a restart would.
+        # failed) the next driver to start runs the new revision, as a restart would (a migrating one hands its
+        # queries over as it starts them: the revision's config says from where).
         how = "spark-operator resubmits the driver" if running else "no driver runs: the next one starts it"
+        migrating = planned.strategy == "checkpointMigration"
+        where = "; migrated queries hand over as it starts them" if migrating else ", on the same checkpoints"
         done = planned.model_copy(
             update={
-                "strategy": "restart",
+                "strategy": planned.strategy if migrating else "restart",
                 "phase": "Complete",
                 "finishedAt": format_time(observed.now),
                 "newDriver": False,
-                "message": f"{(planned.message or '').split(': ', 1)[-1]}; {how}, on the same checkpoints",
+                "message": f"{(planned.message or '').split(': ', 1)[-1]}; {how}{where}",
             }
         )
         event = Event("Normal", "RolloutRestart", f"revision {planned.toRevision}: {how}")
@@ -76,6 +89,31 @@ def decide(
             submitted_revision = planned.toRevision
     runner = runner_revision(result.rollout, result.stable_revision, target.revision)
     return Decision(result, runner, submitted_revision or runner, kept_revisions(result, target.revision))
+
+
+def in_place_strategies(target: Target) -> tuple[Strategy, ...]:
+    """A checkpoint migration runs in the driver when the runtime stays (a runtime change needs a new driver)."""
+    runtime_changes = target.diff is not None and bool(target.diff.runtime)
+    return IN_PLACE if runtime_changes else (*IN_PLACE, "checkpointMigration")
+
+
+def revision_checkpoints(
+    revision: str, stable_checkpoints: Mapping[str, str], rollout: RolloutStatus | None
+) -> tuple[dict[str, str], dict[str, Migration]]:
+    """Where a driver running `revision` keeps each query's checkpoint (query -> subfolder, where it is not the
+    query's name), and which of them take over from another one: the stable revision's folders, and for the
+    revision a checkpoint migration goes to, each migrated query on a folder of that revision."""
+    if rollout is None or rollout.toRevision != revision or rollout.strategy != "checkpointMigration":
+        return dict(stable_checkpoints), {}
+    folders = dict(rollout.fromCheckpoints)
+    migrations: dict[str, Migration] = {}
+    for s in rollout.queries:
+        if s.action == "migrate":
+            folders[s.name] = f"{s.name}@{revision}"
+            migrations[s.name] = Migration(
+                fromCheckpoint=rollout.fromCheckpoints.get(s.name, s.name), rewindMs=s.rewindMs
+            )
+    return folders, migrations
 
 
 def lost_base(revision: str) -> SpecDiff:
@@ -135,7 +173,7 @@ def with_refused_swap(observed: Observed, swap: SwapQueries, error: str) -> Obse
     failed = tuple(
         QueryFacts(name=s.name, revision=swap.revision, active=False, error=error)
         for s in swap.steps
-        if s.action in ("restart", "start")
+        if s.action not in ("keep", "stop")
     )
     drivers = tuple(
         replace(d, queries=(*(q for q in d.queries if q.name not in {f.name for f in failed}), *failed))
@@ -159,10 +197,14 @@ def pending_swap(swap: SwapQueries, driver: DriverFacts) -> tuple[QueryStep, ...
             action = "stop" if query is not None else None
         elif s.action == "keep" or there:
             action = "keep" if query is not None else None
-        else:  # restart, start, restore (a removed query back on the checkpoint it kept)
-            action = "start" if query is None else "restart"
+        elif s.action in ("migrate", "restore") and query is not None:
+            action = s.action  # onto another checkpoint, behind an output gate
+        else:  # restart, start, restore (a removed query back on the checkpoint it kept); one that does not run
+            action = "start" if query is None else "restart"  # starts as its revision's config says
         if action is not None:
-            steps.append(s.model_copy(update={"action": action, "rewindMs": None}))
+            steps.append(
+                s.model_copy(update={"action": action, "rewindMs": s.rewindMs if action == "migrate" else None})
+            )
     changes = any(s.action != "keep" for s in steps)
     return tuple(steps) if changes else None
 
