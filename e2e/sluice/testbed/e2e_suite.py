@@ -10,6 +10,7 @@ tests/test_e2e_kind.py runs it on a kind cluster; a local-cluster run reuses it 
 
 from __future__ import annotations
 
+import datetime
 import functools
 import importlib.util
 import itertools
@@ -21,7 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -231,6 +232,8 @@ class KafkaAccess(Protocol):
 
     def committed_end(self, topic: str) -> int: ...  # grows when records become visible to read_committed readers
 
+    def consume_timed(self, topic: str) -> list[tuple[int, str]]: ...  # (record time in ms, value) of every record
+
 
 @dataclass(frozen=True)
 class StrimziKafka:
@@ -295,6 +298,20 @@ class StrimziKafka:
     def committed_end(self, topic: str) -> int:
         return len(self.consume(topic))  # through the broker pod: slow, so a coarse measure of output gaps
 
+    def consume_timed(self, topic: str) -> list[tuple[int, str]]:
+        out = self._exec(
+            "kafka-console-consumer.sh",
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--timeout-ms",
+            "10000",
+            "--property",
+            "print.timestamp=true",
+        )
+        records = (line.split("\t", 1) for line in out.splitlines() if line.startswith("CreateTime:"))
+        return [(int(stamp.removeprefix("CreateTime:")), value) for stamp, value in records]
+
 
 @functools.cache
 def _host_producer(bootstrap: str) -> Any:
@@ -337,6 +354,11 @@ class HostKafka:
         from sluice.pipelines.local.kafka_io import end_offsets
 
         return sum(end_offsets(self.bootstrap, topic).values())
+
+    def consume_timed(self, topic: str) -> list[tuple[int, str]]:
+        from sluice.pipelines.local.kafka_io import consume_all
+
+        return [(r.timestamp_ms, r.value.decode()) for r in consume_all(self.bootstrap, topic) if r.value is not None]
 
 
 # --- installing ----------------------------------------------------------------------------------------
@@ -576,6 +598,35 @@ def duplicated_windows(records: Iterable[str]) -> list[tuple[str, str, str]]:
     return sorted(key for key, n in Counter(window_results(records)).items() if n > 1)
 
 
+WindowResult = tuple[int, int, str]  # (size ms, start ms, word)
+
+
+def window_ms(timestamp: str) -> int:
+    return round(datetime.datetime.fromisoformat(timestamp).timestamp() * 1000)
+
+
+def results_by_window(records: Iterable[str], words: Collection[str]) -> dict[WindowResult, list[int]]:
+    """The counts emitted for each (window size, start, word) of `words`, in order."""
+    out: dict[WindowResult, list[int]] = {}
+    for row in map(json.loads, records):
+        if row["word"] in words:
+            start, end = window_ms(row["window_start"]), window_ms(row["window_end"])
+            out.setdefault((end - start, start, row["word"]), []).append(row["count"])
+    return out
+
+
+def migrated_reference(records: Iterable[tuple[int, str]], old_ms: int, new_ms: int, cut: int) -> Counter[WindowResult]:
+    """What a window change migrated at `cut` must emit, each once: windows of the old size that closed at or
+    before the cut (the old plan's), and of the new size that close after it (the new plan's)."""
+    out: Counter[WindowResult] = Counter()
+    for at, word in records:
+        for size in (old_ms, new_ms):
+            start = at - at % size
+            if (size == old_ms) == (start + size <= cut):
+                out[(size, start, word)] += 1
+    return out
+
+
 def word_counts(records: Iterable[str]) -> Counter[str]:
     """Total count per word over every result the word count app emitted. Its Kafka sink is exactly-once
     (the default delivery), so a driver restarted mid-batch (a suspend, a crash) writes no window twice:
@@ -616,6 +667,7 @@ class E2ESuite:
         "hot_swap",
         "rollback",
         "operator_killed_mid_rollout",
+        "checkpoint_migration",
         "autoscale",
         "driver_killed",
         "suspend_resume",
@@ -807,6 +859,12 @@ class E2ESuite:
             "get", "--raw", f"/api/v1/namespaces/{self.apps_namespace}/pods/{pod}:9090/proxy{path}"
         ).stdout
         return json.loads(raw)
+
+    def driver_log_lines(self, logger: str, app: str | None = None) -> list[str]:
+        """The driver's log lines from one of its Python loggers (the swap's and first batches' timings)."""
+        pod = f"{app or self.app_name}-driver"
+        text = self.target.kubectl("logs", "-n", self.apps_namespace, pod, check=False).stdout
+        return [line for line in text.splitlines() if f" {logger} " in line]
 
     def driver_identity(self, app: str | None = None) -> dict[str, Any]:
         """What a restart would change: the driver pod, spark-operator's submissions, the queries' runs."""
@@ -1023,6 +1081,27 @@ class E2ESuite:
         rollout = self.status().get("rollout")
         return rollout if rollout and (to_revision is None or rollout["toRevision"] == to_revision) else None
 
+    def kill_operator(self) -> None:
+        """The operator's pod deleted (its Deployment starts another)."""
+        self.target.kubectl(
+            "delete",
+            "pod",
+            "-n",
+            self.release_namespace,
+            "-l",
+            f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component=operator",
+            "--wait=false",
+        )
+
+    def rollout_completed(self, from_revision: str, what: str) -> dict[str, Any]:
+        """The rollout from `from_revision`, once Complete."""
+        return wait_for(
+            lambda: (r := self.rollout_of()) and r["fromRevision"] == from_revision and r["phase"] == "Complete" and r,
+            timeout=self.timeout,
+            what=what,
+            interval=0.5,
+        )
+
     def hot_swap(self) -> None:
         """A filter change while words stream in: swapped inside the running driver (the same pod, no
         resubmission, the dead letter query never stops), the changed queries on their own checkpoints, every
@@ -1034,15 +1113,10 @@ class E2ESuite:
         gaps = OutputGaps(self.kafka, SEEN).start()
         load = PacedLoad(self.kafka, LINES, words=("ant", "bee", "cat")).start(rate=4)
         try:
-            time.sleep(15)  # the cadence of the output before the change
+            time.sleep(30)  # the output's own longest pause before the change (several batches of each query)
             started = time.monotonic()
             self.patch_pipeline("non-empty", filter="word != '' AND word != 'zeta'")
-            done = wait_for(
-                lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r["phase"] == "Complete" and r,
-                timeout=self.timeout,
-                what="the hot swap to complete",
-                interval=0.5,
-            )
+            done = self.rollout_completed(stable, what="the hot swap to complete")
             took = time.monotonic() - started
             time.sleep(15)  # and after it
         finally:
@@ -1079,11 +1153,13 @@ class E2ESuite:
             "output_gap_before_s": round(gap_before, 1),
             "output_gap_across_s": round(gap_across, 1),
             "message": done.get("message"),
+            "driver_log": self.driver_log_lines("sluice.runtime"),
         }
         # The pause the swap adds to the output: at most 5 s beyond the output's own longest gap before it (on
         # the 2-core local cluster that gap alone is 4-5 s: three queries share one executor core).
         assert gap_across <= gap_before + 5.0, (
-            f"output paused {gap_across:.1f} s across the hot swap, {gap_before:.1f} s at most before it"
+            f"output paused {gap_across:.1f} s across the hot swap, {gap_before:.1f} s at most before it; the "
+            "driver's swap: " + " | ".join(self.rollout_report["hotSwap"]["driver_log"][-8:])
         )
 
     def rollback(self) -> None:
@@ -1125,22 +1201,9 @@ class E2ESuite:
         before = self.driver_identity()
         stable = self.status()["stableRevision"]
         self.patch_pipeline("non-empty", filter="word != '' AND word != 'zeta' AND word != 'omega'")
-        self.target.kubectl(
-            "delete",
-            "pod",
-            "-n",
-            self.release_namespace,
-            "-l",
-            f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component=operator",
-            "--wait=false",
-        )
+        self.kill_operator()
         started = time.monotonic()
-        done = wait_for(
-            lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r["phase"] == "Complete" and r,
-            timeout=self.timeout,
-            what="the hot swap to complete after the operator's restart",
-            interval=1,
-        )
+        done = self.rollout_completed(stable, what="the hot swap to complete after the operator's restart")
         self.rollout_report["operatorKilled"] = {"kill_to_complete_s": round(time.monotonic() - started, 1)}
         assert done["strategy"] == "hotSwap", done
         after = self.driver_identity()
@@ -1148,6 +1211,66 @@ class E2ESuite:
         self.send(["omega", "alpha"])
         self.expected["omega"] -= 20  # dropped by the new filter
         self.assert_counts()
+
+    def checkpoint_migration(self) -> None:
+        """The window from 5 s to 10 s while words stream in: Spark cannot run the new window on the old state,
+        so the query moves to a checkpoint of the new revision inside the same driver, from the old one's
+        offsets rewound by the watermark delay and the new window. Each 5 s window that closed by the cut comes
+        from the old plan, each later 10 s window from the new one: once each, with the exact count. The
+        operator is killed right after the change: its replacement carries the migration out."""
+        before = self.driver_identity()
+        stable = self.status()["stableRevision"]
+        words = ("kappa", "lambda", "sigma")
+        load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
+        try:
+            time.sleep(30)  # the cut goes well past the words of earlier steps (the rewind is 2 s + 10 s)
+            started = time.monotonic()
+            counts = next(n for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "counts")
+            self.patch_pipeline("counts", aggregate={**counts["aggregate"], "window": {"tumbling": "10s"}})
+            self.kill_operator()
+            done = self.rollout_completed(stable, what="the checkpoint migration to complete")
+            took = time.monotonic() - started
+            time.sleep(20)
+        finally:
+            load.stop()
+        assert done["strategy"] == "checkpointMigration", done
+        after = self.driver_identity()
+        for key in ("driver_uid", "submissions", "submission_id", "spec_generation"):
+            assert after[key] == before[key], f"a migration in the driver must not restart it ({key})"
+        dead_letters = next(name for name in before["queries"] if name.endswith("-dead-letters"))
+        assert after["queries"]["seen"] == before["queries"]["seen"], "an unchanged query never stops"
+        # Its late-record filter follows the window: it restarts on its own checkpoint.
+        assert after["queries"][dead_letters][0] == before["queries"][dead_letters][0]
+        assert after["queries"]["out"][0] != before["queries"]["out"][0], "out runs on a checkpoint of its own"
+        assert self.status().get("checkpoints") == {"out": f"out@{done['toRevision']}"}
+
+        ours = [(at, value) for at, value in self.kafka.consume_timed(LINES) if value in words]
+        last = max(at for at, _ in ours)
+
+        def closed() -> dict[WindowResult, list[int]] | None:
+            self.kafka.produce(LINES, ["flush"])
+            got = results_by_window(self.kafka.consume(COUNTS), words)
+            last_windows = {w for size, start, w in got if size == 10_000 and start + size > last}
+            return got if last_windows == set(words) else None  # each word's partition commits on its own
+
+        got = wait_for(closed, timeout=self.timeout, what="the 10 s windows of the last words", interval=3)
+        old_ends = [start + size for size, start, _ in got if size == 5_000]
+        new_ends = [start + size for size, start, _ in got if size == 10_000]
+        self.rollout_report["checkpointMigration"] = {
+            "apply_to_complete_s": round(took, 1),
+            "records": len(ours),
+            "windows_old_plan": len(old_ends),
+            "windows_new_plan": len(new_ends),
+            "message": done.get("message"),
+            "driver_log": [line for line in self.driver_log_lines("sluice.runtime") if "swap" in line][-4:],
+        }
+        assert {w: n for w, n in got.items() if len(n) > 1} == {}, "a window written twice"
+        assert old_ends and new_ends and {size for size, _, _ in got} == {5_000, 10_000}, sorted(got)
+        cut = max(old_ends)  # the old plan's last window of ours; the next multiple of 5 s is past its watermark
+        assert min(new_ends) > cut, "a 10 s window that closed before the cut came from the new plan"
+        expected = migrated_reference(ours, 5_000, 10_000, cut)
+        emitted = {w: n[0] for w, n in got.items()}
+        assert emitted == dict(expected), (cut, sorted(set(emitted.items()) ^ set(expected.items())))
 
     def driver_killed(self) -> None:
         """The driver pod deleted with grace period 0 at random moments under a paced load: spark-operator
