@@ -160,7 +160,10 @@ def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the
     rolling = decide(APP, rollout, "r1", target(), observed(failing, at=T0 + 5), submitted_revision="r1")
     assert rolling.step.rollout is not None and rolling.step.rollout.phase == "RollingBack"
     back_swap = next(a for a in rolling.step.actions if isinstance(a, SwapQueries))
-    assert back_swap.revision == "r1" and revision_checkpoints("r1", {}, rolling.step.rollout) == ({}, {})
+    assert back_swap.revision == "r1"
+    # A driver that starts r1 now takes the query's output back from r2's checkpoint, as the restore step does.
+    assert revision_checkpoints("r1", {}, rolling.step.rollout) == ({}, {"out": Migration(fromCheckpoint="out@r2")})
+    assert revision_checkpoints("r2", {}, rolling.step.rollout)[0] == {"out": "out@r2"}
     assert [(s.name, s.action) for s in pending_swap(back_swap, migrated) or ()] == [
         ("lines-dead-letters", "restart"),
         ("out", "restore"),

@@ -166,7 +166,8 @@ def test_a_driver_that_starts_a_migrating_revision_hands_over_first(
     spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
 ) -> None:
     """No driver ran the swap (the app was suspended, or its driver restarted before the swap): the revision's
-    config says where the query's new checkpoint takes over from, and the driver that starts it hands over."""
+    config says where the query's new checkpoint takes over from, and the driver that starts it hands over;
+    the same for the rollback, onto the checkpoint the query left."""
     source, out = new_topic(2), new_topic(1)
     base = (int(time.time() * 1000) // 4000 - 30) * 4000
     old = first_revision(pipeline(source, out, "2s"), kafka_bootstrap, tmp_path)
@@ -178,39 +179,52 @@ def test_a_driver_that_starts_a_migrating_revision_hands_over_first(
             "migrations": {"counts": Migration(fromCheckpoint="counts", rewindMs=WATERMARK_MS + 4000)},
         }
     )
+    back = old.model_copy(update={"migrations": {"counts": Migration(fromCheckpoint="counts@rev-2")}})
+
+    def up_to(size: int, end: int) -> None:
+        wait_for(
+            lambda: any(w[0] == size and w[1] + size >= base + end for w in written(kafka_bootstrap, out)),
+            timeout=120,
+            what=f"the {size} ms windows up to {end} ms",
+        )
+
     events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
-    run = PipelineRun(spark_session, old).start()
+    for config, size, end in ((old, 2000, 16_000), (new, 4000, 36_000)):
+        run = PipelineRun(spark_session, config).start()
+        try:
+            if config is new:
+                events += send(kafka_bootstrap, source, [base + 20_000 + i * 250 for i in range(80)])  # 20 .. 40 s
+            up_to(size, end)
+        finally:
+            run.stop()
+    forward = Handover.latest(spark_session, new.checkpoint("counts"))
+    assert forward is not None and forward.source == old.checkpoint("counts") and forward.cutMs is not None
+    run = PipelineRun(spark_session, back).start()
     try:
-        wait_for(
-            lambda: any(w[1] + w[0] >= base + 16_000 for w in written(kafka_bootstrap, out)),
-            timeout=120,
-            what="the 2 s windows up to 16 s",
-        )
-    finally:
-        run.stop()
-    run = PipelineRun(spark_session, new).start()
-    try:
-        handover = Handover.latest(spark_session, new.checkpoint("counts"))
-        assert handover is not None and handover.source == old.checkpoint("counts") and handover.cutMs is not None
-        events += send(kafka_bootstrap, source, [base + 20_000 + i * 250 for i in range(40)])  # 20 .. 30 s
-        send(kafka_bootstrap, source, [base + 60_000])  # closes every window before 58 s
-        wait_for(
-            lambda: any(w[0] == 4000 and w[1] + 4000 >= base + 28_000 for w in written(kafka_bootstrap, out)),
-            timeout=120,
-            what="the 4 s windows up to 28 s",
-        )
+        restored = Handover.latest(spark_session, old.checkpoint("counts"))
+        assert restored is not None and restored.source == new.checkpoint("counts") and restored.cutMs is not None
+        assert restored.startingOffsets == {}, "the old checkpoint goes on from its own offsets"
+        events += send(kafka_bootstrap, source, [base + 40_000 + i * 250 for i in range(40)])  # 40 .. 50 s
+        send(kafka_bootstrap, source, [base + 100_000])  # closes every window before 98 s
+        up_to(2000, 50_000)
         time.sleep(3)
         got = written(kafka_bootstrap, out)
     finally:
         run.stop()
-    cut = handover.cutMs
+    again = PipelineRun(spark_session, back).start()  # restarted once more: the handover is not repeated
+    try:
+        assert Handover.latest(spark_session, old.checkpoint("counts")) == restored
+    finally:
+        again.stop()
+    cut_1, cut_2 = forward.cutMs, restored.cutMs
     expected = {
         w: n
         for w, n in (windows(events, 2000) + windows(events, 4000)).items()
-        if (w[0] == 2000 and w[1] + 2000 <= cut) or (w[0] == 4000 and w[1] + 4000 > cut)
+        if (w[0] == 2000 and (w[1] + 2000 <= cut_1 or w[1] + 2000 > cut_2))
+        or (w[0] == 4000 and cut_1 < w[1] + 4000 <= cut_2)
     }
     assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
-    assert {w: ns[0] for w, ns in got.items()} == expected, cut - base
+    assert {w: ns[0] for w, ns in got.items()} == expected, (cut_1 - base, cut_2 - base)
 
 
 def test_a_migration_names_another_checkpoint() -> None:

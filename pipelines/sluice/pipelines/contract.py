@@ -51,8 +51,9 @@ class RunnerConfig(Strict):
     migrations: dict[str, Migration] = Field(
         default_factory=dict,
         description="Query name -> the checkpoint its own (checkpoints) takes over from, in a checkpoint migration "
-        "to this revision: a driver that starts the query while its checkpoint has no completed batch hands over "
-        "first, as a hot swap's migrate step does (a driver that was not running, or restarted, mid-migration).",
+        "to this revision or its rollback: a driver that starts the query hands over first unless it did (a "
+        "handover from there is recorded, and the checkpoint has a completed batch), as a hot swap's migrate "
+        "and restore steps do (a driver that was not running, or restarted, mid-migration).",
     )
     controlPort: int = Field(DEFAULT_CONTROL_PORT, ge=0, le=65535, description="0: no control API.")
     controlTokenFile: str | None = Field(

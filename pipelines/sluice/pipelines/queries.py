@@ -295,7 +295,10 @@ def _batch_handler(
     tracker = LateTracker(plan.df.sparkSession, checkpoint_of, plan.late_rules) if plan.late_rules else None
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
-        cached = batch.persist()  # read the source once although this batch runs several jobs
+        # Read the source once when the batch runs several jobs (dead letters: marked, counted, written); a
+        # persisted batch costs the block managers' pools a request each way.
+        several_jobs = source is not None or tracker is not None
+        cached = batch.persist() if several_jobs else batch
         try:
             out = tracker.mark(cached, batch_id) if tracker else cached
             for step in plan.batch_steps:
@@ -306,6 +309,7 @@ def _batch_handler(
             if source and on_dead_letters:
                 on_dead_letters(source, dead)
         finally:
-            cached.unpersist()
+            if several_jobs:
+                cached.unpersist()
 
     return each_batch

@@ -234,19 +234,23 @@ class PipelineRun:
 
     def _handover(self, config: RunnerConfig, query: str, compiled: CompiledPipeline) -> Handover | None:
         """How the query's checkpoint in `config` took over another's output, if it did: as `config.migrations`
-        says while the checkpoint has no completed batch (decided again: the source may have gone on since),
-        else as decided before."""
-        migration = config.migrations.get(query)
-        if migration is not None and committed_batch(self.spark, config.checkpoint(query)) is None:
-            return hand_over(
-                self.spark,
-                source_checkpoint=config.checkpoint(query, migration.fromCheckpoint),
-                target_checkpoint=config.checkpoint(query),
-                rewind_ms=migration.rewindMs,
-                sources=compiled.sources,
-                bootstrap=config.kafkaBootstrap,
-            )
-        return Handover.latest(self.spark, config.checkpoint(query))
+        says until it has, and while the checkpoint has no completed batch of its own (decided again: the source
+        may have gone on since), else as decided before. A rollback's migration names a checkpoint with batches
+        (the one the query left): it goes on from its own offsets, behind the other's cut."""
+        migration, checkpoint = config.migrations.get(query), config.checkpoint(query)
+        latest = Handover.latest(self.spark, checkpoint)
+        if migration is not None:
+            source = config.checkpoint(query, migration.fromCheckpoint)
+            if latest is None or latest.source != source or committed_batch(self.spark, checkpoint) is None:
+                return hand_over(
+                    self.spark,
+                    source_checkpoint=source,
+                    target_checkpoint=checkpoint,
+                    rewind_ms=migration.rewindMs,
+                    sources=compiled.sources,
+                    bootstrap=config.kafkaBootstrap,
+                )
+        return latest
 
     def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
         """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it

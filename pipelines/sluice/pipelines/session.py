@@ -18,6 +18,12 @@ BASE_CONF: dict[str, str] = {
     ),
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    # The driver's pools for query stages: Spark creates a thread per stage until the cap (1,024 by default),
+    # and a driver running micro-batches back to back never leaves one idle long enough to end it: its thread
+    # count (and RSS) grew until the pod's memory limit killed it. A streaming driver runs a few stages at once.
+    "spark.sql.shuffleExchange.maxThreadThreshold": "16",
+    "spark.sql.resultQueryStage.maxThreadThreshold": "16",
+    "spark.sql.broadcastExchange.maxThreadThreshold": "16",
 }
 
 

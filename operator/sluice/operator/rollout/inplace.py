@@ -102,8 +102,18 @@ def revision_checkpoints(
 ) -> tuple[dict[str, str], dict[str, Migration]]:
     """Where a driver running `revision` keeps each query's checkpoint (query -> subfolder, where it is not the
     query's name), and which of them take over from another one: the stable revision's folders, and for the
-    revision a checkpoint migration goes to, each migrated query on a folder of that revision."""
-    if rollout is None or rollout.toRevision != revision or rollout.strategy != "checkpointMigration":
+    revision a checkpoint migration goes to, each migrated query on a folder of that revision; rolled back, each
+    takes its output back from there."""
+    if rollout is None or rollout.strategy != "checkpointMigration":
+        return dict(stable_checkpoints), {}
+    if rollout.fromRevision == revision and rollout.phase in ("RollingBack", "RolledBack"):
+        back = {
+            s.name: Migration(fromCheckpoint=f"{s.name}@{rollout.toRevision}")
+            for s in rollout.queries
+            if s.action == "migrate"
+        }
+        return dict(rollout.fromCheckpoints), back
+    if rollout.toRevision != revision:
         return dict(stable_checkpoints), {}
     folders = dict(rollout.fromCheckpoints)
     migrations: dict[str, Migration] = {}
