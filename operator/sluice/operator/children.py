@@ -286,6 +286,9 @@ def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
     return next(v["configMap"]["name"] for v in volumes if v["name"] == "pipeline")
 
 
+DRIVER_MIN_OVERHEAD = "768m"
+
+
 def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
     """sluice's defaults under the app's own sparkConf. Shuffle (state) partitions are fixed at an app's
     first batch, so they default to the scaling ceiling: every executor the app may get has tasks to run."""
@@ -295,6 +298,9 @@ def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(ceiling),
         # Executors change through the control API (live), never through Spark's own policy.
         "spark.dynamicAllocation.enabled": "false",
+        # The driver pod holds the Python runner beside the JVM, whose threads, metaspace and code cache grow
+        # past Spark's 384m minimum within minutes on a small driver (the kernel kills it at the pod's limit).
+        "spark.driver.minMemoryOverhead": DRIVER_MIN_OVERHEAD,
         # Spark 4.2 creates an executor NetworkPolicy at submission, which needs RBAC spark-operator
         # does not hold; the operator makes the same policy itself (network_policies).
         "spark.kubernetes.driver.pod.excludedFeatureSteps": SPARK_NETWORK_POLICY_STEP,
