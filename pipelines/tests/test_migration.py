@@ -92,6 +92,16 @@ def windows(events: list[tuple[int, str]], size: int) -> Counter[Window]:
     return Counter((size, t - t % size, word) for t, word in events)
 
 
+def there_and_back(events: list[tuple[int, str]], cut_1: int, cut_2: int) -> dict[Window, int]:
+    """Each window once: 2 s windows closed by the migration's cut or after the rollback's, 4 s ones between."""
+    return {
+        w: n
+        for w, n in (windows(events, 2000) + windows(events, 4000)).items()
+        if (w[0] == 2000 and (w[1] + 2000 <= cut_1 or w[1] + 2000 > cut_2))
+        or (w[0] == 4000 and cut_1 < w[1] + 4000 <= cut_2)
+    }
+
+
 @pytest.mark.kafka
 @pytest.mark.spark
 def test_a_window_change_migrates_and_rolls_back_exactly_once(
@@ -145,12 +155,7 @@ def test_a_window_change_migrates_and_rolls_back_exactly_once(
         run.stop()
 
     cut_1, cut_2 = first.cutMs, back.cutMs
-    expected = {
-        w: n
-        for w, n in (windows(events, 2000) + windows(events, 4000)).items()
-        if (w[0] == 2000 and (w[1] + 2000 <= cut_1 or w[1] + 2000 > cut_2))
-        or (w[0] == 4000 and cut_1 < w[1] + 4000 <= cut_2)
-    }
+    expected = there_and_back(events, cut_1, cut_2)
     assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
 
     def relative(counts: dict[Window, int]) -> list[tuple[int, int, str, int]]:
@@ -217,12 +222,7 @@ def test_a_driver_that_starts_a_migrating_revision_hands_over_first(
     finally:
         again.stop()
     cut_1, cut_2 = forward.cutMs, restored.cutMs
-    expected = {
-        w: n
-        for w, n in (windows(events, 2000) + windows(events, 4000)).items()
-        if (w[0] == 2000 and (w[1] + 2000 <= cut_1 or w[1] + 2000 > cut_2))
-        or (w[0] == 4000 and cut_1 < w[1] + 4000 <= cut_2)
-    }
+    expected = there_and_back(events, cut_1, cut_2)
     assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
     assert {w: ns[0] for w, ns in got.items()} == expected, (cut_1 - base, cut_2 - base)
 
