@@ -2,8 +2,8 @@
 
 `RunnerConfig` is everything the operator hands the runner (written as JSON into the revisioned
 ConfigMap, validated by the runner at start). The driver control API's request and response bodies
-(`/v1/status`, `/v1/executors`, `/v1/pipeline`) are the models below; the runner serves them and the operator's driver
-client parses them, so both sides share one definition.
+(`/v1/status`, `/v1/executors`, `/v1/pipeline`, `/v1/state`) are the models below; the runner serves them and
+the operator's driver client parses them, so both sides share one definition.
 """
 
 from __future__ import annotations
@@ -54,6 +54,12 @@ class RunnerConfig(Strict):
         "to this revision or its rollback: a driver that starts the query hands over first unless it did (a "
         "handover from there is recorded, and the checkpoint has a completed batch), as a hot swap's migrate "
         "and restore steps do (a driver that was not running, or restarted, mid-migration).",
+    )
+    standby: bool = Field(
+        False,
+        description="Start no query until PUT /v1/state asks for running: the pipeline is compiled and checked, the "
+        "control API answers, the checkpoints are not touched (a fenced handover's new driver; a drained driver "
+        "that restarts).",
     )
     controlPort: int = Field(DEFAULT_CONTROL_PORT, ge=0, le=65535, description="0: no control API.")
     controlTokenFile: str | None = Field(
@@ -162,11 +168,17 @@ class ExecutorStatus(Strict):
     activeTasks: int = 0
 
 
+RunState = Literal["standby", "running", "draining", "drained"]
+
+
 class DriverStatus(Strict):
     """GET /v1/status."""
 
     app: str
     revision: str
+    state: RunState = Field(
+        "running", description="standby: waits for PUT /v1/state; draining/drained: stopping/stopped its queries."
+    )
     observedAt: str = Field(description="RFC 3339 time of this answer.")
     queries: list[QueryStatus] = Field(default_factory=list)
     topics: list[TopicStatus] = Field(default_factory=list)
@@ -184,6 +196,23 @@ class DriverStatus(Strict):
     taskSlots: int = Field(0, description="Tasks the live executors run at once.")
     sourceTasks: int = Field(0, description="Tasks a batch's Kafka read splits into (partitions, minPartitions).")
     shufflePartitions: int = Field(0, description="spark.sql.shuffle.partitions (stateful stages' tasks).")
+
+
+class StateRequest(Strict):
+    """PUT /v1/state. running: start the queries (a standby driver's activation, a drained one's resume);
+    drained: stop every query at a batch boundary and write nothing more, the driver staying up (a fenced
+    handover's old driver). Asking for the state the driver is in changes nothing."""
+
+    state: Literal["running", "drained"]
+
+
+class StateResponse(Strict):
+    revision: str = Field(description="The revision whose plan the driver's queries run.")
+    state: RunState
+    previous: RunState
+    started: list[str] = Field(default_factory=list)
+    stopped: list[str] = Field(default_factory=list)
+    tookMs: int = Field(0, description="From the request to the last query started or stopped.")
 
 
 class ApiError(Strict):

@@ -15,14 +15,14 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.errors import AnalysisException, IllegalArgumentException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from .compiler import CompiledPipeline, QueryPlan, compile_pipeline
-from .contract import QueryStep, RunnerConfig, SwapResponse
+from .contract import QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
 from .handover import hand_over
 from .metrics import PipelineMetrics, ProgressListener
 from .plancheck import java_message, sink_path, streaming_problems
@@ -165,6 +165,7 @@ class PipelineRun:
         self._stopping = threading.Event()
         self._changing = threading.Lock()  # a hot swap in progress: its queries stop and start
         self._logged_runs: set[Any] = set()
+        self._state: RunState = "running"
 
     @classmethod
     def from_document(
@@ -184,9 +185,24 @@ class PipelineRun:
         return self.config.pipeline
 
     def start(self) -> PipelineRun:
+        """Compile the pipeline and start its queries, or (config.standby) only compile it: set_state starts them."""
         compiled = self._compile(self.config)
         self._listener = ProgressListener(self.metrics.record_progress, self._log_first_batch)
         self.spark.streams.addListener(self._listener)
+        if self.config.standby:
+            self._state = "standby"
+            log.info("revision %s on standby: %d queries start when asked", self.config.revision, len(compiled.queries))
+            return self
+        try:
+            self._start_all(compiled)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_all(self, compiled: CompiledPipeline) -> list[str]:
+        """Start every query of the compiled config (each on its checkpoint, handing over first where its
+        migration says); PipelineInvalid naming the query Spark refused."""
         try:
             for plan in compiled.queries:
                 try:
@@ -197,12 +213,52 @@ class PipelineRun:
                     )
                     raise PipelineInvalid([problem]) from exc
         except UnsupportedTrigger as exc:
-            self.stop()
             raise PipelineInvalid([Problem(join_path(self.pipeline_path, "trigger"), str(exc))]) from exc
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        return [plan.name for plan in compiled.queries]
+
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    def set_state(self, state: Literal["running", "drained"]) -> StateResponse:
+        """running: start the queries of a standby or drained run (on their checkpoints, which another driver
+        may have advanced meanwhile); drained: stop every query at a batch boundary and release the exactly-once
+        sinks' producers, the run staying up (and answering) until it is stopped. The state it is in: nothing
+        changes. A query that fails to start stops the ones started with it: the run stays as it was."""
+        began = time.monotonic()
+        with self._changing:
+            if self._stopping.is_set():
+                raise SwapRefused("the driver is stopping", "state")
+            previous: RunState = self._state
+            started: list[str] = []
+            stopped: list[str] = []
+            if state == "running" and previous != "running":
+                compiled = self._compile(self.config)
+                try:
+                    started = self._start_all(compiled)
+                except BaseException:
+                    for query in list(self.queries):
+                        self._stop_query(query)
+                    raise
+                self._state = "running"
+            elif state == "drained" and previous != "drained":
+                self._state = "draining"
+                # Dead-letter queries (started last) first, as stop() does.
+                for query in reversed(list(self.queries)):
+                    self._stop_query(query)
+                    stopped.append(query.name)
+                release_kept_clients()
+                self._state = "drained"
+            took = round((time.monotonic() - began) * 1000)
+            log.info("state %s -> %s in %d ms: started %s, stopped %s", previous, self._state, took, started, stopped)
+            return StateResponse(
+                revision=self.config.revision,
+                state=self._state,
+                previous=previous,
+                started=started,
+                stopped=stopped,
+                tookMs=took,
+            )
 
     def _compile(self, config: RunnerConfig, starting_offsets: dict[str, str] | None = None) -> CompiledPipeline:
         """The pipeline's queries, checked with Spark's parsers first and with Spark's unsupported-operation
@@ -284,6 +340,8 @@ class PipelineRun:
         with self._changing:
             if self._stopping.is_set():
                 raise SwapRefused("the driver is stopping", "revision")
+            if self._state != "running":
+                raise SwapRefused(f"the driver is {self._state}: its queries run only after PUT /v1/state running")
             compiled = self._compile(config)
             plans = {plan.name: plan for plan in compiled.queries}
             todo = self._still_to_do(config, steps)
@@ -502,7 +560,8 @@ class PipelineRun:
         return self._stopping.is_set()
 
     def healthy(self) -> bool:
-        return bool(self.queries) and not self.failed() and not self._stopping.is_set()
+        waiting = self._state != "running"  # standby or drained: no queries, by request
+        return (bool(self.queries) or waiting) and not self.failed() and not self._stopping.is_set()
 
     def caught_up(self) -> bool:
         """Every query idle with all its sources read up to the latest offsets."""

@@ -1,7 +1,7 @@
 """The control port: its routes as a WSGI app, served by the stdlib's wsgiref on threads (ControlServer).
 
 Open: GET /metrics (prometheus-client's WSGI app), GET /healthz. Token-guarded writes: PUT /v1/executors,
-PUT /v1/pipeline (a hot swap).
+PUT /v1/pipeline (a hot swap), PUT /v1/state (a standby driver's activation, a drain, a resume).
 GET /v1/status is open like /metrics (it tells no more than the metrics do).
 """
 
@@ -19,7 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 from pydantic import BaseModel, ValidationError
 
-from ..contract import ApiError, ExecutorsRequest, SwapRequest
+from ..contract import ApiError, ExecutorsRequest, StateRequest, SwapRequest
 from ..validation import PipelineInvalid, join_path
 from .auth import ControlToken
 from .errors import ApiFailure
@@ -99,6 +99,7 @@ class ControlApi:
             "/v1/status": {"GET": self.status},
             "/v1/executors": {"PUT": self.put_executors},
             "/v1/pipeline": {"PUT": self.put_pipeline},
+            "/v1/state": {"PUT": self.put_state},
         }
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -175,6 +176,21 @@ class ControlApi:
             response.stopped,
         )
         return respond_model(start_response, response)
+
+    def put_state(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        """Answers once the queries started (running) or stopped at a batch boundary (drained); 409 while the
+        driver stops, 422 when a query fails to start (the run stays as it was), naming it."""
+        from ..runtime import SwapRefused
+
+        self.token.check(environ.get("HTTP_AUTHORIZATION"))
+        request = parse_request(StateRequest, read_body(environ), '{"state": "running" | "drained"}')
+        try:
+            return respond_model(start_response, self.run.set_state(request.state))
+        except SwapRefused as exc:
+            raise ApiFailure(409, str(exc), field=exc.field) from None
+        except PipelineInvalid as exc:
+            first = exc.problems[0]
+            raise ApiFailure(422, str(exc), field=join_path("config", first.path)) from None
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):

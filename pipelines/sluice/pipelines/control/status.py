@@ -133,6 +133,7 @@ def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets 
     return DriverStatus(
         app=run.config.app,
         revision=run.config.revision,
+        state=run.state,
         observedAt=datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         queries=[
             query_status(
