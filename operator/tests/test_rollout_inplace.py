@@ -17,13 +17,18 @@ from test_rollout_plan import (
     strategy,
 )
 
-from sluice.operator.rollout import SwapQueries, Target
+from sluice.operator.rollout import Activate, DeleteDriver, Drain, QueryFacts, StartDriver, SwapQueries, Target
 from sluice.operator.rollout.inplace import (
+    app_driver,
     decide,
     driver_facts,
+    handover_driver,
+    on_standby,
     pending_swap,
+    retired_drivers,
     revision_checkpoints,
     rollout_condition,
+    with_driver_state,
     with_refused_swap,
 )
 from sluice.pipelines.contract import DriverStatus, Migration, QueryStatus, QueryStep, TopicStatus
@@ -80,8 +85,8 @@ def test_a_refused_swap_rolls_back_at_once_and_the_driver_keeps_the_stable_revis
     assert nxt.step.rollout is not None and (nxt.step.rollout.toRevision, nxt.step.rollout.phase) == ("r3", "Draining")
 
 
-def test_a_runtime_change_restarts_the_driver_through_spark_operator() -> None:
-    result = decide(APP, None, "r1", target(IMAGE), observed(driver()), submitted_revision="r1")
+def test_a_restart_asked_for_restarts_the_driver_through_spark_operator() -> None:
+    result = decide(APP, None, "r1", target(IMAGE, type_="restart"), observed(driver()), submitted_revision="r1")
     rollout = result.step.rollout
     assert rollout is not None and (rollout.strategy, rollout.phase) == ("restart", "Complete")
     assert result.step.stable_revision == "r2" and not result.step.actions
@@ -90,7 +95,7 @@ def test_a_runtime_change_restarts_the_driver_through_spark_operator() -> None:
 
 
 def test_changes_only_a_second_driver_could_roll_out_are_refused_and_the_stable_revision_runs_on() -> None:
-    for edits, type_ in (((WINDOW, IMAGE), "auto"), ((FILTER,), "fencedHandover"), ((IMAGE,), "fencedHandover")):
+    for edits, type_ in (((WINDOW, IMAGE), "auto"), ((WINDOW, IMAGE), "checkpointMigration")):
         result = decide(APP, None, "r1", target(*edits, type_=type_), observed(driver()), submitted_revision="r1")
         assert result.step.refusal is not None and result.step.refusal.reason == "StrategyNotAvailable", edits
         assert result.step.rollout is None and result.step.stable_revision == "r1" and not result.step.actions
@@ -232,3 +237,81 @@ def test_driver_facts_count_the_current_runs_batches_and_each_querys_topics_back
     assert (dead.revision, dead.backlog, dead.error) == ("r1", None, "boom")
     assert driver_facts(APP, "r1", "FAILED", 3, None).state == "failed"
     assert driver_facts(APP, "r1", "SUBMITTED", 0, None).state == "pending"
+
+
+def test_an_image_change_is_handed_over_to_a_second_driver_that_takes_over_as_the_apps_driver() -> None:
+    planned = decide(APP, None, "r1", target(IMAGE), observed(driver()), submitted_revision="r1")
+    rollout = planned.step.rollout
+    assert rollout is not None and (rollout.strategy, rollout.phase, rollout.newDriver) == (
+        "fencedHandover",
+        "Planned",
+        True,
+    )
+    new = rollout.toDriver
+    assert new == f"{APP}-r2" and handover_driver(rollout) == new and app_driver(rollout, APP) == APP
+    assert [a for a in planned.step.actions if isinstance(a, StartDriver)] == [
+        StartDriver(new, "r2", standby=True, steps=tuple(rollout.queries))
+    ]
+    assert not [a for a in planned.step.actions if isinstance(a, Drain)], "nothing drains before the new one waits"
+    # The app's driver keeps r1 (and its SparkApplication) throughout: the new revision runs in the other one.
+    assert (planned.runner_revision, planned.submitted_revision) == ("r1", "r1")
+    assert (on_standby(rollout, new, APP, True), on_standby(rollout, APP, APP, True)) == (True, False)
+
+    standby = driver(new, "r2", state="standby", running=())
+    draining = decide(APP, rollout, "r1", target(), observed(driver(), standby), submitted_revision="r1")
+    rollout = draining.step.rollout
+    assert rollout is not None and rollout.phase == "Draining"
+    assert Drain(APP) in draining.step.actions and not [a for a in draining.step.actions if isinstance(a, Activate)]
+    assert on_standby(rollout, APP, APP, True) and on_standby(rollout, new, APP, True)
+
+    # The drain answered: the same pass decides on what the drivers said, and activates the new one.
+    drained = with_driver_state(observed(driver(), standby), APP, "drained", ())
+    starting = decide(APP, rollout, "r1", target(), drained, submitted_revision="r1")
+    rollout = starting.step.rollout
+    assert rollout is not None and rollout.phase == "Starting" and Activate(new) in starting.step.actions
+    assert (on_standby(rollout, APP, APP, True), on_standby(rollout, new, APP, True)) == (True, False)
+    started = tuple(QueryFacts(q, "r2", active=True) for q in QUERIES)
+    active = with_driver_state(drained, new, "running", started)
+    verifying = decide(APP, rollout, "r1", target(), active, submitted_revision="r1")
+    rollout = verifying.step.rollout
+    assert rollout is not None and rollout.phase == "Verifying"
+    assert (verifying.runner_revision, app_driver(rollout, APP), retired_drivers(rollout, APP)) == ("r1", APP, [])
+
+    healthy = observed(driver(state="drained", running=()), driver(new, "r2", running=queries("r2", batches=3)))
+    done = decide(APP, rollout, "r1", target(), healthy, submitted_revision="r1")
+    rollout = done.step.rollout
+    assert rollout is not None and rollout.phase == "Complete" and done.step.stable_revision == "r2"
+    assert DeleteDriver(APP) in done.step.actions
+    assert app_driver(rollout, APP) == new and handover_driver(rollout) is None
+    assert retired_drivers(rollout, new) == [APP], "the old driver goes, also when its first delete failed"
+    assert not on_standby(rollout, new, new, True) and done.runner_revision == "r2"
+
+
+def test_a_new_driver_that_fails_is_drained_and_the_old_one_resumes() -> None:
+    planned = decide(APP, None, "r1", target(IMAGE), observed(driver()), submitted_revision="r1")
+    rollout = planned.step.rollout
+    assert rollout is not None
+    new = rollout.toDriver
+    failing = driver(new, "r2", running=queries("r2", error="[UNRESOLVED_COLUMN] `nope`"))
+    facts = observed(driver(state="drained", running=()), failing, at=T0 + 5)
+    activated = rollout.model_copy(update={"phase": "Verifying"})
+    back = decide(APP, activated, "r1", target(), facts, submitted_revision="r1")
+    rollout = back.step.rollout
+    assert rollout is not None and rollout.phase == "RollingBack" and "UNRESOLVED_COLUMN" in (rollout.message or "")
+    assert Drain(new) in back.step.actions, "the new driver writes its last batch before the old one resumes"
+    assert (on_standby(rollout, new, APP, True), on_standby(rollout, APP, APP, True)) == (True, False)
+    stopped = observed(driver(state="drained", running=()), driver(new, "r2", state="drained", running=()))
+    resumed = decide(APP, rollout, "r1", target(), stopped, submitted_revision="r1")
+    assert any(type(a).__name__ == "Resume" and a.driver == APP for a in resumed.step.actions)
+    running_again = observed(driver(), driver(new, "r2", state="drained", running=()))
+    rolled = decide(APP, resumed.step.rollout, "r1", target(), running_again, submitted_revision="r1")
+    rollout = rolled.step.rollout
+    assert rollout is not None and rollout.phase == "RolledBack" and DeleteDriver(new) in rolled.step.actions
+    assert app_driver(rollout, APP) == APP and retired_drivers(rollout, APP) == [new]
+    assert rolled.step.stable_revision == "r1" and rolled.runner_revision == "r1"
+
+
+def test_driver_facts_take_the_drivers_own_state() -> None:
+    for state in ("standby", "running", "draining", "drained"):
+        status = DriverStatus(app=APP, revision="r2", state=state, observedAt="2026-01-01T00:00:00Z")  # type: ignore[arg-type]
+        assert driver_facts(APP, "r2", "RUNNING", 0, status).state == state

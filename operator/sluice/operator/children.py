@@ -142,9 +142,11 @@ def runner_config(
     bootstrap: str,
     checkpoints: Mapping[str, str] | None = None,
     migrations: Mapping[str, Migration] | None = None,
+    standby: bool = False,
 ) -> RunnerConfig:
     """The one thing the driver is given: this revision of the app, with the Kafka address resolved, and where
-    its queries' checkpoints are (rollout.inplace.revision_checkpoints; default: a folder per query's name)."""
+    its queries' checkpoints are (rollout.inplace.revision_checkpoints; default: a folder per query's name).
+    `standby`: the driver starts no query until asked (a fenced handover's drivers, as rollout.inplace says)."""
     return RunnerConfig(
         app=app,
         namespace=namespace,
@@ -154,6 +156,7 @@ def runner_config(
         checkpointRoot=checkpoint_root(app, spec),
         checkpoints=dict(checkpoints or {}),
         migrations=dict(migrations or {}),
+        standby=standby,
         controlPort=CONTROL_PORT,
         controlTokenFile=f"{CONTROL_TOKEN_MOUNT}/{CONTROL_TOKEN_KEY}",
     )
@@ -181,15 +184,15 @@ def pipeline_configmap(app: str, namespace: str, spec: StreamingAppSpec, bootstr
     }
 
 
-def runner_configmap(app: str, namespace: str, config: RunnerConfig) -> dict[str, Any]:
+def runner_configmap(app: str, namespace: str, config: RunnerConfig, driver: str | None = None) -> dict[str, Any]:
     """What the driver runs when it starts (the runner reads it once): the stable revision, or the one a rollout
-    swapped in. A fixed name, so a new revision does not change the SparkApplication (spark-operator would
-    resubmit it)."""
+    swapped in. A fixed name per driver (`driver`: its SparkApplication, default the app's), so a new revision
+    does not change the SparkApplication (spark-operator would resubmit it)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": runner_configmap_name(app),
+            "name": runner_configmap_name(driver or app),
             "namespace": namespace,
             "labels": {**labels(app, "runner"), REVISION_LABEL: config.revision},
         },
@@ -238,7 +241,7 @@ def network_policies(app: str, namespace: str) -> list[dict[str, Any]]:
     ]
 
 
-def _pod_spec(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
+def _pod_spec(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[str, Any]:
     resources = spec.spark.driver if role == "driver" else spec.spark.executor
     pod = spec.spark.pod
     out: dict[str, Any] = {
@@ -254,13 +257,14 @@ def _pod_spec(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
         out["annotations"] = dict(pod.annotations)
     if pod.nodeSelector:
         out["nodeSelector"] = dict(pod.nodeSelector)
-    out["template"] = _pod_template(app, spec, role)
+    out["template"] = _pod_template(app, spec, role, driver)
     return out
 
 
-def _pod_template(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]:
+def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[str, Any]:
     """Env and volumes as a Spark pod template: Spark applies it itself, so apps need no spark-operator
-    webhook (which is what applies SparkApplication's env/configMaps/volumes fields)."""
+    webhook (which is what applies SparkApplication's env/configMaps/volumes fields). `driver`: the
+    SparkApplication, whose runner ConfigMap its driver mounts."""
     container: dict[str, Any] = {"name": SPARK_CONTAINERS[role]}
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
@@ -271,7 +275,7 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str) -> dict[str, Any]
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
         mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.location})
     if role == "driver":
-        volumes.append({"name": "pipeline", "configMap": {"name": runner_configmap_name(app)}})
+        volumes.append({"name": "pipeline", "configMap": {"name": runner_configmap_name(driver)}})
         mounts.append({"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True})
         volumes.append({"name": "control", "secret": {"secretName": control_secret_name(app)}})
         mounts.append({"name": "control", "mountPath": CONTROL_TOKEN_MOUNT, "readOnly": True})
@@ -314,22 +318,25 @@ def spark_application(
     spec: StreamingAppSpec,
     submitted_executors: int | None = None,
     pin: DriverPin | None = None,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """`submitted_executors`: the count the running SparkApplication was submitted with. spark-operator
     resubmits on any spec change, so the count is never edited to scale; the live count goes through the
-    driver's control API instead. `pin`: the revisions it runs and was submitted for (default: the spec's)."""
+    driver's control API instead. `pin`: the revisions it runs and was submitted for (default: the spec's).
+    `name`: the SparkApplication's (default: the app's; a fenced handover's new driver has its own)."""
     rev = revision(spec)
     pin = pin or DriverPin(rev, rev)
-    driver = _pod_spec(app, spec, "driver")
+    name = name or app
+    driver = _pod_spec(app, spec, "driver", name)
     driver["annotations"] = {**driver.get("annotations", {}), SUBMITTED_REVISION_ANNOTATION: pin.submitted}
     instances = spec.executors.instances if submitted_executors is None else submitted_executors
-    executor = {**_pod_spec(app, spec, "executor"), "instances": instances}
+    executor = {**_pod_spec(app, spec, "executor", name), "instances": instances}
     executor.pop("serviceAccount")
     body: dict[str, Any] = {
         "apiVersion": SPARK_APPLICATION_API,
         "kind": "SparkApplication",
         "metadata": {
-            "name": app,
+            "name": name,
             "namespace": namespace,
             "labels": {**labels(app, "driver"), REVISION_LABEL: pin.runs},
             "annotations": {SUBMITTED_EXECUTORS_ANNOTATION: str(instances)},
@@ -449,19 +456,21 @@ def children(
     pin: DriverPin | None = None,
     runner: RunnerConfig | None = None,
     driver_spec: StreamingAppSpec | None = None,
+    driver: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every child the app should have now (topics are handled on their own: they outlive the driver; the
     control Secret too: its token is made once, not on every pass). `runner`: what a starting driver runs
     (`pin.runs`'s config; default: this spec's). `driver_spec`: the spec of the revision the SparkApplication
     is submitted for (`pin.submitted`; default: this one): a change that is not rolled out by a restart (refused,
     swapped in, or needing no rollout) leaves the SparkApplication as it is, so spark-operator does not
-    resubmit it."""
+    resubmit it. `driver`: the SparkApplication of the app's driver (default: the app's name; after a fenced
+    handover, the one that took over)."""
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
     out += [
         driver_role(app, namespace),
         driver_role_binding(app, namespace, spec),
         pipeline_configmap(app, namespace, spec, bootstrap),
-        runner_configmap(app, namespace, runner or runner_config(app, namespace, spec, bootstrap)),
+        runner_configmap(app, namespace, runner or runner_config(app, namespace, spec, bootstrap), driver),
         driver_service(app, namespace),
         *network_policies(app, namespace),
     ]
@@ -469,5 +478,5 @@ def children(
     if claim is not None and (claims or ClaimDefaults()).create:
         out.append(claim)
     if not spec.suspend:
-        out.append(spark_application(app, namespace, driver_spec or spec, submitted_executors, pin))
+        out.append(spark_application(app, namespace, driver_spec or spec, submitted_executors, pin, driver))
     return out

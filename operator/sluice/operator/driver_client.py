@@ -7,14 +7,18 @@ pods only.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from sluice.pipelines.contract import (
     ApiError,
     DriverStatus,
     ExecutorsRequest,
     ExecutorsResponse,
+    StateRequest,
+    StateResponse,
     SwapRequest,
     SwapResponse,
 )
@@ -25,8 +29,9 @@ class DriverUnavailable(Exception):
 
 
 class SwapRefused(DriverUnavailable):
-    """The driver refused a hot swap and runs on as before: the new pipeline does not compile or a query did
-    not start on it (422), or the request does not fit its queries (409). The message is the driver's."""
+    """The driver refused a hot swap or a state change and runs on as before: the new pipeline does not compile
+    or a query did not start on it (422), or the request does not fit its queries (409). The message is the
+    driver's."""
 
 
 class DriverClient:
@@ -56,13 +61,24 @@ class DriverClient:
         return ExecutorsResponse.model_validate_json(text)
 
     def swap(self, address: str, token: str, request: SwapRequest) -> SwapResponse:
-        url = f"{address}/v1/pipeline"
+        # The driver stops the queries at a batch boundary and starts them on the new plan.
+        return SwapResponse.model_validate_json(self._write(f"{address}/v1/pipeline", token, request, timeout=120.0))
+
+    def set_state(self, address: str, token: str, state: Literal["running", "drained"]) -> StateResponse:
+        """Activate a standby driver, drain one at a batch boundary, resume a drained one; SwapRefused when it
+        is stopping (409) or a query did not start (422, the driver staying as it was)."""
+        return StateResponse.model_validate_json(
+            self._write(f"{address}/v1/state", token, StateRequest(state=state), timeout=120.0)
+        )
+
+    def _write(self, url: str, token: str, request: BaseModel, timeout: float) -> str:
+        """A token-guarded PUT; SwapRefused with the driver's own error for 409 and 422."""
         try:
             response = self.http.put(
                 url,
                 content=request.model_dump_json(),
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-                timeout=120.0,  # the driver stops the queries at a batch boundary and starts them on the new plan
+                timeout=timeout,
             )
         except httpx.HTTPError as exc:
             raise DriverUnavailable(f"PUT {url}: {exc.__class__.__name__}: {exc}") from exc
@@ -74,7 +90,7 @@ class DriverClient:
             raise SwapRefused(error)
         if response.status_code >= 400:
             raise DriverUnavailable(f"PUT {url}: {response.status_code} {response.text[:300].strip()}")
-        return SwapResponse.model_validate_json(response.text)
+        return response.text
 
     def _call(self, method: str, url: str, **kwargs: object) -> str:
         try:

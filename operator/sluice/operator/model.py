@@ -119,6 +119,11 @@ class StreamingAppStatus(Strict):
         description="Query -> the subfolder of the app's checkpoint folder it runs on in the stable revision, where "
         "a checkpoint migration moved it (<query>@<revision>; every other query's is its name).",
     )
+    driver: str | None = Field(
+        None,
+        description="The SparkApplication of the app's driver, where it is not named after the app: a fenced "
+        "handover's new driver (<app>-<revision>) goes on as the app's driver.",
+    )
     executors: int | None = Field(None, description="Live executors the driver reports.")
     desiredExecutors: int | None = Field(None, description="Executors the operator asks the driver for.")
     scaling: Literal["manual", "autoscaler"] | None = Field(

@@ -83,10 +83,11 @@ def desired_state(
     pin: ch.DriverPin | None = None,
     runner: RunnerConfig | None = None,
     driver_spec: StreamingAppSpec | None = None,
+    driver: str | None = None,
 ) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children);
     `pin`, `runner`, `driver_spec`: the revisions its driver runs and was submitted for, what a starting driver
-    runs, and the spec it was submitted with."""
+    runs, and the spec it was submitted with; `driver`: its SparkApplication (default: the app's name)."""
     bootstrap = bootstrap_for(spec, namespace)
     by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
     for topic in spec.topics:
@@ -102,7 +103,7 @@ def desired_state(
         spec,
         bootstrap,
         ch.revision(spec),
-        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner, driver_spec),
+        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner, driver_spec, driver),
         by_mode["admin"],
         strimzi,
     )
@@ -253,7 +254,7 @@ def status_for(
 ) -> dict[str, Any]:
     """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
     `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step; `rollout`:
-    stableRevision, rollout and checkpoints, by its rollout step."""
+    stableRevision, rollout, checkpoints and driver, by its rollout step."""
     status: dict[str, Any] = {
         "phase": phase_of(obs),
         "observedGeneration": generation,
@@ -274,6 +275,7 @@ def status_for(
         "stableRevision": (rollout or {}).get("stableRevision", old_status.get("stableRevision")),
         "rollout": (rollout or {}).get("rollout", old_status.get("rollout")),
         "checkpoints": (rollout or {}).get("checkpoints", old_status.get("checkpoints")),
+        "driver": (rollout or {}).get("driver", old_status.get("driver")),
         "executors": None,
         "lag": None,
         "inputRate": None,

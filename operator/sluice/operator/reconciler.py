@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import kopf
 from kubernetes import client, config
@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from sluice.pipelines.contract import Migration, RunnerConfig, SwapRequest, in_app
+from sluice.pipelines.contract import Migration, RunnerConfig, StateResponse, SwapRequest, in_app
 
 from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable, SwapRefused
@@ -39,15 +39,35 @@ from .planner import (
     parse_spec,
     status_for,
 )
-from .rollout import ApplyRevision, DriverFacts, Observed, ReleaseRevision, SwapQueries, Target, classify, diff_base
+from .rollout import (
+    Activate,
+    ApplyRevision,
+    DeleteDriver,
+    Drain,
+    DriverFacts,
+    Observed,
+    QueryFacts,
+    ReleaseRevision,
+    Resume,
+    StartDriver,
+    SwapQueries,
+    Target,
+    classify,
+    diff_base,
+)
 from .rollout.inplace import (
     Decision,
+    app_driver,
     decide,
     driver_facts,
+    handover_driver,
     lost_base,
+    on_standby,
     pending_swap,
+    retired_drivers,
     revision_checkpoints,
     rollout_condition,
+    with_driver_state,
     with_refused_swap,
 )
 from .scaling import ScalingPlan, needs_executor_request, plan_scaling
@@ -88,9 +108,12 @@ class RolloutPass:
     pin: ch.DriverPin
     runner: RunnerConfig  # what a starting driver runs (pin.runs)
     driver_spec: StreamingAppSpec  # what the SparkApplication is submitted with (pin.submitted's spec)
+    driver: str  # the SparkApplication of the app's driver after this pass (status.driver)
+    driver_app: dict[str, Any] | None  # that SparkApplication as read in this pass
+    retired: list[str]  # drivers a finished handover no longer needs
     condition: tuple[bool | None, str, str]
     events: list[tuple[str, str, str]]
-    status: dict[str, Any]  # stableRevision, rollout, checkpoints
+    status: dict[str, Any]  # stableRevision, rollout, checkpoints, driver
     moved: bool  # the rollout changed or runs: the runner ConfigMap may have to follow (also on a tick)
 
 
@@ -110,6 +133,14 @@ class Outcome:
     annotations: dict[str, str] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     scaling_kinds: list[str] = field(default_factory=list)  # up, down, manual: the changes decided
+
+
+@dataclass
+class _Drivers:
+    """The app's drivers as this pass found them: facts for the rollout, control API addresses."""
+
+    facts: dict[str, DriverFacts] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
 
 
 def submitted_revision(spark_app: dict[str, Any] | None) -> str | None:
@@ -231,7 +262,8 @@ class Reconciler:
                     now=now,
                 )
             )
-        spark_app = None if parsed.suspend else self._spark_application(namespace, app)
+        recorded_driver = old_status.get("driver") or app
+        spark_app = None if parsed.suspend else self._spark_application(namespace, recorded_driver)
         obs = Observation(suspended=parsed.suspend)
         if full:
             topics = desired_state(app, namespace, parsed, claims=self.settings.checkpoints)
@@ -245,18 +277,22 @@ class Reconciler:
             app,
             namespace,
             parsed,
-            submitted_executors=submitted_executors(spark_app, rollout.pin.submitted),
+            submitted_executors=submitted_executors(rollout.driver_app, rollout.pin.submitted),
             claims=self.settings.checkpoints,
             pin=rollout.pin,
             runner=rollout.runner,
             driver_spec=rollout.driver_spec,
+            driver=None if rollout.driver == app else rollout.driver,
         )
         if full:
-            self._ensure_children(body, desired, obs, rollout.decision.keep)
+            self._ensure_children(body, desired, obs, rollout.decision.keep, rollout.driver)
+            for retired in rollout.retired:
+                self._delete_driver(namespace, retired)
         elif rollout.moved:
-            self.apply(next(c for c in desired.children if c["metadata"]["name"] == ch.runner_configmap_name(app)))
-        if spark_app is None and not parsed.suspend and full:
-            spark_app = self._spark_application(namespace, app)
+            runner = ch.runner_configmap_name(rollout.driver)
+            self.apply(next(c for c in desired.children if c["metadata"]["name"] == runner))
+        if rollout.driver_app is None and not parsed.suspend and full:
+            spark_app = self._spark_application(namespace, rollout.driver)
             self._observe(spark_app, namespace, app, obs)
         obs.rollout = rollout.condition
         if obs.driver is None and obs.driver_failure is None and not parsed.suspend:
@@ -320,7 +356,7 @@ class Reconciler:
         self.apply(topic)
 
     def _ensure_children(
-        self, owner: dict[str, Any], desired: DesiredState, obs: Observation, keep: frozenset[str]
+        self, owner: dict[str, Any], desired: DesiredState, obs: Observation, keep: frozenset[str], driver: str
     ) -> list[dict]:
         applied = []
         for child in desired.children:
@@ -338,7 +374,7 @@ class Reconciler:
                 obs.apply_error = f"the {child['kind']} CRD ({child['apiVersion']}) is not installed"
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
         if desired.spec.suspend:
-            self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, app)
+            self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
         self._prune_pipeline_configmaps(namespace, app, keep)
         return applied
 
@@ -436,11 +472,14 @@ class Reconciler:
         clock: float,
     ) -> RolloutPass:
         """Decide this pass of the app's rollout (rollout.inplace) and carry out its actions: the revisions'
-        ConfigMaps and the hot swap in the driver. A swap the driver refuses is a failure the same pass acts on."""
+        ConfigMaps, the hot swap in the driver, a handover's second driver and the drivers' states. What a driver
+        answered (a refused swap, a drain or an activation done) is what the same pass decides on next, so a
+        handover's drain and activation follow each other without waiting for the next pass."""
         meta, status = body["metadata"], body.get("status") or {}
         namespace, app = meta["namespace"], meta["name"]
         recorded = _recorded_rollout(status)
         stable = status.get("stableRevision")
+        recorded_driver = status.get("driver") or app
         revision = ch.revision(spec)
         specs: dict[str, StreamingAppSpec] = {revision: spec}
         base = diff_base(recorded, stable, revision)
@@ -461,16 +500,28 @@ class Reconciler:
         target = Target(revision, spec.updateStrategy, diff)
         submitted = submitted_revision(spark_app)
         restarts = int(((spark_app or {}).get("status") or {}).get("executionAttempts") or 0)
-        facts = driver_facts(app, submitted or "", obs.spark_state, restarts, obs.driver)
-        observed = Observed(clock, frozenset(revisions), (facts,) if spark_app else ())
+        facts = driver_facts(recorded_driver, submitted or "", obs.spark_state, restarts, obs.driver)
+        drivers = _Drivers()
+        if spark_app is not None:
+            drivers.facts[recorded_driver] = facts
+            if obs.driver_address is not None:
+                drivers.addresses[recorded_driver] = obs.driver_address
+        spark_apps = {recorded_driver: spark_app}
+        second = handover_driver(recorded)
+        if second is not None:
+            spark_apps[second] = self._spark_application(namespace, second)
+            self._observe_driver(namespace, second, spark_apps[second], drivers)
+        observed = Observed(clock, frozenset(revisions), tuple(drivers.facts.values()))
         stable_checkpoints = status.get("checkpoints") or {}
         decision = decide(app, recorded, stable, target, observed, submitted, stable_checkpoints)
         events: list[tuple[str, str, str]] = [(e.type, e.reason, e.message) for e in decision.step.events]
-        for _ in range(2):
-            refused = self._carry_out(body, decision, specs, obs, facts, observed.revisions, events, stable_checkpoints)
-            if refused is None:
+        for _ in range(4):
+            answered = self._carry_out(
+                body, decision, specs, obs, facts, observed, events, stable_checkpoints, drivers, recorded_driver
+            )
+            if answered is None:
                 break
-            observed = with_refused_swap(observed, *refused)
+            observed = answered
             rollout = decision.step.rollout
             decision = decide(app, rollout, decision.step.stable_revision, target, observed, submitted)
             events += [(e.type, e.reason, e.message) for e in decision.step.events]
@@ -479,16 +530,27 @@ class Reconciler:
         refusal = decision.step.refusal
         if refusal is not None and old.get("message") != refusal.message:
             events.append(("Warning", refusal.reason, refusal.message))
+        rollout = decision.step.rollout
+        driver = app_driver(rollout, recorded_driver)
         runs = decision.runner_revision
         runs_spec = self._revision_spec(namespace, app, runs, specs) or spec
-        rollout = decision.step.rollout
+        submitted_now = decision.submitted_revision
+        if driver != recorded_driver:  # the handover's driver took over: what it was submitted for stays
+            spark_apps.setdefault(driver, self._spark_application(namespace, driver))
+            submitted_now = submitted_revision(spark_apps[driver]) or runs
         folders = revision_checkpoints(runs, stable_checkpoints, rollout)
+        standby = on_standby(rollout, driver, driver, spec.updateStrategy.rollback.enabled)
         new_stable = decision.step.stable_revision
         return RolloutPass(
             decision=decision,
-            pin=ch.DriverPin(runs, decision.submitted_revision),
-            runner=ch.runner_config(app, namespace, runs_spec, bootstrap_for(runs_spec, namespace), *folders),
-            driver_spec=self._revision_spec(namespace, app, decision.submitted_revision, specs) or runs_spec,
+            pin=ch.DriverPin(runs, submitted_now),
+            runner=ch.runner_config(
+                app, namespace, runs_spec, bootstrap_for(runs_spec, namespace), *folders, standby=standby
+            ),
+            driver_spec=self._revision_spec(namespace, app, submitted_now, specs) or runs_spec,
+            driver=driver,
+            driver_app=spark_apps.get(driver),
+            retired=retired_drivers(rollout, driver),
             condition=condition,
             events=events,
             status={
@@ -496,9 +558,30 @@ class Reconciler:
                 "rollout": rollout.model_dump(mode="json", exclude_none=True) if rollout else None,
                 "checkpoints": (revision_checkpoints(new_stable, stable_checkpoints, rollout)[0] if new_stable else {})
                 or None,
+                "driver": None if driver == app else driver,
             },
             moved=rollout != recorded or (rollout is not None and not rollout.terminal),
         )
+
+    def _observe_driver(self, namespace: str, name: str, spark_app: dict[str, Any] | None, drivers: _Drivers) -> None:
+        """A handover's second driver, as the rollout sees it (the app's own is observed with the status)."""
+        if spark_app is None:
+            return
+        status = spark_app.get("status") or {}
+        state = (status.get("applicationState") or {}).get("state")
+        answer = None
+        pod_name = (status.get("driverInfo") or {}).get("podName")
+        pod = self.get("v1", "Pod", namespace, pod_name) if pod_name else None
+        pod_ip = ((pod or {}).get("status") or {}).get("podIP")
+        if (state or "").upper() == "RUNNING" and pod_ip:
+            address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
+            try:
+                answer = self.driver_client.status(address)
+                drivers.addresses[name] = address
+            except DriverUnavailable as exc:
+                log.debug("driver %s/%s not available: %s", namespace, name, exc)
+        restarts = int(status.get("executionAttempts") or 0)
+        drivers.facts[name] = driver_facts(name, submitted_revision(spark_app) or "", state, restarts, answer)
 
     def _carry_out(
         self,
@@ -507,26 +590,109 @@ class Reconciler:
         specs: dict[str, StreamingAppSpec],
         obs: Observation,
         facts: DriverFacts,
-        revisions: frozenset[str],
+        observed: Observed,
         events: list[tuple[str, str, str]],
         stable_checkpoints: dict[str, str],
-    ) -> tuple[SwapQueries, str] | None:
-        """The decision's actions; returns the swap the driver refused, with its answer. `facts`: the driver as
-        observed (not as a refused swap makes the decision see it): what a swap still has to ask for."""
+        drivers: _Drivers,
+        recorded_driver: str,
+    ) -> Observed | None:
+        """The decision's actions; returns the observation as the drivers' answers changed it (a refused swap, a
+        drain or an activation done), None when nothing changed. `facts`: the app's driver as observed (not as a
+        refused swap makes the decision see it): what a swap still has to ask for."""
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        rollout = decision.step.rollout
+        changed: Observed | None = None
         for action in decision.step.actions:
             if isinstance(action, ApplyRevision):
                 spec = self._revision_spec(namespace, app, action.revision, specs)
-                if spec is not None and action.revision not in revisions:
+                if spec is not None and action.revision not in observed.revisions:
                     self._apply_revision(owner, spec)
             elif isinstance(action, SwapQueries):
-                folders = revision_checkpoints(action.revision, stable_checkpoints, decision.step.rollout)
+                folders = revision_checkpoints(action.revision, stable_checkpoints, rollout)
                 error = self._swap(namespace, app, action, specs, obs, facts, events, folders)
                 if error is not None:
-                    return action, error
+                    return with_refused_swap(changed or observed, action, error)
+            elif isinstance(action, StartDriver):
+                self._start_driver(owner, action, specs, stable_checkpoints, decision, recorded_driver)
+            elif isinstance(action, Activate | Resume | Drain):
+                wanted: Literal["running", "drained"] = "drained" if isinstance(action, Drain) else "running"
+                answer = self._set_driver_state(namespace, app, action.driver, wanted, drivers, events)
+                if answer is not None:
+                    started = tuple(QueryFacts(name=q, revision=answer.revision, active=True) for q in answer.started)
+                    changed = with_driver_state(changed or observed, action.driver, answer.state, started)
+                    drivers.facts = {d.name: d for d in changed.drivers}
+            elif isinstance(action, DeleteDriver):
+                if action.driver != app_driver(rollout, recorded_driver):
+                    self._delete_driver(namespace, action.driver)
             elif not isinstance(action, ReleaseRevision):  # released revisions are pruned with the children
                 log.warning("%s/%s: %s is not carried out by this operator", namespace, app, action)
-        return None
+        return changed
+
+    def _start_driver(
+        self,
+        owner: dict[str, Any],
+        action: StartDriver,
+        specs: dict[str, StreamingAppSpec],
+        stable_checkpoints: dict[str, str],
+        decision: Decision,
+        recorded_driver: str,
+    ) -> None:
+        """Ensure a handover's second driver: its runner ConfigMap (standby while the rollout's phase says so)
+        and its SparkApplication, submitted for the revision it runs."""
+        namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        if action.name == app_driver(decision.step.rollout, recorded_driver):
+            return  # the app's own driver is one of its children
+        spec = self._revision_spec(namespace, app, action.revision, specs)
+        if spec is None:
+            return
+        rollout = decision.step.rollout
+        folders = revision_checkpoints(action.revision, stable_checkpoints, rollout)
+        standby = on_standby(rollout, action.name, recorded_driver, spec.updateStrategy.rollback.enabled)
+        config = ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace), *folders, standby=standby)
+        pin = ch.DriverPin(action.revision, action.revision)
+        for child in (
+            ch.runner_configmap(app, namespace, config, action.name),
+            ch.spark_application(app, namespace, spec, pin=pin, name=action.name),
+        ):
+            _adopt(child, owner)
+            self.apply(child)
+
+    def _set_driver_state(
+        self,
+        namespace: str,
+        app: str,
+        driver: str,
+        wanted: Literal["running", "drained"],
+        drivers: _Drivers,
+        events: list[tuple[str, str, str]],
+    ) -> StateResponse | None:
+        """Ask the driver to run or drain, unless it does already or does not answer yet; its answer, or None."""
+        facts, address = drivers.facts.get(driver), drivers.addresses.get(driver)
+        needed = ("standby", "drained") if wanted == "running" else ("running", "draining")
+        if facts is None or address is None or facts.state not in needed:
+            return None
+        token = self._control_token(namespace, app)
+        if token is None:
+            events.append(("Warning", "HandoverFailed", f"no control token in Secret {ch.control_secret_name(app)}"))
+            return None
+        try:
+            answer = self.driver_client.set_state(address, token, wanted)
+        except DriverUnavailable as exc:  # also a refusal: the rollout's deadline decides what follows
+            self._tokens.pop((namespace, app), None)
+            events.append(("Warning", "HandoverFailed", f"driver {driver}: {str(exc)[:1000]}"))
+            return None
+        what = f"stopped {', '.join(answer.stopped)}" if wanted == "drained" else f"started {', '.join(answer.started)}"
+        log.info(
+            "%s/%s: driver %s %s -> %s in %d ms", namespace, app, driver, answer.previous, answer.state, answer.tookMs
+        )
+        reason = {"drained": "Drained", "running": "Activated" if answer.previous == "standby" else "Resumed"}[wanted]
+        events.append(("Normal", reason, f"driver {driver} (revision {answer.revision}): {what} in {answer.tookMs} ms"))
+        return answer
+
+    def _delete_driver(self, namespace: str, driver: str) -> None:
+        """A driver a handover no longer needs, with its runner ConfigMap."""
+        self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
+        self.delete("v1", "ConfigMap", namespace, ch.runner_configmap_name(driver))
 
     def _apply_revision(self, owner: dict[str, Any], spec: StreamingAppSpec) -> None:
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]

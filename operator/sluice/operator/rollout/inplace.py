@@ -1,5 +1,5 @@
-"""The rollouts this operator carries out with the app's one SparkApplication: a hot swap and a checkpoint
-migration inside the running driver (through its control API), and a restart by spark-operator (a new
+"""The rollouts this operator carries out: a hot swap and a checkpoint migration inside the running driver
+(through its control API), a fenced handover to a second driver, and a restart by spark-operator (a new
 SparkApplication spec). Pure.
 
 A driver that (re)starts runs what the app's runner ConfigMap says, so which revision that is follows the
@@ -8,9 +8,14 @@ records the revision it was submitted for: changing it is what makes spark-opera
 changes only when a restart is decided. A migrated query runs on a checkpoint of the revision it moved in
 (`<query>@<revision>`, kept in status.checkpoints once stable); the revision's config also says where that
 checkpoint takes over from, so a driver that starts it (none ran the swap, or it restarted) hands over the
-same way. A change that also changes the runtime (checkpoint migration with a new driver) and the fenced
-handover need a second driver and are refused (StrategyNotAvailable) rather than replaced by a restart
-Spark would run with undefined results.
+same way.
+
+A fenced handover starts a second SparkApplication (`rollout.toDriver`, with a runner ConfigMap of its own) on
+standby; the app's driver drains at a batch boundary, the new one is activated on the same checkpoints, and
+once it is healthy it becomes the app's driver (status.driver) and the old one is deleted. Each driver's runner
+config says standby while it must not run queries, so a driver that restarts meanwhile waits too. A change
+that needs a new driver and a new checkpoint (a stateful change with a runtime change) is refused
+(StrategyNotAvailable) rather than replaced by a restart Spark would run with undefined results.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ..model import RolloutStatus, Strategy
 from .diff import Change, Reason, SpecDiff
 from .plan import (
     DriverFacts,
+    DriverState,
     Event,
     Observed,
     QueryFacts,
@@ -34,7 +40,7 @@ from .plan import (
     step,
 )
 
-IN_PLACE: tuple[Strategy, ...] = ("hotSwap", "restart")
+CARRIED_OUT: tuple[Strategy, ...] = ("hotSwap", "fencedHandover", "restart")
 SWAPPED_PHASES = ("Draining", "Starting", "Verifying", "Complete")  # the new revision's queries are (being) swapped in
 FAILED_SPARK_STATES = ("FAILED", "SUBMISSION_FAILED")
 
@@ -60,7 +66,7 @@ def decide(
     (spark-operator resubmits the driver on the same checkpoints), and the revisions the driver is pinned to.
     `submitted_revision`: what the existing SparkApplication was submitted for (None: there is none).
     `stable_checkpoints`: status.checkpoints, which a new rollout records as where it moves queries from."""
-    result = step(app, rollout, stable_revision, replace(target, available=in_place_strategies(target)), observed)
+    result = step(app, rollout, stable_revision, replace(target, available=carried_out_strategies(target)), observed)
     planned = result.rollout
     fresh = planned is not None and not planned.terminal and (rollout is None or rollout.terminal)
     if fresh and planned is not None and stable_checkpoints:
@@ -85,16 +91,65 @@ def decide(
         )
         event = Event("Normal", "RolloutRestart", f"revision {planned.toRevision}: {how}")
         result = Step(done, planned.toRevision, (), (*result.events[:1], event), waiting=result.waiting)
-        if planned.strategy == "restart":
+        if planned.strategy == "restart" or planned.newDriver:  # a runtime change: a new SparkApplication spec
             submitted_revision = planned.toRevision
     runner = runner_revision(result.rollout, result.stable_revision, target.revision)
     return Decision(result, runner, submitted_revision or runner, kept_revisions(result, target.revision))
 
 
-def in_place_strategies(target: Target) -> tuple[Strategy, ...]:
+def carried_out_strategies(target: Target) -> tuple[Strategy, ...]:
     """A checkpoint migration runs in the driver when the runtime stays (a runtime change needs a new driver)."""
     runtime_changes = target.diff is not None and bool(target.diff.runtime)
-    return IN_PLACE if runtime_changes else (*IN_PLACE, "checkpointMigration")
+    return CARRIED_OUT if runtime_changes else (*CARRIED_OUT, "checkpointMigration")
+
+
+def is_handover(rollout: RolloutStatus | None) -> bool:
+    """The rollout runs the new revision in a second driver that waits on standby (a fenced handover)."""
+    return rollout is not None and rollout.newDriver and rollout.strategy == "fencedHandover"
+
+
+def app_driver(rollout: RolloutStatus | None, recorded: str) -> str:
+    """The SparkApplication of the app's driver: the recorded one (status.driver), until a handover to another
+    one completes."""
+    taken_over = is_handover(rollout) and rollout is not None and rollout.phase == "Complete"
+    return rollout.toDriver if taken_over and rollout is not None else recorded
+
+
+def handover_driver(rollout: RolloutStatus | None) -> str | None:
+    """The second driver a handover in progress runs beside the app's (None: none)."""
+    return rollout.toDriver if is_handover(rollout) and rollout is not None and not rollout.terminal else None
+
+
+def retired_drivers(rollout: RolloutStatus | None, app_driver_name: str) -> list[str]:
+    """The drivers a finished handover leaves behind, deleted on every full pass (the cleanup action is carried
+    out once): the old ones once the new one took over, the new one once rolled back."""
+    if not is_handover(rollout) or rollout is None:
+        return []
+    if rollout.phase == "Complete":
+        return [ref.name for ref in rollout.fromDrivers if ref.name != app_driver_name]
+    if rollout.phase == "RolledBack":
+        return [rollout.toDriver] if rollout.toDriver != app_driver_name else []
+    return []
+
+
+def on_standby(rollout: RolloutStatus | None, driver: str, app_driver_name: str, rollback_enabled: bool) -> bool:
+    """Whether the driver's runner config says standby: a driver that restarts must not start queries the other
+    driver of a handover runs (or is about to). The new one waits until activated and again while it rolls back;
+    the app's own waits from its drain until the rollout ends (a failed rollback leaves it waiting: it did not
+    resume)."""
+    if not is_handover(rollout) or rollout is None:
+        return False
+    new = driver == rollout.toDriver and driver != app_driver_name
+    phase = rollout.phase
+    if phase in ("Planned", "RollingBack"):
+        return new
+    if phase == "Draining":
+        return True
+    if phase in ("Starting", "Verifying"):
+        return not new
+    if phase == "Failed":
+        return new if rollback_enabled else not new
+    return False
 
 
 def revision_checkpoints(
@@ -134,6 +189,10 @@ def lost_base(revision: str) -> SpecDiff:
 
 
 def runner_revision(rollout: RolloutStatus | None, stable_revision: str | None, target_revision: str) -> str:
+    """What the app's driver runs when it starts. In a handover, it keeps the stable revision (the new revision
+    runs in the other driver) until that driver takes over."""
+    if is_handover(rollout) and rollout is not None and rollout.phase != "Complete":
+        return rollout.fromRevision
     if rollout is not None and rollout.phase not in ("RolledBack", "Failed", "Complete"):
         return rollout.toRevision if rollout.phase in SWAPPED_PHASES else rollout.fromRevision
     if rollout is not None and rollout.phase == "Failed":
@@ -163,6 +222,7 @@ def driver_facts(
         failed = (spark_state or "").upper() in FAILED_SPARK_STATES
         return DriverFacts(name, submitted_revision, "failed" if failed else "pending", restarts)
     backlog = {t.topic: t.backlog for t in status.topics}
+    state: DriverState = status.state
     queries = tuple(
         QueryFacts(
             name=q.name,
@@ -174,7 +234,17 @@ def driver_facts(
         )
         for q in status.queries
     )
-    return DriverFacts(name, submitted_revision, "running", restarts, queries)
+    return DriverFacts(name, submitted_revision, state, restarts, queries)
+
+
+def with_driver_state(observed: Observed, driver: str, state: DriverState, started: tuple[QueryFacts, ...]) -> Observed:
+    """The observation after the driver answered a state change: drained with no queries, or running `started`
+    (the queries it started, no batch yet)."""
+    drivers = tuple(
+        replace(d, state=state, queries=started if state == "running" else ()) if d.name == driver else d
+        for d in observed.drivers
+    )
+    return replace(observed, drivers=drivers)
 
 
 def with_refused_swap(observed: Observed, swap: SwapQueries, error: str) -> Observed:
