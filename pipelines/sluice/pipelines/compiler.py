@@ -131,8 +131,10 @@ class Compiler:
         app_name: str = "app",
         source_frames: SourceFrames | None = None,
         starting_offsets: Mapping[str, str] | None = None,
+        batch_since_ms: int | None = None,
     ) -> None:
         self.spark = spark
+        self.batch_since_ms = batch_since_ms  # batch plans over the sources' records since then (a warm-up)
         self.source_frames = source_frames
         self.starting_offsets = dict(starting_offsets or {})  # source node -> startingOffsets, over the spec's
         self.spec = spec
@@ -212,15 +214,21 @@ class Compiler:
                 "fromKafka.bootstrapServers or --bootstrap-servers",
                 "bootstrapServers",
             )
+        batch = self.batch_since_ms is not None
         reader = (
-            self.spark.readStream.format("kafka")
+            (self.spark.read if batch else self.spark.readStream)
+            .format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
-            .option("startingOffsets", self.starting_offsets.get(node.name, src.startingOffsets))
             .option("kafka.isolation.level", ISOLATION_LEVELS[src.isolationLevel])
             .option("includeHeaders", str("headers" in src.metadata).lower())
         )
+        if batch:  # a partition with no record that late is read from its end: nothing
+            reader = reader.option("startingTimestamp", str(self.batch_since_ms)).option("endingOffsets", "latest")
+            reader = reader.option("startingOffsetsByTimestampStrategy", "latest")
+        else:
+            reader = reader.option("startingOffsets", self.starting_offsets.get(node.name, src.startingOffsets))
         reader = reader.option("subscribe", src.topic) if src.topic else reader.option("subscribePattern", src.pattern)
-        if src.maxRecordsPerTrigger:
+        if src.maxRecordsPerTrigger and not batch:
             reader = reader.option("maxOffsetsPerTrigger", src.maxRecordsPerTrigger)
         if src.minPartitions:
             reader = reader.option("minPartitions", src.minPartitions)
@@ -664,9 +672,11 @@ def compile_pipeline(
     app_name: str = "app",
     source_frames: SourceFrames | None = None,
     starting_offsets: Mapping[str, str] | None = None,
+    batch_since_ms: int | None = None,
 ) -> CompiledPipeline:
     """`starting_offsets`: source node name -> Spark's startingOffsets, instead of the spec's (a migrated query's
-    first batch)."""
+    first batch). `batch_since_ms`: batch plans instead of streams, over the Kafka records from that time to the
+    end (a standby driver's warm-up)."""
     return Compiler(
         spark,
         spec,
@@ -675,6 +685,7 @@ def compile_pipeline(
         app_name=app_name,
         source_frames=source_frames,
         starting_offsets=starting_offsets,
+        batch_since_ms=batch_since_ms,
     ).compile()
 
 

@@ -5,8 +5,9 @@
 FILE is a RunnerConfig (JSON or YAML, `kind: RunnerConfig`), as the operator writes it: then it is the only
 input. For local runs FILE may instead be a StreamingApp manifest or a bare pipeline, with flags for what a
 RunnerConfig carries. The runner validates the pipeline (SQL parsed by Spark), starts one streaming query
-per sink (and the dead-letter queries), serves the control API (/metrics, /healthz, /v1/status,
-/v1/executors) on the control port, and stops at a batch boundary on SIGTERM. A run that fails (at start, or a
+per sink (and the dead-letter queries; with `standby: true` it warms up and waits for PUT /v1/state), serves
+the control API (/metrics, /healthz, /v1/status, /v1/executors, /v1/pipeline, /v1/state) on the control port,
+and stops at a batch boundary on SIGTERM. A run that fails (at start, or a
 query later) also leaves its error, with the node path, as the container's termination message, which the
 operator puts in the StreamingApp's status.
 """
