@@ -69,7 +69,8 @@ def kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     try:
         kind_run("create", "cluster", f"--kubeconfig={kubeconfig}", f"--config={KIND_CONFIG}", "--wait=180s")
         assert image_builder().main([]) == 0, "building the images failed (output above)"
-        for image in (images.operator, images.spark):
+        subprocess.run(["docker", "tag", images.spark, images.spark_next], check=True, timeout=60)
+        for image in (images.operator, images.spark, images.spark_next):
             kind_run("load", "docker-image", image)
         yield Target(kubeconfig, kubectl_runner(kubectl, kubeconfig), Helm(helm, kubeconfig, work / "helm"))
     finally:

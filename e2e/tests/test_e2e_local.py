@@ -82,6 +82,8 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
     try:
         plane.start()
         node.start()
+        images = Images.release()
+        tag_image(node, images.spark, images.spark_next)
         kafka.start()  # on the node address, which exists while the node runs
         checkpoints = work / "checkpoints"
         checkpoints.mkdir()
@@ -101,6 +103,15 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
     finally:
         stop(kafka, node, plane)
     assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "cluster processes survived the run"
+
+
+def tag_image(node: Node, image: str, alias: str) -> None:
+    """A second name for an image in the node's containerd: an image change that pulls nothing."""
+    names = node.ctr("images", "ls", "-q").stdout.split()
+    source = next((n for n in names if n == image or n.endswith(f"/{image}")), None)
+    if source is None:
+        raise ProvisionError(f"no image {image} in the node's containerd (it has {', '.join(names)})")
+    node.ctr("images", "tag", "--force", source, source[: -len(image)] + alias)
 
 
 def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:

@@ -181,12 +181,13 @@ def chart_version() -> str:
 class Images:
     operator: str
     spark: str
+    spark_next: str  # the Spark image under a second name: an image change (the fenced handover step)
 
     @classmethod
     def release(cls, version: str | None = None) -> Images:
-        """The tags `make images` builds."""
+        """The tags `make images` builds, and the second name the cluster fixture gives the Spark image."""
         version = version or chart_version()
-        return cls(f"sluice/operator:{version}", f"sluice/spark:{version}")
+        return cls(f"sluice/operator:{version}", f"sluice/spark:{version}", f"sluice/spark:{version}-next")
 
     def chart_values(self) -> dict[str, Any]:
         repository, _, tag = self.operator.rpartition(":")
@@ -502,6 +503,7 @@ class PacedLoad:
     def __init__(self, kafka: KafkaAccess, topic: str, words: Sequence[str] = ("ant", "bee", "cat", "dog", "eel")):
         self.kafka, self.topic, self.words = kafka, topic, list(words)
         self.sent: Counter[str] = Counter()
+        self.next_word = 0  # round robin across bursts: a burst of 2 must not always send the first 2 words
         self.rate = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="paced-load", daemon=True)
@@ -513,7 +515,8 @@ class PacedLoad:
         return self
 
     def burst(self, count: int) -> None:
-        values = [self.words[i % len(self.words)] for i in range(count)]
+        values = [self.words[(self.next_word + i) % len(self.words)] for i in range(count)]
+        self.next_word = (self.next_word + count) % len(self.words)
         self.kafka.produce(self.topic, values)
         self.sent.update(values)
 
@@ -667,10 +670,11 @@ class E2ESuite:
         "hot_swap",
         "rollback",
         "operator_killed_mid_rollout",
-        *(("checkpoint_migration",) if os.environ.get("SLUICE_E2E_MIGRATION") == "1" else ()),
         "autoscale",
         "driver_killed",
         "suspend_resume",
+        "fenced_handover",  # after the steps that name the app's driver after the app
+        *(("checkpoint_migration",) if os.environ.get("SLUICE_E2E_MIGRATION") == "1" else ()),
         "uninstall",
     )
 
@@ -709,6 +713,11 @@ class E2ESuite:
             ),
             ("logs", "-n", self.release_namespace, f"deployment/{self.release}", "--tail=60"),
         ]
+        if self.app:  # a stalled app's driver is not a troubled pod: its queries' progress and recent log
+            pod = f"{self.driver_name()}-driver"
+            proxy = f"/api/v1/namespaces/{self.apps_namespace}/pods/{pod}:9090/proxy"
+            commands.append(("get", "--raw", f"{proxy}/v1/status"))
+            commands.append(("logs", "-n", self.apps_namespace, pod, "--tail=150"))
         for namespace, pod in self.troubled_pods():
             commands.append(("logs", "-n", namespace, pod, "--all-containers", "--tail=80"))
             commands.append(("logs", "-n", namespace, pod, "--all-containers", "--previous", "--tail=40"))
@@ -741,7 +750,12 @@ class E2ESuite:
         return (self.target.get("streamingapp", self.app_name, self.apps_namespace) or {}).get("status") or {}
 
     def spark_application(self) -> dict[str, Any] | None:
-        return self.target.get("sparkapplication", self.app_name, self.apps_namespace)
+        return self.target.get("sparkapplication", self.driver_name(), self.apps_namespace)
+
+    def driver_name(self, app: str | None = None) -> str:
+        """The SparkApplication of the app's driver: named after the app until a fenced handover hands over."""
+        app = app or self.app_name
+        return self.app_status(app).get("driver") or app
 
     def running_executor_pods(self) -> list[str]:
         """The app's executor pods that are Running (Spark labels them spark-role=executor)."""
@@ -848,7 +862,11 @@ class E2ESuite:
         )["items"]
 
     def driver_pod(self, app: str | None = None) -> dict[str, Any]:
-        running = [p for p in self.driver_pods(app) if p["status"].get("phase") == "Running"]
+        running = [
+            p
+            for p in self.driver_pods(app)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
         assert len(running) == 1, f"expected one running driver pod, found {[p['metadata']['name'] for p in running]}"
         return running[0]
 
@@ -862,13 +880,13 @@ class E2ESuite:
 
     def driver_log_lines(self, logger: str, app: str | None = None) -> list[str]:
         """The driver's log lines from one of its Python loggers (the swap's and first batches' timings)."""
-        pod = f"{app or self.app_name}-driver"
+        pod = f"{self.driver_name(app)}-driver"
         text = self.target.kubectl("logs", "-n", self.apps_namespace, pod, check=False).stdout
         return [line for line in text.splitlines() if f" {logger} " in line]
 
     def driver_identity(self, app: str | None = None) -> dict[str, Any]:
         """What a restart would change: the driver pod, spark-operator's submissions, the queries' runs."""
-        spark = self.target.get("sparkapplication", app or self.app_name, self.apps_namespace) or {}
+        spark = self.target.get("sparkapplication", self.driver_name(app), self.apps_namespace) or {}
         queries = {q["name"]: (q["id"], q["runId"]) for q in self.driver_api("/v1/status", app)["queries"]}
         return {
             "driver_uid": self.driver_pod(app)["metadata"]["uid"],
@@ -1212,6 +1230,88 @@ class E2ESuite:
         self.expected["omega"] -= 20  # dropped by the new filter
         self.assert_counts()
 
+    def fenced_handover(self) -> None:
+        """An image change while words stream in: a second driver (a SparkApplication of its own) starts on
+        standby, the app's driver drains at a batch boundary, the new one goes on from the same checkpoints and
+        becomes the app's driver, and the old one is deleted. Never two drivers writing (the old one drained
+        before the new one was activated), every count exact, the output's longest pause at most 15 s. The
+        operator is killed right after the change: its replacement carries the handover out."""
+        before = self.driver_identity()
+        old_driver, stable = self.driver_name(), self.status()["stableRevision"]
+        gaps = OutputGaps(self.kafka, SEEN).start()
+        words = ("eta", "theta", "iota")
+        load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
+        try:
+            time.sleep(30)  # the output's own longest pause before the change
+            started = time.monotonic()
+            self.patch_spec({"spark": {"image": self.images.spark_next}})
+            self.app["spec"]["spark"]["image"] = self.images.spark_next
+            self.kill_operator()
+            done = self.rollout_completed(stable, what="the fenced handover to complete")
+            took = time.monotonic() - started
+            time.sleep(15)
+        finally:
+            sent = load.stop()
+            gaps.stop()
+        self.expected.update(sent)
+        assert done["strategy"] == "fencedHandover", done
+        new_driver = self.driver_name()
+        assert new_driver == done["toDriver"] != old_driver, (new_driver, done)
+        wait_for(
+            lambda: self.target.get("sparkapplication", old_driver, self.apps_namespace) is None,
+            timeout=120,
+            what=f"the old driver's SparkApplication {old_driver} deleted",
+        )
+        wait_for(lambda: len(self.driver_pods()) == 1, timeout=180, what="the old driver pod gone")
+        after = self.driver_identity()
+        assert after["driver_uid"] != before["driver_uid"] and self.driver_pod()["spec"]["containers"][0][
+            "image"
+        ].endswith(self.images.spark_next)
+        for name, (checkpoint_id, _) in before["queries"].items():
+            assert after["queries"][name][0] == checkpoint_id, f"{name} goes on on its checkpoint"
+        events = self.app_events()
+        drained = [e for e in events if e["reason"] == "Drained" and old_driver in e["message"]]
+        activated = [e for e in events if e["reason"] == "Activated" and new_driver in e["message"]]
+        assert drained and activated, [(e["reason"], e["message"]) for e in events]
+        assert self.event_time(drained[-1]) <= self.event_time(activated[-1]), "the new driver ran before the drain"
+        self.assert_counts()
+        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in words)
+        assert copies == sent, "the stateless query's output across the handover: every word exactly once"
+        gap_before, gap_across = gaps.longest(until=started), gaps.longest(since=started - 2)
+        self.rollout_report["fencedHandover"] = {
+            "apply_to_complete_s": round(took, 1),
+            "output_gap_before_s": round(gap_before, 1),
+            "output_gap_across_s": round(gap_across, 1),
+            "drained": drained[-1]["message"],
+            "activated": activated[-1]["message"],
+            "message": done.get("message"),
+            "new_driver_log": [
+                line for line in self.driver_log_lines("sluice.runtime") if "first batch" in line or "state" in line
+            ],
+        }
+        assert gap_across <= 15.0, (
+            f"output paused {gap_across:.1f} s across the handover ({gap_before:.1f} s before); the new driver: "
+            + " | ".join(self.rollout_report["fencedHandover"]["new_driver_log"][:8])
+        )
+
+    def app_events(self) -> list[dict[str, Any]]:
+        """The app's events, oldest first."""
+        raw = self.target.kubectl(
+            "get",
+            "events",
+            "-n",
+            self.apps_namespace,
+            "--field-selector",
+            f"involvedObject.name={self.app_name},involvedObject.kind=StreamingApp",
+            "-o",
+            "json",
+        ).stdout
+        return sorted(json.loads(raw)["items"], key=self.event_time)
+
+    @staticmethod
+    def event_time(event: dict[str, Any]) -> str:
+        return event.get("eventTime") or event.get("lastTimestamp") or event.get("firstTimestamp") or ""
+
     def checkpoint_migration(self) -> None:
         """The window from 5 s to 10 s while words stream in: Spark cannot run the new window on the old state,
         so the query moves to a checkpoint of the new revision inside the same driver, from the old one's
@@ -1245,13 +1345,14 @@ class E2ESuite:
         assert self.status().get("checkpoints") == {"out": f"out@{done['toRevision']}"}
 
         ours = [(at, value) for at, value in self.kafka.consume_timed(LINES) if value in words]
-        last = max(at for at, _ in ours)
+        last = {word: max(at for at, value in ours if value == word) for word in words}
 
         def closed() -> dict[WindowResult, list[int]] | None:
+            """Once the 10 s window of each word's last record is out (each word's partition commits on its own)."""
             self.kafka.produce(LINES, ["flush"])
             got = results_by_window(self.kafka.consume(COUNTS), words)
-            last_windows = {w for size, start, w in got if size == 10_000 and start + size > last}
-            return got if last_windows == set(words) else None  # each word's partition commits on its own
+            out = {(word, start) for size, start, word in got if size == 10_000}
+            return got if all((word, at - at % 10_000) in out for word, at in last.items()) else None
 
         got = wait_for(closed, timeout=self.timeout, what="the 10 s windows of the last words", interval=3)
         old_ends = [start + size for size, start, _ in got if size == 5_000]
@@ -1343,10 +1444,15 @@ class E2ESuite:
         self.assert_counts()
 
     def uninstall(self) -> None:
+        driver = self.driver_name()  # after a handover not the app's name: read before the app goes
         self.target.kubectl(
             "delete", "streamingapp", self.app_name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
         )
-        wait_for(lambda: self.spark_application() is None, timeout=120, what="the driver to be collected")
+        wait_for(
+            lambda: self.target.get("sparkapplication", driver, self.apps_namespace) is None,
+            timeout=120,
+            what=f"the driver {driver} to be collected",
+        )
         self.target.helm("uninstall", self.release, "--namespace", self.release_namespace, "--wait")
         assert self.target.get("deployment", self.release, self.release_namespace) is None
         # Helm leaves CRDs in place: apps elsewhere survive an uninstall.
