@@ -674,7 +674,7 @@ class E2ESuite:
         "driver_killed",
         "suspend_resume",
         "fenced_handover",  # after the steps that name the app's driver after the app
-        *(("checkpoint_migration",) if os.environ.get("SLUICE_E2E_MIGRATION") == "1" else ()),
+        "checkpoint_migration",
         "uninstall",
     )
 
