@@ -106,7 +106,7 @@ def test_chart_crds_are_identical_to_crds_dir() -> None:
 
 
 def test_chart_app_version_is_the_sluice_version() -> None:
-    assert Images.release() == Images("sluice/operator:0.1.0", "sluice/spark:0.1.0")
+    assert Images.release() == Images("sluice/operator:0.1.0", "sluice/spark:0.1.0", "sluice/spark:0.1.0-next")
     assert yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())["appVersion"] == image_builder().version()
 
 

@@ -616,6 +616,11 @@ class Reconciler:
                 self._start_driver(owner, action, specs, stable_checkpoints, decision, recorded_driver)
             elif isinstance(action, Activate | Resume | Drain):
                 wanted: Literal["running", "drained"] = "drained" if isinstance(action, Drain) else "running"
+                if isinstance(action, Drain) and rollout is not None and action.driver == rollout.toDriver:
+                    # A new driver drained in a rollback: its runner config says standby before it is asked, so a
+                    # restart meanwhile does not start its queries beside the resumed one.
+                    back = StartDriver(action.driver, rollout.toRevision, standby=True, steps=())
+                    self._start_driver(owner, back, specs, stable_checkpoints, decision, recorded_driver, submit=False)
                 answer = self._set_driver_state(namespace, app, action.driver, wanted, drivers, events)
                 if answer is not None:
                     started = tuple(QueryFacts(name=q, revision=answer.revision, active=True) for q in answer.started)
@@ -636,9 +641,10 @@ class Reconciler:
         stable_checkpoints: dict[str, str],
         decision: Decision,
         recorded_driver: str,
+        submit: bool = True,
     ) -> None:
         """Ensure a handover's second driver: its runner ConfigMap (standby while the rollout's phase says so)
-        and its SparkApplication, submitted for the revision it runs."""
+        and (`submit`) its SparkApplication, submitted for the revision it runs."""
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
         if action.name == app_driver(decision.step.rollout, recorded_driver):
             return  # the app's own driver is one of its children
@@ -650,10 +656,10 @@ class Reconciler:
         standby = on_standby(rollout, action.name, recorded_driver, spec.updateStrategy.rollback.enabled)
         config = ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace), *folders, standby=standby)
         pin = ch.DriverPin(action.revision, action.revision)
-        for child in (
-            ch.runner_configmap(app, namespace, config, action.name),
-            ch.spark_application(app, namespace, spec, pin=pin, name=action.name),
-        ):
+        children = [ch.runner_configmap(app, namespace, config, action.name)]
+        if submit:
+            children.append(ch.spark_application(app, namespace, spec, pin=pin, name=action.name))
+        for child in children:
             _adopt(child, owner)
             self.apply(child)
 
