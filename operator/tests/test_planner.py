@@ -428,6 +428,9 @@ class _Cluster:
     def status(self, address: str) -> DriverStatus:
         raise DriverUnavailable("connection refused")
 
+    def _ask_driver(self, namespace: str, spark_status: dict) -> tuple:
+        return Reconciler._ask_driver(self, namespace, spark_status)  # type: ignore[arg-type]
+
 
 @pytest.mark.parametrize("state", ["FAILED", "FAILING", "RUNNING"])
 def test_observing_a_driver_that_does_not_answer_reads_its_pod(state):
@@ -435,5 +438,5 @@ def test_observing_a_driver_that_does_not_answer_reads_its_pod(state):
     pod["status"]["podIP"] = "10.0.0.9"
     spark_app = {"status": {"applicationState": {"state": state}, "driverInfo": {"podName": "app-driver"}}}
     obs = Observation()
-    Reconciler._observe(_Cluster(pod), spark_app, "ns", "app", obs)  # type: ignore[arg-type]
+    Reconciler._observe(_Cluster(pod), spark_app, "ns", obs)  # type: ignore[arg-type]
     assert (obs.spark_state, obs.driver, obs.driver_failure) == (state, None, f"driver {START_ERROR}")

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from sluice.pipelines.contract import Migration, RunnerConfig, StateResponse, SwapRequest, in_app
+from sluice.pipelines.contract import DriverStatus, Migration, RunnerConfig, StateResponse, SwapRequest, in_app
 
 from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable, SwapRefused
@@ -271,7 +271,7 @@ class Reconciler:
             self._ensure_control_secret(body)
         else:
             obs.topics_error, obs.topics_refused, obs.apply_error = self._last_full_errors(old_status)
-        self._observe(spark_app, namespace, app, obs)
+        self._observe(spark_app, namespace, obs)
         rollout = self._rollout(body, parsed, spark_app, obs, clock)
         desired = desired_state(
             app,
@@ -293,7 +293,7 @@ class Reconciler:
             self.apply(next(c for c in desired.children if c["metadata"]["name"] == runner))
         if rollout.driver_app is None and not parsed.suspend and full:
             spark_app = self._spark_application(namespace, rollout.driver)
-            self._observe(spark_app, namespace, app, obs)
+            self._observe(spark_app, namespace, obs)
         obs.rollout = rollout.condition
         if obs.driver is None and obs.driver_failure is None and not parsed.suspend:
             obs.driver_failure = last_driver_failure(old_status, rollout.pin.runs)
@@ -437,7 +437,7 @@ class Reconciler:
         except ResourceNotFoundError:
             return None
 
-    def _observe(self, spark_app: dict[str, Any] | None, namespace: str, app: str, obs: Observation) -> None:
+    def _observe(self, spark_app: dict[str, Any] | None, namespace: str, obs: Observation) -> None:
         if obs.suspended or spark_app is None:
             return
         status = spark_app.get("status") or {}
@@ -446,21 +446,31 @@ class Reconciler:
         executors = status.get("executorState") or {}
         if executors:
             obs.executors = sum(1 for s in executors.values() if s == "RUNNING")
-        pod_name = (status.get("driverInfo") or {}).get("podName")
-        if not pod_name:
+        if not (status.get("driverInfo") or {}).get("podName"):
             return
-        pod = self.get("v1", "Pod", namespace, pod_name)
-        pod_ip = ((pod or {}).get("status") or {}).get("podIP")
-        if (obs.spark_state or "").upper() == "RUNNING" and pod_ip:
-            address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
-            try:
-                obs.driver = self.driver_client.status(address)
-                obs.driver_address = address
-                return
-            except DriverUnavailable as exc:
-                obs.driver_error = str(exc)
-                log.debug("driver of %s/%s not available: %s", namespace, app, exc)
+        pod, answer, address, obs.driver_error = self._ask_driver(namespace, status)
+        if answer is not None:
+            obs.driver, obs.driver_address = answer, address
+            return
         obs.driver_failure = driver_failure(pod)  # not answering: failed at start, or its pod restarted
+
+    def _ask_driver(
+        self, namespace: str, spark_status: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, DriverStatus | None, str | None, str | None]:
+        """A SparkApplication's driver pod and, while spark-operator says it runs, its /v1/status: (pod, status,
+        control address, why it did not answer)."""
+        pod_name = (spark_status.get("driverInfo") or {}).get("podName")
+        pod = self.get("v1", "Pod", namespace, pod_name) if pod_name else None
+        pod_ip = ((pod or {}).get("status") or {}).get("podIP")
+        state = (spark_status.get("applicationState") or {}).get("state")
+        if (state or "").upper() != "RUNNING" or not pod_ip:
+            return pod, None, None, None
+        address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
+        try:
+            return pod, self.driver_client.status(address), address, None
+        except DriverUnavailable as exc:
+            log.debug("driver %s in %s not available: %s", pod_name, namespace, exc)
+            return pod, None, None, str(exc)
 
     # ---------------------------------------------------------------------------- rollouts
     def _rollout(
@@ -569,17 +579,9 @@ class Reconciler:
             return
         status = spark_app.get("status") or {}
         state = (status.get("applicationState") or {}).get("state")
-        answer = None
-        pod_name = (status.get("driverInfo") or {}).get("podName")
-        pod = self.get("v1", "Pod", namespace, pod_name) if pod_name else None
-        pod_ip = ((pod or {}).get("status") or {}).get("podIP")
-        if (state or "").upper() == "RUNNING" and pod_ip:
-            address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
-            try:
-                answer = self.driver_client.status(address)
-                drivers.addresses[name] = address
-            except DriverUnavailable as exc:
-                log.debug("driver %s/%s not available: %s", namespace, name, exc)
+        _, answer, address, _ = self._ask_driver(namespace, status)
+        if address is not None:
+            drivers.addresses[name] = address
         restarts = int(status.get("executionAttempts") or 0)
         drivers.facts[name] = driver_facts(name, submitted_revision(spark_app) or "", state, restarts, answer)
 

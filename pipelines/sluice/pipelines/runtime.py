@@ -221,14 +221,7 @@ class PipelineRun:
         written and no checkpoint is touched; a plan that fails here is logged and left to its first batch."""
         began = time.monotonic()
         since = int(time.time() * 1000) - WARM_UP_SECONDS * 1000
-        compiled = compile_pipeline(
-            self.spark,
-            config.pipeline,
-            bootstrap_servers=config.kafkaBootstrap,
-            prefix=self.pipeline_path,
-            app_name=config.app,
-            batch_since_ms=since,
-        )
+        compiled = self._plans(config, batch_since_ms=since)
         for plan in compiled.queries:
             try:
                 plan.df.write.format("noop").mode("overwrite").save()
@@ -312,19 +305,26 @@ class PipelineRun:
         )
         if problems:
             raise PipelineInvalid(problems)
-        compiled = compile_pipeline(
+        compiled = self._plans(config, starting_offsets=starting_offsets)
+        problems = streaming_problems(self.spark, compiled, config.pipeline, self.pipeline_path)
+        problems += real_time_slot_problems(self.spark, config.pipeline, self.pipeline_path, config.kafkaBootstrap)
+        if problems:
+            raise PipelineInvalid(problems)
+        return compiled
+
+    def _plans(
+        self, config: RunnerConfig, starting_offsets: dict[str, str] | None = None, batch_since_ms: int | None = None
+    ) -> CompiledPipeline:
+        """The config's pipeline compiled on this run's Spark (compile_pipeline's options), unchecked."""
+        return compile_pipeline(
             self.spark,
             config.pipeline,
             bootstrap_servers=config.kafkaBootstrap,
             prefix=self.pipeline_path,
             app_name=config.app,
             starting_offsets=starting_offsets,
+            batch_since_ms=batch_since_ms,
         )
-        problems = streaming_problems(self.spark, compiled, config.pipeline, self.pipeline_path)
-        problems += real_time_slot_problems(self.spark, config.pipeline, self.pipeline_path, config.kafkaBootstrap)
-        if problems:
-            raise PipelineInvalid(problems)
-        return compiled
 
     def checkpoint_of(self, query: str) -> str:
         """Where the query's checkpoint is in the revision that runs (a dead-letter query asks each batch)."""
