@@ -138,7 +138,8 @@ def test_step(suite: E2ESuite, step: str) -> None:
     finally:
         rollout = (ROLLOUT_REPORT, suite.rollout_report)
         reports = {"autoscale": (REPORT, suite.autoscale_report), "hot_swap": rollout, "rollback": rollout}
-        reports["operator_killed_mid_rollout"] = reports["checkpoint_migration"] = rollout
+        for rollout_step in ("operator_killed_mid_rollout", "fenced_handover", "checkpoint_migration"):
+            reports[rollout_step] = rollout
         reports["driver_killed"] = (DRIVER_KILL_REPORT, suite.driver_kill_report)
         if step in reports:  # the figures, for the record (also of a failed run)
             path, report = reports[step]

@@ -41,6 +41,10 @@ ERROR_COLUMN = "_sluice_error"
 CORRUPT_COLUMN = "_sluice_corrupt"
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 ISOLATION_LEVELS = {"readCommitted": "read_committed", "readUncommitted": "read_uncommitted"}
+# A task reads offsets that exist, yet near a live topic's end each poll took the consumer's fetch.max.wait.ms
+# (500 ms by default): micro-batches read in 420 ms instead of 100 ms (a paced topic, local[2]). A source's
+# options."kafka.fetch.max.wait.ms" overrides it.
+SOURCE_FETCH_MAX_WAIT_MS = 10
 JOIN_WINDOW = "_sluice_window_start"  # each side's window in a sameWindow join
 DEAD_LETTER_QUERY_SUFFIX = "-dead-letters"  # a source's dead letter query is named <source>-dead-letters
 WINDOW_TIME = "window_time"  # a windowed aggregation's output column holding its event time
@@ -118,6 +122,33 @@ def reach_column(i: int) -> str:
 class CompiledPipeline:
     queries: list[QueryPlan] = field(default_factory=list)
     sources: dict[str, FromKafka] = field(default_factory=dict)
+
+
+def kafka_source_options(
+    src: FromKafka, bootstrap: str, starting_offsets: str, batch_since_ms: int | None = None
+) -> dict[str, str]:
+    """The Spark Kafka source's options for a fromKafka node: sluice's defaults under the node's own options.
+    batch_since_ms: a batch read of the records since then (a standby driver's warm-up), not a stream."""
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "kafka.isolation.level": ISOLATION_LEVELS[src.isolationLevel],
+        "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_MAX_WAIT_MS),
+        "includeHeaders": str("headers" in src.metadata).lower(),
+    }
+    if batch_since_ms is not None:  # a partition with no record that late is read from its end: nothing
+        options |= {
+            "startingTimestamp": str(batch_since_ms),
+            "endingOffsets": "latest",
+            "startingOffsetsByTimestampStrategy": "latest",
+        }
+    else:
+        options["startingOffsets"] = starting_offsets
+        if src.maxRecordsPerTrigger:
+            options["maxOffsetsPerTrigger"] = str(src.maxRecordsPerTrigger)
+    options |= {"subscribe": src.topic} if src.topic else {"subscribePattern": str(src.pattern)}
+    if src.minPartitions:
+        options["minPartitions"] = str(src.minPartitions)
+    return options | src.options
 
 
 class Compiler:
@@ -214,27 +245,14 @@ class Compiler:
                 "fromKafka.bootstrapServers or --bootstrap-servers",
                 "bootstrapServers",
             )
-        batch = self.batch_since_ms is not None
-        reader = (
-            (self.spark.read if batch else self.spark.readStream)
-            .format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("kafka.isolation.level", ISOLATION_LEVELS[src.isolationLevel])
-            .option("includeHeaders", str("headers" in src.metadata).lower())
+        options = kafka_source_options(
+            src,
+            bootstrap,
+            self.starting_offsets.get(node.name, src.startingOffsets),
+            batch_since_ms=self.batch_since_ms,
         )
-        if batch:  # a partition with no record that late is read from its end: nothing
-            reader = reader.option("startingTimestamp", str(self.batch_since_ms)).option("endingOffsets", "latest")
-            reader = reader.option("startingOffsetsByTimestampStrategy", "latest")
-        else:
-            reader = reader.option("startingOffsets", self.starting_offsets.get(node.name, src.startingOffsets))
-        reader = reader.option("subscribe", src.topic) if src.topic else reader.option("subscribePattern", src.pattern)
-        if src.maxRecordsPerTrigger and not batch:
-            reader = reader.option("maxOffsetsPerTrigger", src.maxRecordsPerTrigger)
-        if src.minPartitions:
-            reader = reader.option("minPartitions", src.minPartitions)
-        for key, value in src.options.items():
-            reader = reader.option(key, value)
-        return reader.load()
+        reader = self.spark.read if self.batch_since_ms is not None else self.spark.readStream
+        return reader.format("kafka").options(**options).load()
 
     def _read_kafka(self, node: Node, src: FromKafka) -> SourceRecords:
         raw = self.source_frames(node) if self.source_frames is not None else self._kafka_frame(node, src)

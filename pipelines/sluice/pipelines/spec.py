@@ -133,7 +133,11 @@ class FromKafka(Strict):
     maxRecordsPerTrigger: int | None = Field(None, ge=1)
     minPartitions: int | None = Field(None, ge=1, description="Split Kafka partitions into more Spark tasks.")
     bootstrapServers: str | None = Field(None, description="Overrides the app's Kafka for this source.")
-    options: dict[str, str] = Field(default_factory=dict, description="Extra Spark Kafka source options.")
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark Kafka source options (kafka.* go to the consumers; sluice sets "
+        "kafka.fetch.max.wait.ms to 10).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> FromKafka:

@@ -1,0 +1,42 @@
+"""The Kafka source's options come from one place: sluice's defaults under the node's own options."""
+
+from __future__ import annotations
+
+from sluice.pipelines.compiler import SOURCE_FETCH_MAX_WAIT_MS, kafka_source_options
+from sluice.pipelines.spec import FromKafka
+
+
+def test_a_stream_reads_with_a_short_fetch_wait_and_the_nodes_settings() -> None:
+    src = FromKafka(topic="lines", maxRecordsPerTrigger=1000, minPartitions=8, metadata=["headers"])
+    options = kafka_source_options(src, "kafka:9092", "earliest")
+    assert options == {
+        "kafka.bootstrap.servers": "kafka:9092",
+        "kafka.isolation.level": "read_committed",
+        "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_MAX_WAIT_MS),
+        "includeHeaders": "true",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "1000",
+        "subscribe": "lines",
+        "minPartitions": "8",
+    }
+
+
+def test_the_nodes_own_options_win() -> None:
+    src = FromKafka(
+        pattern="lines-.*",
+        isolationLevel="readUncommitted",
+        options={"kafka.fetch.max.wait.ms": "500", "failOnDataLoss": "false"},
+    )
+    options = kafka_source_options(src, "kafka:9092", "latest")
+    assert options["kafka.fetch.max.wait.ms"] == "500"
+    assert options["failOnDataLoss"] == "false"
+    assert options["subscribePattern"] == "lines-.*" and "subscribe" not in options
+    assert options["kafka.isolation.level"] == "read_uncommitted"
+
+
+def test_a_warm_up_reads_the_records_since_a_time_as_a_batch() -> None:
+    src = FromKafka(topic="lines", maxRecordsPerTrigger=1000)
+    options = kafka_source_options(src, "kafka:9092", "earliest", batch_since_ms=1_700_000_000_000)
+    assert options["startingTimestamp"] == "1700000000000"
+    assert options["endingOffsets"] == "latest"
+    assert "startingOffsets" not in options and "maxOffsetsPerTrigger" not in options
