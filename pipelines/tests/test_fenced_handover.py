@@ -151,3 +151,22 @@ def test_a_standby_driver_takes_over_from_a_drained_one_exactly_once(
         log.close()
         server.stop()
         old.stop()
+
+
+def test_a_drain_stops_the_dead_letter_queries_before_the_queries_they_wait_for() -> None:
+    class Query:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    stopped: list[str] = []
+    lock = threading.Lock()
+
+    def stop(query: Query) -> None:
+        time.sleep(0.05 if query.name == "seen" else 0)
+        with lock:
+            stopped.append(query.name)
+
+    queries = [Query("out"), Query("seen"), Query("lines-dead-letters"), Query("clicks-dead-letters")]
+    PipelineRun._stop_all(queries, stop)  # type: ignore[arg-type]
+    assert sorted(stopped[:2]) == ["clicks-dead-letters", "lines-dead-letters"]
+    assert sorted(stopped[2:]) == ["out", "seen"]

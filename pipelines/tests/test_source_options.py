@@ -34,9 +34,9 @@ def test_the_nodes_own_options_win() -> None:
     assert options["kafka.isolation.level"] == "read_uncommitted"
 
 
-def test_a_warm_up_reads_the_records_since_a_time_as_a_batch() -> None:
+def test_a_warm_up_streams_from_the_records_of_a_time() -> None:
     src = FromKafka(topic="lines", maxRecordsPerTrigger=1000)
-    options = kafka_source_options(src, "kafka:9092", "earliest", batch_since_ms=1_700_000_000_000)
+    options = kafka_source_options(src, "kafka:9092", "earliest", since_ms=1_700_000_000_000)
     assert options["startingTimestamp"] == "1700000000000"
-    assert options["endingOffsets"] == "latest"
-    assert "startingOffsets" not in options and "maxOffsetsPerTrigger" not in options
+    assert options["startingOffsetsByTimestampStrategy"] == "latest"
+    assert "startingOffsets" not in options and options["maxOffsetsPerTrigger"] == "1000"

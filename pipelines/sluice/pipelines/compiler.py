@@ -125,26 +125,22 @@ class CompiledPipeline:
 
 
 def kafka_source_options(
-    src: FromKafka, bootstrap: str, starting_offsets: str, batch_since_ms: int | None = None
+    src: FromKafka, bootstrap: str, starting_offsets: str, since_ms: int | None = None
 ) -> dict[str, str]:
     """The Spark Kafka source's options for a fromKafka node: sluice's defaults under the node's own options.
-    batch_since_ms: a batch read of the records since then (a standby driver's warm-up), not a stream."""
+    since_ms: the stream starts at the records of that time (a standby driver's warm-up), not at its offsets."""
     options = {
         "kafka.bootstrap.servers": bootstrap,
         "kafka.isolation.level": ISOLATION_LEVELS[src.isolationLevel],
         "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_MAX_WAIT_MS),
         "includeHeaders": str("headers" in src.metadata).lower(),
     }
-    if batch_since_ms is not None:  # a partition with no record that late is read from its end: nothing
-        options |= {
-            "startingTimestamp": str(batch_since_ms),
-            "endingOffsets": "latest",
-            "startingOffsetsByTimestampStrategy": "latest",
-        }
+    if since_ms is not None:  # a partition with no record that late starts at its end
+        options |= {"startingTimestamp": str(since_ms), "startingOffsetsByTimestampStrategy": "latest"}
     else:
         options["startingOffsets"] = starting_offsets
-        if src.maxRecordsPerTrigger:
-            options["maxOffsetsPerTrigger"] = str(src.maxRecordsPerTrigger)
+    if src.maxRecordsPerTrigger:
+        options["maxOffsetsPerTrigger"] = str(src.maxRecordsPerTrigger)
     options |= {"subscribe": src.topic} if src.topic else {"subscribePattern": str(src.pattern)}
     if src.minPartitions:
         options["minPartitions"] = str(src.minPartitions)
@@ -162,10 +158,10 @@ class Compiler:
         app_name: str = "app",
         source_frames: SourceFrames | None = None,
         starting_offsets: Mapping[str, str] | None = None,
-        batch_since_ms: int | None = None,
+        since_ms: int | None = None,
     ) -> None:
         self.spark = spark
-        self.batch_since_ms = batch_since_ms  # batch plans over the sources' records since then (a warm-up)
+        self.since_ms = since_ms  # streams from the sources' records since then, not from their offsets (a warm-up)
         self.source_frames = source_frames
         self.starting_offsets = dict(starting_offsets or {})  # source node -> startingOffsets, over the spec's
         self.spec = spec
@@ -249,10 +245,9 @@ class Compiler:
             src,
             bootstrap,
             self.starting_offsets.get(node.name, src.startingOffsets),
-            batch_since_ms=self.batch_since_ms,
+            since_ms=self.since_ms,
         )
-        reader = self.spark.read if self.batch_since_ms is not None else self.spark.readStream
-        return reader.format("kafka").options(**options).load()
+        return self.spark.readStream.format("kafka").options(**options).load()
 
     def _read_kafka(self, node: Node, src: FromKafka) -> SourceRecords:
         raw = self.source_frames(node) if self.source_frames is not None else self._kafka_frame(node, src)
@@ -690,11 +685,10 @@ def compile_pipeline(
     app_name: str = "app",
     source_frames: SourceFrames | None = None,
     starting_offsets: Mapping[str, str] | None = None,
-    batch_since_ms: int | None = None,
+    since_ms: int | None = None,
 ) -> CompiledPipeline:
     """`starting_offsets`: source node name -> Spark's startingOffsets, instead of the spec's (a migrated query's
-    first batch). `batch_since_ms`: batch plans instead of streams, over the Kafka records from that time to the
-    end (a standby driver's warm-up)."""
+    first batch). `since_ms`: the Kafka streams start at the records of that time (a standby driver's warm-up)."""
     return Compiler(
         spark,
         spec,
@@ -703,7 +697,7 @@ def compile_pipeline(
         app_name=app_name,
         source_frames=source_frames,
         starting_offsets=starting_offsets,
-        batch_since_ms=batch_since_ms,
+        since_ms=since_ms,
     ).compile()
 
 

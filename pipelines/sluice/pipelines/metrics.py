@@ -200,14 +200,19 @@ def _number(value: Any) -> float:
 class ProgressListener(StreamingQueryListener):
     """Forwards every query progress (as the JSON dict Spark logs) to the callbacks."""
 
-    def __init__(self, *callbacks: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(
+        self, *callbacks: Callable[[dict[str, Any]], None], ignored: Callable[[dict[str, Any]], bool] | None = None
+    ) -> None:
         self.callbacks = callbacks
+        self.ignored = ignored
 
     def onQueryStarted(self, event) -> None:
         pass
 
     def onQueryProgress(self, event) -> None:
         progress = json.loads(event.progress.json)
+        if self.ignored is not None and self.ignored(progress):
+            return
         for callback in self.callbacks:
             callback(progress)
 

@@ -269,6 +269,24 @@ def start_query(
         return writer.start()
 
 
+WARM_UP_QUERY_PREFIX = "sluice-warm-up-"
+
+
+def start_warm_up_query(plan: QueryPlan, checkpoint: str) -> StreamingQuery:
+    """The plan's streaming query into Spark's noop sink, on a checkpoint of its own, over what its sources
+    hold as it starts (then it stops): the same code paths as its real first batch (state stores included)
+    without writing anything."""
+    writer = (
+        plan.df.writeStream.format("noop")
+        .trigger(availableNow=True)
+        .queryName(f"{WARM_UP_QUERY_PREFIX}{plan.name}")
+        .outputMode(plan.output_mode)
+        .option("checkpointLocation", checkpoint)
+    )
+    with query_conf(plan.df.sparkSession, STREAMING_QUERY_CONF):
+        return writer.start()
+
+
 def output_gate(plan: QueryPlan, cut_ms: int) -> Callable[[DataFrame], DataFrame]:
     """A per-batch step leaving out the rows final before `cut_ms` (windows that closed at or before it). Per
     micro-batch, on its output: on the streaming plan Spark pushes a filter on a window below the aggregation,

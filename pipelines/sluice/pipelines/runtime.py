@@ -12,7 +12,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,21 +21,22 @@ from pyspark.errors import AnalysisException, IllegalArgumentException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .compiler import CompiledPipeline, QueryPlan, compile_pipeline
+from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
 from .contract import QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
 from .handover import hand_over
 from .metrics import PipelineMetrics, ProgressListener
 from .plancheck import java_message, sink_path, streaming_problems
-from .queries import UnsupportedTrigger, start_query
+from .queries import WARM_UP_QUERY_PREFIX, UnsupportedTrigger, start_query, start_warm_up_query
 from .realtime import real_time_slot_problems
 from .sinks import release_kept_clients
-from .sinks.checkpoint_files import Handover, committed_batch
+from .sinks.checkpoint_files import Handover, committed_batch, delete_folder
 from .spec import PipelineSpec
 from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
 log = logging.getLogger("sluice.runtime")
 
 WARM_UP_SECONDS = 2  # of each source's latest records a standby driver runs its plans over
+WARM_UP_TIMEOUT_S = 60.0  # for all the warm-up queries
 
 
 def _import_sinks(_: int) -> int:
@@ -198,7 +199,11 @@ class PipelineRun:
     def start(self) -> PipelineRun:
         """Compile the pipeline and start its queries, or (config.standby) only compile it: set_state starts them."""
         compiled = self._compile(self.config)
-        self._listener = ProgressListener(self.metrics.record_progress, self._log_first_batch)
+        self._listener = ProgressListener(
+            self.metrics.record_progress,
+            self._log_first_batch,
+            ignored=lambda progress: str(progress.get("name")).startswith(WARM_UP_QUERY_PREFIX),
+        )
         self.spark.streams.addListener(self._listener)
         if self.config.standby:
             self._warm_up(self.config)
@@ -214,19 +219,28 @@ class PipelineRun:
         return self
 
     def _warm_up(self, config: RunnerConfig) -> None:
-        """What a cold driver's first batch pays (class loading, code generation, the executors' Kafka consumers
-        and Python workers: 18-30 s per query on the local cluster against 4-5 s warm), paid on standby: each
-        query's plan runs once as a batch over its sources' last WARM_UP_SECONDS of records into Spark's noop
-        sink, and a task on every executor slot starts a Python worker with the sinks imported. Nothing is
-        written and no checkpoint is touched; a plan that fails here is logged and left to its first batch."""
+        """What a cold driver's first batch pays (class loading, code generation, state stores, the executors'
+        Kafka consumers and Python workers: 18-30 s per query on the local cluster against 4-5 s warm), paid on
+        standby: each query's plan runs as a stream into Spark's noop sink, on a checkpoint of its own (deleted
+        after), over its sources' records of the last WARM_UP_SECONDS; and a task on every executor slot starts
+        a Python worker with the sinks imported. Nothing is written and the app's checkpoints are not touched;
+        a plan that fails here is logged and left to its first batch."""
         began = time.monotonic()
-        since = int(time.time() * 1000) - WARM_UP_SECONDS * 1000
-        compiled = self._plans(config, batch_since_ms=since)
+        folder = f"{config.checkpointRoot.rstrip('/')}/_warm-up-{config.revision}"
+        compiled = self._plans(config, since_ms=int(time.time() * 1000) - WARM_UP_SECONDS * 1000)
+        warming: list[StreamingQuery] = []
         for plan in compiled.queries:
             try:
-                plan.df.write.format("noop").mode("overwrite").save()
+                warming.append(start_warm_up_query(plan, f"{folder}/{plan.name}"))
             except Exception as exc:  # best effort: the query's first batch pays instead
                 log.warning("warm-up of query %s failed: %s", plan.name, error_summary(java_message(exc)))
+        deadline = time.monotonic() + WARM_UP_TIMEOUT_S
+        for query in warming:
+            if not query.awaitTermination(max(deadline - time.monotonic(), 0.001)):
+                query.stop()
+            if query.exception() is not None:
+                log.warning("warm-up of query %s failed: %s", query.name, error_summary(str(query.exception())))
+        delete_folder(self.spark, folder)
         slots = max(self.spark.sparkContext.defaultParallelism, 1)
         try:
             self.spark.sparkContext.parallelize(range(slots), slots).map(_import_sinks).collect()
@@ -278,9 +292,8 @@ class PipelineRun:
                 self._state = "running"
             elif state == "drained" and previous != "drained":
                 self._state = "draining"
-                stopping = list(self.queries)  # each at its own batch boundary, side by side: the pause is the longest
-                with ThreadPoolExecutor(max_workers=max(len(stopping), 1), thread_name_prefix="sluice-drain") as pool:
-                    list(pool.map(self._stop_query, stopping))
+                stopping = list(self.queries)
+                self._stop_all(stopping, self._stop_query)
                 stopped = [query.name for query in stopping]
                 release_kept_clients()
                 self._state = "drained"
@@ -313,7 +326,7 @@ class PipelineRun:
         return compiled
 
     def _plans(
-        self, config: RunnerConfig, starting_offsets: dict[str, str] | None = None, batch_since_ms: int | None = None
+        self, config: RunnerConfig, starting_offsets: dict[str, str] | None = None, since_ms: int | None = None
     ) -> CompiledPipeline:
         """The config's pipeline compiled on this run's Spark (compile_pipeline's options), unchecked."""
         return compile_pipeline(
@@ -323,7 +336,7 @@ class PipelineRun:
             prefix=self.pipeline_path,
             app_name=config.app,
             starting_offsets=starting_offsets,
-            batch_since_ms=batch_since_ms,
+            since_ms=since_ms,
         )
 
     def checkpoint_of(self, query: str) -> str:
@@ -556,6 +569,17 @@ class PipelineRun:
             self.queries.remove(query)
             self.query_revisions.pop(query.name, None)
 
+    @staticmethod
+    def _stop_all(queries: list[StreamingQuery], stop: Callable[[StreamingQuery], None]) -> None:
+        """Each query stopped at its own batch boundary, side by side (the pause is the longest), the dead-letter
+        queries first: a batch of theirs waits for the queries it checks to plan past its records, which a
+        stopped query never does (the drain then waited 30 s for that batch's boundary)."""
+        dead_letters = [q for q in queries if str(q.name).endswith(DEAD_LETTER_QUERY_SUFFIX)]
+        for group in (dead_letters, [q for q in queries if q not in dead_letters]):
+            if group:
+                with ThreadPoolExecutor(max_workers=len(group), thread_name_prefix="sluice-stop") as pool:
+                    list(pool.map(stop, group))
+
     def _log_first_batch(self, progress: dict[str, Any]) -> None:
         """A query run's first batch (after a start, a restart or a swap): what its pause was spent on."""
         if progress.get("runId") not in self._logged_runs:
@@ -653,9 +677,7 @@ class PipelineRun:
         """Stop every query, each between two micro-batches when it can be caught idle in time."""
         self._stopping.set()
         with self._changing:  # a swap under way ends first (none starts now): its queries are stopped too
-            # Dead-letter queries (started last) first: a batch of theirs may wait for a sink query to plan its next.
-            for query in reversed(self.queries):
-                self._stop_query(query, boundary_timeout, forget=False)
+            self._stop_all(list(self.queries), lambda query: self._stop_query(query, boundary_timeout, forget=False))
             release_kept_clients()  # exactly-once sinks writing from the driver keep their producers until now
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
