@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-autoscaler bench-operator faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
+.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-source-fetch bench-autoscaler bench-operator faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
 	operator crds clean
 
 help:
@@ -58,6 +58,9 @@ bench-delivery: $(STAMP) ## toKafka delivery exactlyOnce vs atLeastOnce: through
 faults: $(STAMP) ## the long fault runs (20 driver SIGKILLs, executor kills in commits, broker restarts, 1% malformed): .sluice/faults/
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest -m faults -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/tests/test_faults.py
+
+bench-source-fetch: $(STAMP) ## a Kafka source's batch read time at a live topic's end, sluice's fetch wait vs Java's default: .sluice/bench/source-fetch.json
+	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_source_fetch.py
 
 bench-autoscaler: $(STAMP) ## the autoscaler on a simulated plant: table, .sluice/bench/autoscaler.json and a PNG per scenario
 	flock /tmp/sluice-bench.lock $(PY) operator/bench/bench_autoscaler.py
