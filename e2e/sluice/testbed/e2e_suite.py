@@ -1123,7 +1123,7 @@ class E2ESuite:
     def hot_swap(self) -> None:
         """A filter change while words stream in: swapped inside the running driver (the same pod, no
         resubmission, the dead letter query never stops), the changed queries on their own checkpoints, every
-        count exact and none written twice, and the longest pause of the stateless output measured."""
+        count exact and none written twice, and the stateless output's longest pause across the swap at most 5 s."""
         before = self.driver_identity()
         stable = self.status()["stableRevision"]
         self.send(["zeta", "alpha"])  # zeta counts under the old filter
@@ -1173,9 +1173,9 @@ class E2ESuite:
             "message": done.get("message"),
             "driver_log": self.driver_log_lines("sluice.runtime"),
         }
-        # The pause the swap adds to the output: at most 5 s beyond the output's own longest gap before it (on
-        # the 2-core local cluster that gap alone is 4-5 s: three queries share one executor core).
-        assert gap_across <= gap_before + 5.0, (
+        # The issue's bound: the output's longest pause across the swap at most 5 s (1.7 s before it, 2.3 s across
+        # it on the 2-core local cluster, since Kafka reads stopped waiting 500 ms per poll).
+        assert gap_across <= 5.0, (
             f"output paused {gap_across:.1f} s across the hot swap, {gap_before:.1f} s at most before it; the "
             "driver's swap: " + " | ".join(self.rollout_report["hotSwap"]["driver_log"][-8:])
         )
