@@ -23,8 +23,8 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from sluice.pipelines.compiler import SOURCE_FETCH_MAX_WAIT_MS, kafka_source_options
-from sluice.pipelines.spec import FromKafka
+from sluice.pipelines.compiler import kafka_source_options
+from sluice.pipelines.spec import SOURCE_FETCH_MAX_WAIT_MS, FromKafka
 from sluice.testbed.common import REPO_ROOT
 
 pytestmark = pytest.mark.bench

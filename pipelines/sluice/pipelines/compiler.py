@@ -22,6 +22,7 @@ from .metrics import OBSERVED_QUALITY
 from .sinks.kafka import kafka_record
 from .spec import (
     SINK_OPS,
+    SOURCE_FETCH_MAX_WAIT_MS,
     DeadLetter,
     FromKafka,
     Join,
@@ -41,10 +42,6 @@ ERROR_COLUMN = "_sluice_error"
 CORRUPT_COLUMN = "_sluice_corrupt"
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 ISOLATION_LEVELS = {"readCommitted": "read_committed", "readUncommitted": "read_uncommitted"}
-# A task reads offsets that exist, yet near a live topic's end each poll took the consumer's fetch.max.wait.ms
-# (500 ms by default): a paced topic's micro-batches read in 252-328 ms instead of 65-124 ms (make
-# bench-source-fetch). A source's options."kafka.fetch.max.wait.ms" overrides it.
-SOURCE_FETCH_MAX_WAIT_MS = 10
 JOIN_WINDOW = "_sluice_window_start"  # each side's window in a sameWindow join
 DEAD_LETTER_QUERY_SUFFIX = "-dead-letters"  # a source's dead letter query is named <source>-dead-letters
 WINDOW_TIME = "window_time"  # a windowed aggregation's output column holding its event time
