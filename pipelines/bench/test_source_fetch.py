@@ -1,8 +1,8 @@
 """Benchmark: a Kafka source's micro-batch read time at a live topic's end, with sluice's fetch.max.wait.ms
 (10 ms) against the Java client's default (500 ms).
 
-A producer thread writes SLUICE_BENCH_FETCH_RATE records/s (default 20) round-robin to a fresh topic of 4
-partitions while a query reads it with the source options sluice compiles (`kafka_source_options`), into
+A paced producer (bench_workload's) writes SLUICE_BENCH_FETCH_RATE records/s (default 20) round-robin to a fresh
+topic of 4 partitions while a query reads it with the source options sluice compiles (`kafka_source_options`), into
 Spark's noop sink, trigger 1 s, for SLUICE_BENCH_FETCH_SECONDS (default 40). The two settings alternate
 (sluice, Java default, sluice, Java default), each on a fresh topic. Per run: the median addBatch and batch
 time of the batches that read records (the first 5 left out: a cold start). Every record written must have
@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import threading
 import time
 from typing import Any
 
 import pytest
 from bench_report import write_json
-from confluent_kafka import Producer
+from bench_workload import PacedProducer
 from rich.console import Console
 from rich.table import Table
 
@@ -37,43 +36,12 @@ OUTPUT = REPO_ROOT / ".sluice" / "bench" / "source-fetch.json"
 SETTINGS = {"sluice": {}, "java-default": {"kafka.fetch.max.wait.ms": "500"}}
 
 
-class PacedWords:
-    """RATE records/s, spread over the partitions, until stopped; counts what was delivered."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.topic = topic
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        began = time.monotonic()
-        while not self._stop.is_set():
-            self.producer.produce(self.topic, value=f"word{self.sent % 50}".encode(), partition=self.sent % PARTITIONS)
-            self.sent += 1
-            self.producer.poll(0)
-            time.sleep(max(0.0, began + self.sent / RATE - time.monotonic()))
-
-    def start(self) -> PacedWords:
-        self._thread.start()
-        return self
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        assert self.producer.flush(30) == 0, "the paced producer could not deliver everything"
-        return self.sent
-
-
 def run_once(spark, bootstrap: str, topic: str, options: dict[str, str]) -> dict[str, Any]:
     source = FromKafka(topic=topic, startingOffsets="earliest", options=options)
     frame = spark.readStream.format("kafka").options(**kafka_source_options(source, bootstrap, "earliest")).load()
     query = frame.writeStream.format("noop").trigger(processingTime="1 second").start()
     try:
-        words = PacedWords(bootstrap, topic).start()
-        time.sleep(SECONDS)
-        sent = words.stop()
+        sent = PacedProducer(bootstrap, topic, PARTITIONS, RATE, SECONDS).start().result(SECONDS + 60).records
         deadline = time.monotonic() + 60
         while sum(p["numInputRows"] for p in query.recentProgress) < sent and time.monotonic() < deadline:
             time.sleep(0.5)
