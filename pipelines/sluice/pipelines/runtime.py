@@ -238,8 +238,9 @@ class PipelineRun:
         for query in warming:
             if not query.awaitTermination(max(deadline - time.monotonic(), 0.001)):
                 query.stop()
-            if query.exception() is not None:
-                log.warning("warm-up of query %s failed: %s", query.name, error_summary(str(query.exception())))
+            failure = query.exception()
+            if failure is not None:
+                log.warning("warm-up of query %s failed: %s", query.name, error_summary(str(failure)))
         delete_folder(self.spark, folder)
         slots = max(self.spark.sparkContext.defaultParallelism, 1)
         try:
