@@ -62,6 +62,9 @@ faults: $(STAMP) ## the long fault runs (20 driver SIGKILLs, executor kills in c
 bench-source-fetch: $(STAMP) ## a Kafka source's batch read time at a live topic's end, sluice's fetch wait vs Java's default: .sluice/bench/source-fetch.json
 	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_source_fetch.py
 
+bench-peers: $(STAMP) ## sluice beside hand-written/hand-tuned PySpark, PyFlink, Quix Streams, Bytewax and raw consumers on 3 workloads: .sluice/bench/peers.json, peers.png, docs/benchmarks.md
+	flock /tmp/sluice-bench.lock $(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_peers.py
+
 bench-autoscaler: $(STAMP) ## the autoscaler on a simulated plant: table, .sluice/bench/autoscaler.json and a PNG per scenario
 	flock /tmp/sluice-bench.lock $(PY) operator/bench/bench_autoscaler.py
 

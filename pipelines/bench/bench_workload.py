@@ -29,7 +29,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # Record timestamps of one partition: offsets (ascending) and their producer timestamps, in ms.
 PartitionTimes = tuple[array, array]
 
-_CONSUMER_CONF = {
+CONSUMER_CONF = {
     "enable.auto.commit": False,
     "fetch.max.bytes": 64 << 20,
     "max.partition.fetch.bytes": 16 << 20,
@@ -91,37 +91,48 @@ def _bulk_producer(bootstrap: str) -> Producer:
     )
 
 
-def _send(producer: Producer, topic: str, value: bytes, partition: int) -> None:
+def _send(producer: Producer, topic: str, value: bytes, partition: int, key: bytes | None = None) -> None:
     while True:
         try:
-            producer.produce(topic, value, partition=partition)
+            producer.produce(topic, value, key, partition=partition)
             return
         except BufferError:
             producer.poll(0.05)
 
 
+def record_key(partition: int, index: int) -> bytes:
+    """A keyed benchmark record's id: unique over the partitions of a topic."""
+    return str(partition * 10_000_000_000 + index).encode()
+
+
 def _prefill_partition(
-    bootstrap: str, topic: str, partition: int, count: int, seed: int, words_per_record: int
+    bootstrap: str, topic: str, partition: int, count: int, seed: int, words_per_record: int, keyed: bool
 ) -> dict[str, int]:
     values = word_stream(seed, count, words_per_record)
     producer = _bulk_producer(bootstrap)
-    for value in values:
-        _send(producer, topic, value, partition)
+    for index, value in enumerate(values):
+        _send(producer, topic, value, partition, record_key(partition, index) if keyed else None)
     if producer.flush(300):
         raise RuntimeError(f"prefill of {topic}[{partition}] did not finish")
     return decode_counts(Counter(word for value in values for word in value.split()))
 
 
 def prefill(
-    bootstrap: str, topic: str, partitions: int, records: int, seed: int = 1, words_per_record: int = 1
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    seed: int = 1,
+    words_per_record: int = 1,
+    keyed: bool = False,
 ) -> dict[str, int]:
-    """Write `records` records (words, or lines of words) spread evenly over the partitions; returns how
-    often each word was written.
+    """Write `records` records (words, or lines of words; `keyed`: with a unique id as key) spread evenly over
+    the partitions; returns how often each word was written.
 
     One spawned producer process per partition, as many at a time as there are cores.
     """
     shares = [records // partitions + (p < records % partitions) for p in range(partitions)]
-    jobs = [(bootstrap, topic, p, n, seed * 1_000 + p, words_per_record) for p, n in enumerate(shares)]
+    jobs = [(bootstrap, topic, p, n, seed * 1_000 + p, words_per_record, keyed) for p, n in enumerate(shares)]
     with _spawn().Pool(min(partitions, os.cpu_count() or 1)) as pool:
         per_partition = pool.starmap(_prefill_partition, jobs)
     total: Counter[str] = Counter()
@@ -147,7 +158,14 @@ class Paced:
 
 
 def _paced_produce(
-    bootstrap: str, topic: str, partitions: int, rate: float, seconds: float, seed: int, words_per_record: int
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    rate: float,
+    seconds: float,
+    seed: int,
+    words_per_record: int,
+    keyed: bool,
 ) -> Paced:
     total = int(rate * seconds)
     values = word_stream(seed, total, words_per_record)
@@ -157,7 +175,10 @@ def _paced_produce(
     while sent < total:
         due = min(total, int((time.time() - started) * rate) + 1)
         for value in values[sent:due]:
-            _send(producer, topic, value, sent % partitions)
+            partition = sent % partitions
+            _send(
+                producer, topic, value, partition, record_key(partition, seed * 1_000_000_000 + sent) if keyed else None
+            )
             sent += 1
         producer.poll(0)
         time.sleep(0.002)
@@ -179,8 +200,9 @@ class PacedProducer:
         seconds: float,
         seed: int = 7,
         words_per_record: int = 1,
+        keyed: bool = False,
     ) -> None:
-        self._args = (bootstrap, topic, partitions, rate, seconds, seed, words_per_record)
+        self._args = (bootstrap, topic, partitions, rate, seconds, seed, words_per_record, keyed)
         self._pool = _spawn().Pool(1)
         self._result = None
 
@@ -205,7 +227,7 @@ class PacedProducer:
 
 def _assigned_consumer(bootstrap: str, topic: str, conf: dict[str, Any] | None = None) -> tuple[Consumer, list[int]]:
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"sluice-bench-{time.time_ns()}", **_CONSUMER_CONF, **(conf or {})}
+        {"bootstrap.servers": bootstrap, "group.id": f"sluice-bench-{time.time_ns()}", **CONSUMER_CONF, **(conf or {})}
     )
     partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])

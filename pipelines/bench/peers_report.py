@@ -1,0 +1,158 @@
+"""The side-by-side benchmark's report: its targets, a chart (matplotlib) and docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+PEERS = ("pyflink", "quixstreams", "bytewax")
+SYSTEM_ORDER = ("limit", "hand-written", "hand-tuned", "sluice", "sluice-realtime", *PEERS)
+
+
+def _systems(results: dict[str, Any], workload: str) -> dict[str, dict[str, Any]]:
+    return results["workloads"].get(workload, {}).get("systems", {})
+
+
+def _rate(results: dict[str, Any], workload: str, system: str) -> float | None:
+    figure = _systems(results, workload).get(system, {}).get("records_per_s")
+    return figure if isinstance(figure, int | float) else None
+
+
+def ratio(results: dict[str, Any], workload: str, numerator: str, denominator: str) -> float | None:
+    top, bottom = _rate(results, workload, numerator), _rate(results, workload, denominator)
+    return top / bottom if top is not None and bottom else None
+
+
+def _target(label: str, value: float | None, minimum: float | None = None, maximum: float | None = None) -> dict:
+    met = value is not None and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    bound = f">= {_bound(minimum)}" if minimum is not None else f"<= {_bound(maximum)}"
+    return {"label": label, "value": None if value is None else round(value, 3), "bound": bound, "met": met}
+
+
+def _bound(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None and value >= 1000 else f"{value:g}"
+
+
+def targets_of(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets for this 2-core machine, each with its measured value and whether it is met."""
+    fc = "frequency-count"
+    found = [
+        _target("frequency count: sluice records/s", _rate(results, fc, "sluice"), minimum=1_500_000),
+        _target("frequency count: sluice / hand-written", ratio(results, fc, "sluice", "hand-written"), minimum=1.3),
+        _target("frequency count: sluice / hand-tuned", ratio(results, fc, "sluice", "hand-tuned"), minimum=1.0),
+    ]
+    for workload in results["workloads"]:
+        for peer in PEERS:
+            if peer in _systems(results, workload):
+                found.append(
+                    _target(f"{workload}: sluice / {peer}", ratio(results, workload, "sluice", peer), minimum=1.0)
+                )
+    p99 = _systems(results, "windowed-word-count").get("sluice", {}).get("p99_ms")
+    found.append(_target("windowed word count: sluice p99 ms (micro-batch, half load)", p99, maximum=1000))
+    p99 = _systems(results, "filter-projection").get("sluice-realtime", {}).get("p99_ms")
+    found.append(_target("filter-projection: sluice-realtime p99 ms (half load)", p99, maximum=100))
+    return found
+
+
+def ratios_of(results: dict[str, Any], workload: str) -> dict[str, float | None]:
+    names = [s for s in ("hand-written", "hand-tuned", "limit", *PEERS) if s in _systems(results, workload)]
+    found = {f"sluice / {name}": ratio(results, workload, "sluice", name) for name in names}
+    if "sluice-realtime" in _systems(results, workload):
+        found["sluice-realtime / hand-tuned"] = ratio(results, workload, "sluice-realtime", "hand-tuned")
+    return found
+
+
+def _ordered(systems: dict[str, Any]) -> list[str]:
+    return [s for s in SYSTEM_ORDER if s in systems] + [s for s in systems if s not in SYSTEM_ORDER]
+
+
+def render_chart(results: dict[str, Any], path: Path) -> Path:
+    """Per workload: throughput (records/s, log scale) and p50/p99 latency (ms, log scale) per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(results["workloads"])
+    figure, axes = plt.subplots(len(workloads), 2, figsize=(14, 4 * len(workloads)), squeeze=False)
+    for row, workload in enumerate(workloads):
+        systems = _systems(results, workload)
+        names = _ordered(systems)
+        rates = [systems[n]["records_per_s"] or 0 for n in names]
+        colors = ["tab:orange" if n.startswith("sluice") else "tab:gray" if n == "limit" else "tab:blue" for n in names]
+        throughput, latency = axes[row]
+        throughput.bar(names, rates, color=colors)
+        throughput.set_yscale("log")
+        throughput.set_title(f"{workload}: throughput (records/s, median of runs)")
+        for i, rate in enumerate(rates):
+            throughput.annotate(f"{rate / 1000:,.0f}k", (i, rate), ha="center", va="bottom", fontsize=8)
+        width = 0.4
+        p50 = [systems[n].get("p50_ms") or math.nan for n in names]
+        p99 = [systems[n].get("p99_ms") or math.nan for n in names]
+        latency.bar([i - width / 2 for i in range(len(names))], p50, width, label="p50", color="tab:green")
+        latency.bar([i + width / 2 for i in range(len(names))], p99, width, label="p99", color="tab:red")
+        latency.set_xticks(range(len(names)), names)
+        latency.set_yscale("log")
+        latency.set_title(f"{workload}: end-to-end latency at half load (ms)")
+        latency.legend()
+        for axis in (throughput, latency):
+            axis.tick_params(axis="x", labelrotation=30)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
+def _number(value: Any, unit: str = "") -> str:
+    if not isinstance(value, int | float) or math.isnan(value):
+        return "-"
+    return f"{value:,.0f}{unit}"
+
+
+def render_markdown(results: dict[str, Any], chart: str) -> str:
+    """docs/benchmarks.md: generated by `make bench-peers` from .sluice/bench/peers.json."""
+    setup, machine, versions = results["setup"], results["machine"], results["versions"]
+    lines = [
+        "# Benchmarks: sluice side by side",
+        "",
+        "Generated by `make bench-peers` (pipelines/bench/test_peers.py; its docstring has the method) from",
+        "`.sluice/bench/peers.json`; do not edit by hand. Chart: `.sluice/bench/" + chart + "` (not committed).",
+        "",
+        f"Machine: {machine['platform']}, {machine['cores']} cores, {machine['memory_gib']} GiB; one Kafka broker"
+        " (KRaft) on the same machine.",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+        f"Throughput: {setup['records']:,} words per run (records of one word, or lines of 5 for the windowed "
+        f"word count; a tenth for Quix Streams and Bytewax), {setup['partitions']} partitions; start-up taken out "
+        f"with a {setup['startup_records']:,}-record run before each; median of {setup['repeats']} runs. "
+        "Latency: at half of each system's own median throughput "
+        f"(at most {setup['latency_max_rate']:,.0f} records/s), {setup['latency_warmup']:g} s warm-up + "
+        f"{setup['latency_seconds']:g} s measured, producer timestamp to output visible to a read_committed "
+        "consumer.",
+        "",
+    ]
+    for workload, data in results["workloads"].items():
+        systems = data["systems"]
+        lines += [
+            f"## {workload}",
+            "",
+            "| system | records/s | runs | start-up run (s) | latency rate | p50 (ms) | p99 (ms) |",
+            "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
+        ]
+        for name in _ordered(systems):
+            s = systems[name]
+            runs = " / ".join(_number(r) for r in s["runs_records_per_s"])
+            startup = f"{s['startup_s']:.1f}" if s.get("startup_s") else "-"
+            lines.append(
+                f"| {name} | {_number(s['records_per_s'])} | {runs} | {startup} | {_number(s.get('latency_rate'))} "
+                f"| {_number(s.get('p50_ms'))} | {_number(s.get('p99_ms'))} |"
+            )
+        ratios = ratios_of(results, workload)
+        lines += ["", "Ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v is not None) + ".", ""]
+    lines += ["## Targets", "", "| target | measured | bound | |", "| --- | ---: | --- | --- |"]
+    for target in results.get("targets", []):
+        value = target["value"]
+        shown = "-" if value is None else f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+        lines.append(f"| {target['label']} | {shown} | {target['bound']} | {'met' if target['met'] else 'missed'} |")
+    return "\n".join(lines) + "\n"

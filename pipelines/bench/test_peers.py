@@ -1,0 +1,323 @@
+"""Benchmark: sluice side by side with the engines users would pick instead, in one run (`make bench-peers`).
+
+Workloads (peer_workloads.py): the frequency count, the windowed word count and a stateless filter +
+projection. Systems: `limit` (raw confluent-kafka consumers, one per core, reading the topic in parallel, no
+processing), `hand-written` (the jobs in plain PySpark with Spark's defaults), `hand-tuned` (the same with a
+Spark expert's settings), `sluice` (`sluice run` on the manifests in pipelines/bench/peers), `sluice-realtime`
+(real-time mode, stateless workload only), `pyflink`, `quixstreams`, `bytewax` (peers/*_job.py, each in its
+own virtualenv under ~/.cache/sluice/bench-peers). Every job runs as its own process with 2 cores' worth of
+parallelism, reads the same topic (4 partitions) and is checked: a wrong output fails the benchmark.
+
+Throughput. Per workload one prefilled topic of SLUICE_BENCH_PEERS_RECORDS words (default 6M: 6M records of
+one word, or 1.2M lines of 5 words for the windowed word count), and one of a tenth of it for the Python-native
+engines (Quix Streams, Bytewax), which would take many minutes per run otherwise. A run lasts from the job's
+launch until its output equals the reference (a read_committed consumer watches it). Start-up is taken out by
+a small run (SLUICE_BENCH_PEERS_STARTUP_RECORDS, default 10k) just before each measured one: records/s =
+(N - n) / (t(N) - t(n)). The figure is the median of SLUICE_BENCH_PEERS_REPEATS (default 3) such pairs, the
+systems' order alternating. The limit reads the full topic.
+
+Latency. For each system on fresh topics at half of its own median throughput (at most
+SLUICE_BENCH_LATENCY_MAX_RATE, default 50k records/s — one producer process): the job is started, primed
+until its first output, then a paced producer writes for SLUICE_BENCH_LATENCY_WARMUP +
+SLUICE_BENCH_LATENCY_SECONDS (default 5 + 20 s). Per record produced after the warm-up: from its producer
+timestamp until its effect is visible to the read_committed consumer (a count reaching its occurrence, or its
+projected record). The limit's latency is one consumer's arrival time.
+
+Outputs: .sluice/bench/peers.json ({"workloads": {NAME: {"systems": {SYSTEM: {"records_per_s", "p50_ms",
+"p99_ms", ...}}}}}), .sluice/bench/peers.png and docs/benchmarks.md (generated).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from bench_peers import (
+    LIMIT,
+    SYSTEMS,
+    Launch,
+    OutputWatch,
+    Running,
+    System,
+    checked,
+    input_records,
+    read_partitions,
+    reference_of,
+    run_job,
+)
+from bench_report import Latency, write_json
+from bench_workload import PacedProducer, _spawn, end_offsets, prefill, raw_consume_latencies
+from peer_workloads import WORKLOADS, Workload, latencies
+from peers_report import render_chart, render_markdown, targets_of
+from rich.console import Console
+
+from sluice.pipelines.local.kafka import KAFKA
+from sluice.testbed.common import REPO_ROOT
+
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(6 * 3600)]
+console = Console(width=max(Console().width, 120))
+PARTITIONS = 4
+
+
+@dataclass(frozen=True)
+class PeersConfig:
+    records: int
+    startup_records: int
+    repeats: int
+    latency_seconds: float
+    latency_warmup: float
+    latency_max_rate: float
+    systems: tuple[str, ...]
+    workloads: tuple[str, ...]
+    output: Path
+
+    @classmethod
+    def from_env(cls) -> PeersConfig:
+        env = os.environ.get
+        return cls(
+            records=int(env("SLUICE_BENCH_PEERS_RECORDS", "6000000")),
+            startup_records=int(env("SLUICE_BENCH_PEERS_STARTUP_RECORDS", "10000")),
+            repeats=int(env("SLUICE_BENCH_PEERS_REPEATS", "3")),
+            latency_seconds=float(env("SLUICE_BENCH_LATENCY_SECONDS", "20")),
+            latency_warmup=float(env("SLUICE_BENCH_LATENCY_WARMUP", "5")),
+            latency_max_rate=float(env("SLUICE_BENCH_LATENCY_MAX_RATE", "50000")),
+            systems=tuple(env("SLUICE_BENCH_PEERS_SYSTEMS", ",".join(s.name for s in SYSTEMS)).split(",")),
+            workloads=tuple(env("SLUICE_BENCH_PEERS_WORKLOADS", ",".join(WORKLOADS)).split(",")),
+            output=Path(env("SLUICE_BENCH_PEERS_OUTPUT", str(REPO_ROOT / ".sluice/bench/peers.json"))),
+        )
+
+    def __post_init__(self) -> None:
+        if self.records // 10 // max(w.words_per_record for w in WORKLOADS.values()) <= self.startup_records:
+            raise ValueError(
+                f"SLUICE_BENCH_PEERS_RECORDS ({self.records:,}) must be over 10x SLUICE_BENCH_PEERS_STARTUP_RECORDS "
+                f"({self.startup_records:,}): the Python-native engines read a tenth of it"
+            )
+
+    def records_for(self, system: System, workload: Workload) -> int:
+        """Records of the workload's throughput topic for this system: every workload has the same number of
+        words; a tenth of them for the Python-native engines."""
+        records = self.records // workload.words_per_record
+        return records // 10 if system.slow else records
+
+    def timeout(self, records: int) -> float:
+        return 180 + records / 5_000
+
+
+@dataclass
+class Figures:
+    runs_records_per_s: list[float] = field(default_factory=list)
+    startup_s: float | None = None
+    records: int = 0
+    latency: Latency | None = None
+    latency_rate: float | None = None
+    outputs: list[int] = field(default_factory=list)
+
+    @property
+    def records_per_s(self) -> float:
+        return statistics.median(self.runs_records_per_s)
+
+    def to_json(self) -> dict[str, Any]:
+        latency = self.latency
+        return {
+            "records_per_s": self.records_per_s,
+            "p50_ms": latency.p50_ms if latency else None,
+            "p99_ms": latency.p99_ms if latency else None,
+            "runs_records_per_s": self.runs_records_per_s,
+            "records": self.records,
+            "startup_s": self.startup_s,
+            "output_records": self.outputs,
+            "latency_rate": self.latency_rate,
+            "latency_records": latency.records if latency else None,
+            "max_ms": latency.max_ms if latency else None,
+        }
+
+
+class PeersBench:
+    def __init__(self, config: PeersConfig, bootstrap: str, new_topic: Callable[..., str], tmp: Path) -> None:
+        self.config = config
+        self.bootstrap = bootstrap
+        self.new_topic = new_topic
+        self.tmp = tmp
+        self.systems = [s for s in SYSTEMS if s.name in config.systems]
+        self._runs = 0
+
+    def launch(self, workload: Workload, source: str, name: str) -> Launch:
+        self._runs += 1
+        sink = self.new_topic(partitions=PARTITIONS, prefix=f"peers-{name}-out")
+        return Launch(workload, self.bootstrap, source, sink, self.tmp / f"{self._runs:03d}-{name}-{workload.name}")
+
+    def prefilled(self, workload: Workload, records: int, seed: int) -> tuple[str, Any]:
+        topic = self.new_topic(partitions=PARTITIONS, prefix=f"peers-{workload.name}")
+        started = time.perf_counter()
+        prefill(self.bootstrap, topic, PARTITIONS, records, seed, workload.words_per_record, workload.keyed)
+        reference = reference_of(workload, self.bootstrap, topic)
+        console.log(f"{topic}: {records:,} records written and read back in {time.perf_counter() - started:.1f}s")
+        return topic, reference
+
+    # ---------------------------------------------------------------------------------- throughput
+    def throughput(self, workload: Workload, figures: dict[str, Figures]) -> None:
+        systems = [s for s in self.systems if s.runs(workload)]
+        small = self.prefilled(workload, self.config.startup_records, seed=3)
+        sizes = sorted({self.config.records_for(s, workload) for s in systems})
+        topics = {n: self.prefilled(workload, n, seed=1) for n in sizes}
+        limit = figures.setdefault(LIMIT, Figures(records=max(sizes)))
+        for _ in range(self.config.repeats):
+            seconds = self.limit_seconds(topics[max(sizes)][0], max(sizes))
+            limit.runs_records_per_s.append(max(sizes) / seconds)
+        console.log(f"{workload.name}: {LIMIT}: {', '.join(f'{r:,.0f}' for r in limit.runs_records_per_s)} records/s")
+        startups: dict[str, list[float]] = {}
+        for repeat in range(self.config.repeats):
+            for system in systems if repeat % 2 == 0 else systems[::-1]:
+                records = self.config.records_for(system, workload)
+                startup = self.seconds(system, workload, *small)
+                seconds = self.seconds(system, workload, *topics[records])
+                assert seconds > startup, (
+                    f"{system.name}: {records:,} records took {seconds:.1f}s, no longer than the start-up run before "
+                    f"it ({startup:.1f}s): raise SLUICE_BENCH_PEERS_RECORDS"
+                )
+                rate = (records - self.config.startup_records) / (seconds - startup)
+                own = figures.setdefault(system.name, Figures(records=records))
+                own.runs_records_per_s.append(rate)
+                startups.setdefault(system.name, []).append(startup)
+                own.startup_s = statistics.median(startups[system.name])
+                console.log(
+                    f"{workload.name}: {system.name}: {records:,} records in {seconds:.1f}s, "
+                    f"{self.config.startup_records:,} in {startup:.1f}s -> {rate:,.0f} records/s"
+                )
+
+    def seconds(self, system: System, workload: Workload, topic: str, reference: Any) -> float:
+        launch = self.launch(workload, topic, system.name)
+        seconds, _ = run_job(system, launch, reference, self.config.timeout(reference.records))
+        return seconds
+
+    def limit_seconds(self, topic: str, records: int) -> float:
+        """One raw consumer per core, each on its share of the partitions, all at once."""
+        cores = os.cpu_count() or 2
+        partitions = sorted(end_offsets(self.bootstrap, topic))
+        shares = [(self.bootstrap, topic, partitions[i::cores]) for i in range(cores)]
+        with _spawn().Pool(cores) as pool:
+            pool.apply(time.sleep, (0,))  # the workers are up before the clock starts
+            started = time.perf_counter()
+            read = pool.starmap(read_partitions, shares)
+            seconds = time.perf_counter() - started
+        assert sum(read) == records, f"the limit read {sum(read):,} records of {records:,}"
+        return seconds
+
+    # -------------------------------------------------------------------------------------- latency
+    def rate(self, figures: Figures) -> float:
+        return min(self.config.latency_max_rate, 0.5 * figures.records_per_s)
+
+    def paced(self, workload: Workload, topic: str, rate: float, seed: int = 7) -> PacedProducer:
+        seconds = self.config.latency_warmup + self.config.latency_seconds
+        return PacedProducer(
+            self.bootstrap, topic, PARTITIONS, rate, seconds, seed, workload.words_per_record, workload.keyed
+        )
+
+    def latency(self, workload: Workload, figures: dict[str, Figures]) -> None:
+        limit = figures[LIMIT]
+        limit.latency_rate = self.rate(limit)
+        topic = self.new_topic(partitions=PARTITIONS, prefix=f"peers-{workload.name}-latency-limit")
+        paced = self.paced(workload, topic, limit.latency_rate).start()
+        stamps, lags, done = raw_consume_latencies(self.bootstrap, topic, paced, 600)
+        since = done.started_ms + self.config.latency_warmup * 1000
+        limit.latency = Latency.of([lag for ts, lag in zip(stamps, lags, strict=True) if ts >= since])
+        self.log_latency(workload, LIMIT, limit)
+        for system in self.systems:
+            if system.runs(workload):
+                self.system_latency(system, workload, figures[system.name])
+
+    def system_latency(self, system: System, workload: Workload, figures: Figures) -> None:
+        figures.latency_rate = rate = self.rate(figures)
+        topic = self.new_topic(partitions=PARTITIONS, prefix=f"peers-{workload.name}-latency")
+        launch = self.launch(workload, topic, f"{system.name}-latency")
+        watch = OutputWatch(self.bootstrap, launch.sink, keep_arrivals=True)
+        job = Running.start(system, launch)
+        try:
+            primer = self.paced(workload, topic, 100, seed=11)
+            primer.start().result(120)
+            job.wait(watch.first_output, 300, "no output for the first records")
+            paced = self.paced(workload, topic, rate).start().result(600)
+            inputs = [record for batch in input_records(self.bootstrap, topic) for record in batch]
+            reference = reference_of(workload, self.bootstrap, topic)
+            watch.expect(reference)
+            job.wait(watch.done, 300, "output not complete after the paced run")
+        finally:
+            job.stop()
+        watched = checked(system, launch, watch.finish())
+        since = paced.started_ms + self.config.latency_warmup * 1000
+        figures.latency = Latency.of(latencies(workload, inputs, watched.arrivals, since))
+        figures.outputs.append(watched.outputs)
+        self.log_latency(workload, system.name, figures)
+
+    @staticmethod
+    def log_latency(workload: Workload, name: str, figures: Figures) -> None:
+        latency = figures.latency
+        assert latency is not None and latency.records, f"{name}: no record in the measured window"
+        console.log(
+            f"{workload.name}: {name}: latency at {figures.latency_rate:,.0f} records/s over {latency.records:,} "
+            f"records: p50 {latency.p50_ms:,.0f} ms, p99 {latency.p99_ms:,.0f} ms, max {latency.max_ms:,.0f} ms"
+        )
+
+
+def versions() -> dict[str, str]:
+    return {
+        "pyspark": pyspark.__version__,
+        "kafka": KAFKA,
+        "apache-flink": "2.0.2 (flink-sql-connector-kafka 4.0.1-2.0)",
+        "quixstreams": "3.28.1",
+        "bytewax": "0.21.1",
+        "python": platform.python_version(),
+    }
+
+
+def test_peers(kafka_bootstrap, new_topic, tmp_path) -> None:
+    config = PeersConfig.from_env()
+    bench = PeersBench(config, kafka_bootstrap, new_topic, tmp_path)
+    results: dict[str, Any] = {
+        "setup": {
+            "records": config.records,
+            "words_python_engines": config.records // 10,
+            "startup_records": config.startup_records,
+            "repeats": config.repeats,
+            "partitions": PARTITIONS,
+            "latency_seconds": config.latency_seconds,
+            "latency_warmup": config.latency_warmup,
+            "latency_max_rate": config.latency_max_rate,
+            "command": "make bench-peers",
+        },
+        "machine": {"platform": platform.platform(), "cores": os.cpu_count(), "memory_gib": _memory_gib()},
+        "versions": versions(),
+        "workloads": {},
+    }
+    for name in config.workloads:
+        workload = WORKLOADS[name]
+        figures: dict[str, Figures] = {}
+        bench.throughput(workload, figures)
+        bench.latency(workload, figures)
+        results["workloads"][name] = {
+            "words_per_record": workload.words_per_record,
+            "systems": {system: f.to_json() for system, f in figures.items()},
+        }
+        write_json(config.output, results)  # what is measured so far survives a later failure
+    results["targets"] = targets_of(results)
+    write_json(config.output, results)
+    chart = render_chart(results, config.output.with_suffix(".png"))
+    docs = REPO_ROOT / "docs" / "benchmarks.md"
+    docs.parent.mkdir(exist_ok=True)
+    docs.write_text(render_markdown(results, chart.name))
+    for target in results["targets"]:
+        console.log(f"{'met ' if target['met'] else 'MISS'} {target['label']}: {target['value']}")
+    console.log(f"results: {config.output}, {chart}, {docs}")
+
+
+def _memory_gib() -> float:
+    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return round(pages * size / (1 << 30), 1)
