@@ -8,9 +8,9 @@ Spark expert's settings), `sluice` (`sluice run` on the manifests in pipelines/b
 own virtualenv under ~/.cache/sluice/bench-peers). Every job runs as its own process with 2 cores' worth of
 parallelism, reads the same topic (4 partitions) and is checked: a wrong output fails the benchmark.
 
-Throughput. Per workload one prefilled topic of SLUICE_BENCH_PEERS_RECORDS words (default 6M: 6M records of
-one word, or 1.2M lines of 5 words for the windowed word count), and one of a tenth of it for the Python-native
-engines (Quix Streams, Bytewax), which would take many minutes per run otherwise. A run lasts from the job's
+Throughput. Per workload one prefilled topic of SLUICE_BENCH_PEERS_RECORDS records (default 6M; the windowed
+word count's are lines of 5 words), and one of a tenth of it for the Python-native engines
+(Quix Streams, Bytewax), which would take many minutes per run otherwise. A run lasts from the job's
 launch until its output equals the reference (a read_committed consumer watches it). Start-up is taken out by
 a small run (SLUICE_BENCH_PEERS_STARTUP_RECORDS, default 10k) just before each measured one: records/s =
 (N - n) / (t(N) - t(n)). The figure is the median of SLUICE_BENCH_PEERS_REPEATS (default 3) such pairs, the
@@ -29,6 +29,7 @@ Outputs: .sluice/bench/peers.json ({"workloads": {NAME: {"systems": {SYSTEM: {"r
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -56,7 +57,7 @@ from bench_peers import (
 from bench_report import Latency, write_json
 from bench_workload import PacedProducer, _spawn, end_offsets, prefill, raw_consume_latencies
 from peer_workloads import WORKLOADS, Workload, latencies
-from peers_report import render_chart, render_markdown, targets_of
+from peers_report import publish, targets_of
 from rich.console import Console
 
 from sluice.pipelines.local.kafka import KAFKA
@@ -95,17 +96,15 @@ class PeersConfig:
         )
 
     def __post_init__(self) -> None:
-        if self.records // 10 // max(w.words_per_record for w in WORKLOADS.values()) <= self.startup_records:
+        if self.records // 10 <= self.startup_records:
             raise ValueError(
                 f"SLUICE_BENCH_PEERS_RECORDS ({self.records:,}) must be over 10x SLUICE_BENCH_PEERS_STARTUP_RECORDS "
                 f"({self.startup_records:,}): the Python-native engines read a tenth of it"
             )
 
     def records_for(self, system: System, workload: Workload) -> int:
-        """Records of the workload's throughput topic for this system: every workload has the same number of
-        words; a tenth of them for the Python-native engines."""
-        records = self.records // workload.words_per_record
-        return records // 10 if system.slow else records
+        """Records of the workload's throughput topic for this system: a tenth for the Python-native engines."""
+        return self.records // 10 if system.slow else self.records
 
     def timeout(self, records: int) -> float:
         return 180 + records / 5_000
@@ -284,7 +283,7 @@ def test_peers(kafka_bootstrap, new_topic, tmp_path) -> None:
     results: dict[str, Any] = {
         "setup": {
             "records": config.records,
-            "words_python_engines": config.records // 10,
+            "records_python_engines": config.records // 10,
             "startup_records": config.startup_records,
             "repeats": config.repeats,
             "partitions": PARTITIONS,
@@ -297,22 +296,24 @@ def test_peers(kafka_bootstrap, new_topic, tmp_path) -> None:
         "versions": versions(),
         "workloads": {},
     }
+    if config.output.exists():  # a run of some workloads keeps the others' last figures (each says when)
+        kept = json.loads(config.output.read_text()).get("workloads", {})
+        results["workloads"] = {name: data for name, data in kept.items() if name not in config.workloads}
     for name in config.workloads:
         workload = WORKLOADS[name]
         figures: dict[str, Figures] = {}
         bench.throughput(workload, figures)
         bench.latency(workload, figures)
         results["workloads"][name] = {
+            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "words_per_record": workload.words_per_record,
             "systems": {system: f.to_json() for system, f in figures.items()},
         }
         write_json(config.output, results)  # what is measured so far survives a later failure
     results["targets"] = targets_of(results)
     write_json(config.output, results)
-    chart = render_chart(results, config.output.with_suffix(".png"))
-    docs = REPO_ROOT / "docs" / "benchmarks.md"
-    docs.parent.mkdir(exist_ok=True)
-    docs.write_text(render_markdown(results, chart.name))
+    chart, docs = config.output.with_suffix(".png"), REPO_ROOT / "docs" / "benchmarks.md"
+    publish(results, docs, chart)
     for target in results["targets"]:
         console.log(f"{'met ' if target['met'] else 'MISS'} {target['label']}: {target['value']}")
     console.log(f"results: {config.output}, {chart}, {docs}")
