@@ -129,7 +129,7 @@ def _sluice(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 # a librdkafka log line ("%3|1795394669.768|FAIL|rdkafka#producer-4| ...").
 SPARK_NOISE = re.compile(
     r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR)|WARNING: Using incubator|\[Stage \d|"
-    r"Setting default log level|rdkafka#"
+    r"Setting default log level|rdkafka#|QueryContextLogger"
 )
 
 
@@ -260,6 +260,20 @@ def test_validate_cli_parses_sql_with_spark(tmp_path):
     assert result.returncode == 1
     assert "spec.pipeline.nodes[2].filter: bad SQL expression" in result.stdout
     assert_quiet_with_spark_log(result, tmp_path, "sluice-validate")
+
+
+def test_validate_cli_reports_what_spark_refuses_without_spark_s_log_lines(tmp_path):
+    manifest = yaml.safe_load((EXAMPLES / "wordcount.yaml").read_text())
+    nodes = manifest["spec"]["pipeline"]["nodes"]
+    nodes.insert(4, {"name": "rows", "inputs": ["counts"], "select": ["window.start AS start", "word"]})
+    nodes[5]["inputs"] = ["rows"]
+    path = tmp_path / "refused.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = _sluice("validate", str(path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "spec.pipeline.nodes[4].select: [UNRESOLVED_COLUMN" in result.stdout, result.stdout + result.stderr
+    log_file = assert_quiet_with_spark_log(result, tmp_path, "sluice-validate")
+    assert '"logger": "SQLQueryContextLogger"' in log_file.read_text()
 
 
 def test_validate_cli_reports_unreadable_yaml(tmp_path):

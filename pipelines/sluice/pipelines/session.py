@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -57,6 +58,18 @@ def _quiet_conf(log_file: Path, conf: Mapping[str, str]) -> dict[str, str]:
     return {"spark.ui.showConsoleProgress": "false", "spark.driver.extraJavaOptions": java_options}
 
 
+def _query_errors_logged_to(log_file: Path) -> None:
+    """PySpark logs every SQL error it raises, with the JVM's whole stack, as a JSON line on stderr (sluice reports
+    the error itself, with its path): with a log file, those lines go there."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logger = PySparkLogger.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.addHandler(logging.FileHandler(log_file))
+
+
 @contextmanager
 def _stderr_to(log_file: Path) -> Iterator[None]:
     """File descriptor 2 points at `log_file` meanwhile: the JVM started meanwhile (and its Python workers)
@@ -92,6 +105,7 @@ def build_session(
     else:
         with _stderr_to(log_file):
             session = builder.getOrCreate()
+        _query_errors_logged_to(log_file)
     session.sparkContext.setLogLevel("WARN")
     return session
 
