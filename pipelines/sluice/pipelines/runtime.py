@@ -236,7 +236,7 @@ class PipelineRun:
                 log.warning("warm-up of query %s failed: %s", plan.name, error_summary(java_message(exc)))
         deadline = time.monotonic() + WARM_UP_TIMEOUT_S
         for query in warming:
-            if not query.awaitTermination(max(deadline - time.monotonic(), 0.001)):
+            if not query.awaitTermination(max(deadline - time.monotonic(), 0.001)):  # type: ignore[arg-type]  # seconds: a float works
                 query.stop()
             failure = query.exception()
             if failure is not None:
