@@ -19,20 +19,17 @@ import multiprocessing
 import os
 import signal
 import socket
-import threading
-import time
 from datetime import timedelta
-from types import FrameType
 
 import bytewax.operators as op
 from bytewax.connectors.kafka import KafkaSink, KafkaSinkMessage, KafkaSource, KafkaSourceMessage
 from bytewax.dataflow import Dataflow, Stream
 from bytewax.run import cli_main
 from confluent_kafka import OFFSET_BEGINNING
+from peer_process import contract_parser, stop_when_orphaned, supervise
 
 WINDOW_MS = 5_000
 MIN_WORD_LENGTH = 6
-STOP_TIMEOUT_S = 8.0
 
 # Tuning: the connector's defaults (1000 messages per poll; librdkafka's fetch and producer settings). Bigger
 # polls and fetches, lz4 and larger producer batches measured no faster (the sink flushes after every batch), nor
@@ -106,16 +103,10 @@ def build_flow(workload: str, bootstrap: str, source: str, sink: str) -> Dataflo
     return flow
 
 
-def _stop_when_orphaned(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
 def run_process(args: argparse.Namespace, process_id: int, addresses: list[str], parent: int) -> None:
     """One process of the cluster; returns after SIGTERM (Bytewax stops cleanly on KeyboardInterrupt)."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    threading.Thread(target=_stop_when_orphaned, args=(parent,), daemon=True).start()
+    stop_when_orphaned(parent)
     flow = build_flow(args.workload, args.bootstrap, args.source, args.sink)
     with contextlib.suppress(KeyboardInterrupt):
         cli_main(flow, process_id=process_id, addresses=addresses, epoch_interval=EPOCH_INTERVAL)
@@ -132,47 +123,14 @@ def free_ports(count: int) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--workload", required=True, choices=["frequency-count", "windowed-word-count", "filter-projection"]
-    )
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--sink", required=True)
-    parser.add_argument("--cores", type=int, default=2)
-    args = parser.parse_args()
-
+    args = contract_parser(__doc__.splitlines()[0]).parse_args()
     addresses = [f"127.0.0.1:{port}" for port in free_ports(max(1, args.cores))]
-    stop = threading.Event()
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     spawn = multiprocessing.get_context("spawn")
     processes = [
         spawn.Process(target=run_process, args=(args, i, addresses, os.getpid()), name=f"bytewax-{i}")
         for i in range(len(addresses))
     ]
-    try:
-        for process in processes:
-            process.start()
-        while not stop.is_set() and all(p.is_alive() for p in processes):
-            stop.wait(0.5)
-    finally:
-        for process in processes:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for process in processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join()
-    failed = [p.name for p in processes if p.exitcode not in (0, None)]
-    if failed and not stop.is_set():
-        raise SystemExit(f"bytewax_job: {', '.join(failed)} failed")
+    supervise("bytewax_job", processes)
 
 
 if __name__ == "__main__":

@@ -33,10 +33,10 @@ import uuid
 from pathlib import Path
 from types import FrameType
 
+from peer_process import contract_parser
 from pyflink.java_gateway import get_gateway
 from pyflink.table import EnvironmentSettings, TableEnvironment
 
-WORKLOADS = ("frequency-count", "windowed-word-count", "filter-projection")
 WINDOW_SECONDS = 5
 MIN_WORD_LENGTH = 6
 
@@ -179,12 +179,7 @@ def stop_gateway_on_sigterm() -> None:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--workload", required=True, choices=WORKLOADS)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--sink", required=True)
-    parser.add_argument("--cores", type=int, default=2)
+    parser = contract_parser(__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--jar", required=True, help="flink-sql-connector-kafka jar")
     parser.add_argument("--parallelism", type=int, default=0, help="default: --cores")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Flink option")

@@ -15,27 +15,22 @@ Run it from its own virtualenv: `python3.11 -m venv V && V/bin/pip install quixs
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import shutil
-import signal
 import tempfile
-import threading
-import time
 import uuid
 import warnings
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka.admin import AdminClient
+from peer_process import contract_parser, stop_when_orphaned, supervise
 
 if TYPE_CHECKING:
     from quixstreams import Application, State
 
 WINDOW_MS = 5_000
 MIN_WORD_LENGTH = 6
-STOP_TIMEOUT_S = 8.0
 
 # Throughput settings (librdkafka's advice for throughput): fewer, larger compressed producer batches and bigger
 # fetches; measured ~35 % faster than Quix's defaults on frequency-count. A checkpoint (producer flush + offset
@@ -86,16 +81,9 @@ def define(app: Application, workload: str, source: str, sink: str) -> None:
     sdf.to_topic(out)
 
 
-def _stop_when_orphaned(parent: int) -> None:
-    """Stop this process (gracefully, through Quix's SIGTERM handler) if the launching process dies."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
 def run_app(workload: str, bootstrap: str, source: str, sink: str, group: str, state_dir: str, parent: int) -> None:
     """One Application process of the group; returns after SIGTERM."""
-    threading.Thread(target=_stop_when_orphaned, args=(parent,), daemon=True).start()
+    stop_when_orphaned(parent)
     # Quix's import of confluent_kafka's schema registry client warns through authlib, whose import forces its
     # warnings on: silence them after that import.
     from authlib.deprecate import AuthlibDeprecationWarning
@@ -129,25 +117,9 @@ def delete_internal_topics(bootstrap: str, group: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--workload", required=True, choices=["frequency-count", "windowed-word-count", "filter-projection"]
-    )
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--sink", required=True)
-    parser.add_argument("--cores", type=int, default=2)
-    args = parser.parse_args()
-
+    args = contract_parser(__doc__.splitlines()[0]).parse_args()
     group = f"sluice-bench-quix-{uuid.uuid4().hex[:12]}"
     run_dir = tempfile.mkdtemp(prefix="sluice-bench-quix-")
-    stop = threading.Event()
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     spawn = multiprocessing.get_context("spawn")
     processes = [
         spawn.Process(
@@ -165,26 +137,12 @@ def main() -> None:
         )
         for i in range(max(1, args.cores))
     ]
-    try:
-        for process in processes:
-            process.start()
-        while not stop.is_set() and all(p.is_alive() for p in processes):
-            stop.wait(0.5)
-    finally:
-        for process in processes:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for process in processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join()
+
+    def cleanup() -> None:
         delete_internal_topics(args.bootstrap, group)
         shutil.rmtree(run_dir, ignore_errors=True)
-    failed = [p.name for p in processes if p.exitcode not in (0, None)]
-    if failed and not stop.is_set():
-        raise SystemExit(f"quixstreams_job: {', '.join(failed)} failed")
+
+    supervise("quixstreams_job", processes, cleanup)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ Runs until SIGTERM.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import threading
 
+from peer_process import contract_parser
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -80,14 +80,9 @@ WORKLOADS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = contract_parser(__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=("defaults", "tuned"), required=True)
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--sink", required=True)
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--cores", type=int, default=2)
     args = parser.parse_args()
 
     spark = session(args.variant, args.cores)
