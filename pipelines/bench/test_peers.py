@@ -56,7 +56,7 @@ from bench_peers import (
 )
 from bench_report import Latency, write_json
 from bench_workload import PacedProducer, _spawn, end_offsets, prefill, raw_consume_latencies
-from peer_workloads import WORKLOADS, Workload, latencies
+from peer_workloads import WORKLOADS, Reference, Workload, latencies
 from peers_report import publish, targets_of
 from rich.console import Console
 
@@ -245,7 +245,8 @@ class PeersBench:
             job.wait(watch.first_output, 300, "no output for the first records")
             paced = self.paced(workload, topic, rate).start().result(600)
             inputs = [record for batch in input_records(self.bootstrap, topic) for record in batch]
-            reference = reference_of(workload, self.bootstrap, topic)
+            reference = Reference(workload)
+            reference.add(inputs)  # what was just read, not a second read of the topic
             watch.expect(reference)
             job.wait(watch.done, 300, "output not complete after the paced run")
         finally:
