@@ -29,6 +29,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from sluice.pipelines.spec import duration_ms
+
 from .common import REPO_ROOT, wait_for
 from .versions import STRIMZI
 
@@ -949,9 +951,11 @@ class E2ESuite:
         """What the autoscaler measures one executor processes per busy second, after `settle` seconds at the
         current load."""
         time.sleep(settle)
+        # None while the autoscaler stabilizes after a change and then fills a metrics window again.
+        after_a_change = sum(duration_ms(AUTOSCALING[d]) / 1000 for d in ("stabilization", "metricsWindow")) + 60
         return wait_for(
             lambda: (self.app_status(app).get("autoscaler") or {}).get("ratePerExecutor"),
-            timeout=120,
+            timeout=after_a_change,
             what="the autoscaler's rate per executor",
             interval=3,
         )
@@ -1005,6 +1009,14 @@ class E2ESuite:
             return timeline[-1]
 
         try:
+            # A cold JVM can need a second executor at the warm-up load (a correct scale-up); the base load
+            # needs one, so it comes back to one before the base load is held against it.
+            wait_for(
+                lambda: (w := watch())["desired"] == 1 and w["pods"] == 1,
+                timeout=300,
+                what="one executor at the base load",
+                interval=5,
+            )
             deadline = time.monotonic() + 40
             while time.monotonic() < deadline:  # the base load needs no second executor
                 assert (watch()["desired"] or 1) == 1, f"scaled up at the base load: {timeline[-1]}"
