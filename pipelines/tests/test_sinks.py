@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -80,7 +81,6 @@ class Target:
             query_id,
             batch_id,
             partitions,
-            ("value", "key", PARTITION_COLUMN),
             sink.client_config,
             sink.transactional_prefix,
             60_000,
@@ -116,6 +116,13 @@ def expected(tag: str, keys: list[str] = KEYS) -> Counter[str]:
 def rows(tag: str, partition: int, partitions: int) -> list[tuple[str, str, int]]:
     """The rows (value, key, partition) of one partition of a batch, as the shuffle hands them to its task."""
     return [(f"{tag}:{k}", k, partition) for k in KEYS if kafka_partition(k.encode(), partitions) == partition]
+
+
+def batches(tag: str, partition: int, partitions: int) -> list[pa.RecordBatch]:
+    """rows() as the Arrow batch a task's write reads."""
+    names = ["value", "key", PARTITION_COLUMN]
+    columns = zip(*rows(tag, partition, partitions), strict=True)
+    return [pa.RecordBatch.from_arrays([pa.array(c) for c in columns], names=names)]
 
 
 # -------------------------------------------------------------------------------------- partitions
@@ -168,6 +175,27 @@ def test_a_replayed_batch_is_not_written_again(target: Target) -> None:
     assert sorted(m.batch_id for m in markers if m) == [0, 0, 0, 1, 1, 1]  # one per transaction
 
 
+def test_binary_keys_string_values_and_headers_reach_kafka_as_given(target: Target) -> None:
+    """The records' columns of either type and their headers; the commit marker is one more header, on the last
+    record of each transaction only."""
+    headers = "array(named_struct('key', 'origin', 'value', cast(upper(k) as binary)))"
+    config = ToKafka(topic=target.topic, key="cast(k as binary)", value="v", headers=headers, writers=target.writers)
+    sink = ExactlyOnceKafkaSink(config, SinkContext("out", target.checkpoint, target.bootstrap, target.app_id))
+    frame = target.spark.createDataFrame([(k, f"b0:{k}") for k in KEYS], "k STRING, v STRING")
+    sink.write_batch(sink.records(frame), 0)
+    out = target.output()
+    assert sorted((r.key, r.value, [h for h in r.headers if h[0] != COMMIT_HEADER]) for r in out) == sorted(
+        (k.encode(), f"b0:{k}".encode(), [("origin", k.upper().encode())]) for k in KEYS
+    )
+    assert sum(1 for r in out if dict(r.headers).get(COMMIT_HEADER)) == 3  # one transaction per partition
+
+
+def test_a_record_routed_to_another_partitions_writer_is_refused() -> None:
+    """Spark partition p must hold Kafka partition p's records only: anything else stops the batch."""
+    with pytest.raises(RuntimeError, match=r"records of partitions 2\.\.2 reached the writer of partition 1"):
+        list(BatchWrite._records(1, batches("b0", 2, 3)))
+
+
 def test_a_new_checkpoint_counts_batches_from_zero_again(target: Target, tmp_path: Path) -> None:
     sink = target.sink()
     sink.write_batch(target.rows(sink, "old"), 0)
@@ -211,7 +239,7 @@ def test_a_batch_committed_by_a_dead_driver_is_skipped(target: Target) -> None:
     """The old driver's task committed partition 1, then the driver died before Spark recorded the batch."""
     sink = target.sink()
     old_task = target.batch_write(sink, 0, 3)
-    list(old_task.write(1, iter(rows("b0", 1, 3))))
+    list(old_task.write(1, batches("b0", 1, 3)))
     _Workers.producers.clear()  # gone with the old driver
     sink.write_batch(target.rows(sink, "b0"), 0)
     assert [(r.partition, r.skipped) for r in sink.last_results] == [(0, False), (1, True), (2, False)]
@@ -224,7 +252,7 @@ def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
     sink = target.sink()
 
     def write(batch_id: int) -> list:
-        return list(target.batch_write(sink, batch_id, 3).write(2, iter(rows(f"b{batch_id}", 2, 3))))
+        return list(target.batch_write(sink, batch_id, 3).write(2, batches(f"b{batch_id}", 2, 3)))
 
     assert write(0)[0].records > 0  # this worker keeps its producer
     transactional_id = f"{sink.transactional_prefix}/2"
@@ -265,7 +293,7 @@ def test_a_batch_beyond_the_drivers_result_size_is_written_by_the_tasks(target: 
         def __init__(self, message: str) -> None:
             self.message = message
 
-        def collect(self) -> list:
+        def toArrow(self) -> None:
             raise RuntimeError(self.message)
 
     sink = target.sink()
