@@ -190,6 +190,18 @@ def test_binary_keys_string_values_and_headers_reach_kafka_as_given(target: Targ
     assert sum(1 for r in out if dict(r.headers).get(COMMIT_HEADER)) == 3  # one transaction per partition
 
 
+def test_values_alone_without_key_or_headers(target: Target) -> None:
+    """A sink of values only: each record placed by its value, none lost or doubled."""
+    config = ToKafka(topic=target.topic, value="v", writers=target.writers)
+    sink = ExactlyOnceKafkaSink(config, SinkContext("out", target.checkpoint, target.bootstrap, target.app_id))
+    frame = target.spark.createDataFrame([(k, f"b0:{k}") for k in KEYS], "k STRING, v STRING")
+    sink.write_batch(sink.records(frame), 0)
+    out = target.output()
+    assert {r.key for r in out} == {None}
+    assert target.values() == expected("b0")
+    assert all(r.partition == kafka_partition(r.value or b"", 3) for r in out)
+
+
 def test_a_record_routed_to_another_partitions_writer_is_refused() -> None:
     """Spark partition p must hold Kafka partition p's records only: anything else stops the batch."""
     with pytest.raises(RuntimeError, match=r"records of partitions 2\.\.2 reached the writer of partition 1"):

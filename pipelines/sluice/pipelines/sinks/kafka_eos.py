@@ -388,6 +388,11 @@ def release_kept_clients(timeout: float = 10.0) -> None:
         thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def _values(batch: pa.RecordBatch, column: str) -> list:
+    """The column's values as Python objects; None for each row when the batch has no such column."""
+    return batch.column(column).to_pylist() if column in batch.schema.names else [None] * batch.num_rows
+
+
 @dataclass(frozen=True)
 class BatchWrite:
     """One micro-batch's write, shipped to the tasks: `write` runs per output partition."""
@@ -465,11 +470,8 @@ class BatchWrite:
                     f"records of partitions {lowest}..{highest} reached the writer of partition "
                     f"{partition}: Spark's hash partitioning is not what routes() found"
                 )
-            names = batch.schema.names
-            absent = itertools.repeat(None, batch.num_rows)
-            keys = batch.column("key").to_pylist() if "key" in names else absent
-            headers = batch.column("headers").to_pylist() if "headers" in names else absent
-            for key, value, pairs in zip(keys, batch.column("value").to_pylist(), headers, strict=True):
+            keys, values, headers = (_values(batch, name) for name in ("key", "value", "headers"))
+            for key, value, pairs in zip(keys, values, headers, strict=True):
                 yield key, value, [(h["key"], h["value"]) for h in pairs] if pairs else None
 
     # ---------------------------------------------------------------------- ownership
