@@ -42,7 +42,7 @@ class Image:
     repository: str
     extra: str  # its Python packages: pyproject.toml's dependencies and this extra's
     provided: tuple[str, ...] = ()  # of those, the ones its base image has already
-    extra_only: bool = False  # the extra's packages without the common dependencies
+    only: tuple[str, ...] = ()  # just these of the extra's packages, without the common dependencies
     files: tuple[str, ...] = ()  # more files from images/<name>/
     connector_jars: bool = False
     base_arg: str = "BASE_IMAGE"  # the ARG naming the image it is built FROM
@@ -56,12 +56,12 @@ class Image:
     @property
     def requirements(self) -> list[str]:
         """Its pinned requirements, as pyproject.toml declares them."""
-        declared = extra_requirements(self.extra, with_dependencies=not self.extra_only)
+        declared = extra_requirements(self.extra, with_dependencies=not self.only)
         names = {_name(req) for req in declared}
-        if unknown := [name for name in self.provided if _normalise(name) not in names]:
+        if unknown := [name for name in (*self.provided, *self.only) if _normalise(name) not in names]:
             raise BuildError(f"{', '.join(unknown)} not among the requirements of the {self.extra!r} extra")
-        provided = {_normalise(name) for name in self.provided}
-        return [req for req in declared if _name(req) not in provided]
+        provided, only = ({_normalise(name) for name in group} for group in (self.provided, self.only))
+        return [req for req in declared if _name(req) not in provided and (not only or _name(req) in only)]
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -80,7 +80,7 @@ IMAGES = {
             "base",
             "sluice.local/spark",
             "runner",
-            extra_only=True,
+            only=("pyspark",),  # as the official image: the spark image adds the rest of the extra
             files=("entrypoint.sh",),
             base_arg="DEBIAN_IMAGE",
             tag_version="4.2.0-python3",
