@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from sluice.pipelines.spec import duration_ms
+from sluice.operator.autoscaler.policy import Policy
+from sluice.pipelines.app import AutoscalingSpec
 
 from .common import REPO_ROOT, wait_for
 from .versions import STRIMZI
@@ -952,7 +953,8 @@ class E2ESuite:
         current load."""
         time.sleep(settle)
         # None while the autoscaler stabilizes after a change and then fills a metrics window again.
-        after_a_change = sum(duration_ms(AUTOSCALING[d]) / 1000 for d in ("stabilization", "metricsWindow")) + 60
+        policy = Policy.from_spec(AutoscalingSpec(**AUTOSCALING))
+        after_a_change = policy.stabilization + policy.metrics_window + 60
         return wait_for(
             lambda: (self.app_status(app).get("autoscaler") or {}).get("ratePerExecutor"),
             timeout=after_a_change,
