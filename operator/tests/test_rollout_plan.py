@@ -260,7 +260,27 @@ def test_migration_gives_the_changed_query_a_new_checkpoint_and_releases_the_old
     healthy = driver(running=queries("r2", batches=HEALTHY_BATCHES))
     complete = proceed(planned, observed(healthy, at=T0 + 30))
     assert phase(complete) == "Complete"
-    assert complete.actions == (ReleaseRevision("r1", ("out",)),)
+    assert complete.actions == (ReleaseRevision("r1", ("out",), retired_folders=("out",)),)
+
+
+def test_a_second_migration_retires_the_folder_the_first_one_made():
+    planned = start(diff_for(WINDOW), observed(driver()))
+    assert planned.rollout
+    moved_before = planned.rollout.model_copy(update={"fromCheckpoints": {"out": "out@r1"}})
+    healthy = observed(driver(running=queries("r2", batches=HEALTHY_BATCHES)), at=T0 + 30)
+    complete = step(APP, moved_before, "r1", Target("r2", strategy()), healthy)
+    assert phase(complete) == "Complete"
+    assert complete.actions == (ReleaseRevision("r1", ("out",), retired_folders=("out@r1",)),)
+
+
+def test_a_rolled_back_migration_retires_the_folder_it_made_and_keeps_the_stable_one():
+    planned = start(diff_for(WINDOW), observed(driver()))
+    failing = driver(running=queries("r2", only=("out",), error="boom") + queries("r2", only=QUERIES[:1]))
+    rolling_back = proceed(planned, observed(failing, at=T0 + 5))
+    assert phase(rolling_back) == "RollingBack"
+    rolled_back = proceed(rolling_back, observed(driver(), at=T0 + 20))
+    assert phase(rolled_back) == "RolledBack"
+    assert rolled_back.actions == (ReleaseRevision("r2", ("out",), retired_folders=("out@r2",)),)
 
 
 # ---------------------------------------------------------------------------------- fenced handover

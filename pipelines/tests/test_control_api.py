@@ -211,6 +211,24 @@ def test_control_api_of_a_running_pipeline(
         assert call("PUT", scale, b'{"target": 3}', token="rotated")[0] == 409
         assert driver_status(base).executorTarget is None  # nothing changed
 
+        checkpoints = f"{base}/v1/checkpoints"
+        assert call("DELETE", checkpoints, b'{"checkpoints": ["out"]}')[0] == 401
+        assert call("DELETE", checkpoints, b'{"checkpoints": ["out"]}', token="rotated") == (
+            409,
+            {"error": "checkpoint out: query out runs on it", "field": "checkpoints"},
+        )
+        assert call("DELETE", checkpoints, b'{"checkpoints": ["../etc"]}', token="rotated")[1]["field"] == (
+            "checkpoints[0]"
+        )
+        assert call("DELETE", checkpoints, b'{"checkpoints": []}', token="rotated")[1]["field"] == "checkpoints"
+        assert (tmp_path / "chk" / "out").is_dir(), "a refused delete deletes nothing"
+        (tmp_path / "chk" / "out@rev-0").mkdir()
+        assert call("DELETE", checkpoints, b'{"checkpoints": ["out@rev-0", "gone"]}', token="rotated") == (
+            200,
+            {"deleted": ["out@rev-0"], "absent": ["gone"]},
+        )
+        assert not (tmp_path / "chk" / "out@rev-0").exists()
+
         assert call("GET", scale)[0] == 405
         assert call("POST", f"{base}/v1/status", b"{}")[0] == 405
         assert call("GET", f"{base}/v1/nope")[0] == 404

@@ -15,7 +15,7 @@ import pytest
 from kafka_output import read_committed
 from pyspark.sql import SparkSession
 
-from sluice.pipelines.contract import Migration, QueryStep, RunnerConfig
+from sluice.pipelines.contract import CheckpointsDeleted, Migration, QueryStep, RunnerConfig
 from sluice.pipelines.handover import gate_cut, starting_offsets
 from sluice.pipelines.local.kafka_io import end_offsets, produce
 from sluice.pipelines.runtime import PipelineRun, SwapRefused
@@ -214,9 +214,17 @@ def test_a_driver_that_starts_a_migrating_revision_hands_over_first(
         up_to(2000, 50_000)
         time.sleep(3)
         got = written(kafka_bootstrap, out)
+        # Rolled back, the folder the migration made is not needed any more; the one the query runs on is.
+        with pytest.raises(SwapRefused, match="query counts runs on it"):
+            run.delete_checkpoints(["counts@rev-2", "counts"])
+        assert Path(new.checkpoint("counts")).is_dir(), "a refused delete deletes nothing"
+        assert run.delete_checkpoints(["counts@rev-2"]) == CheckpointsDeleted(deleted=["counts@rev-2"])
+        assert not Path(new.checkpoint("counts")).exists()
+        assert run.delete_checkpoints(["counts@rev-2"]) == CheckpointsDeleted(absent=["counts@rev-2"])
     finally:
         run.stop()
-    again = PipelineRun(spark_session, back).start()  # restarted once more: the handover is not repeated
+    # Restarted once more, its config still naming the deleted folder: the handover is not repeated.
+    again = PipelineRun(spark_session, back).start()
     try:
         assert Handover.latest(spark_session, old.checkpoint("counts")) == restored
     finally:
@@ -288,6 +296,10 @@ def test_a_stateless_query_migrates_where_the_old_one_stopped(
         produce(kafka_bootstrap, source, [f"b{i}".encode() for i in range(50)])
         wait_for(lambda: len(read_committed(kafka_bootstrap, out)) >= 100, timeout=120, what="the next 50 out")
         time.sleep(3)
+        with pytest.raises(SwapRefused, match="query copy runs on it"):
+            run.delete_checkpoints(["copy@rev-2"])
+        assert run.delete_checkpoints(["copy"]).deleted == ["copy"]  # the folder the query moved from
+        assert not Path(old.checkpoint("copy")).exists() and Path(moved.checkpoint("copy")).is_dir()
     finally:
         run.stop()
     got = Counter(r.value.decode() for r in read_committed(kafka_bootstrap, out))

@@ -1357,6 +1357,12 @@ class E2ESuite:
         assert after["queries"][dead_letters][0] == before["queries"][dead_letters][0]
         assert after["queries"]["out"][0] != before["queries"]["out"][0], "out runs on a checkpoint of its own"
         assert self.status().get("checkpoints") == {"out": f"out@{done['toRevision']}"}
+        deleted = wait_for(
+            lambda: [e for e in self.app_events() if e["reason"] in ("CheckpointsDeleted", "CheckpointsKept")],
+            timeout=60,
+            what="the event on the checkpoint folder the migration left",
+        )
+        assert deleted[-1]["message"].endswith("deleted: out"), deleted[-1]
 
         ours = [(at, value) for at, value in self.kafka.consume_timed(LINES) if value in words]
         last = {word: max(at for at, value in ours if value == word) for word in words}

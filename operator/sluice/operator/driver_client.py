@@ -14,6 +14,8 @@ from pydantic import BaseModel, ValidationError
 
 from sluice.pipelines.contract import (
     ApiError,
+    CheckpointsDeleted,
+    DeleteCheckpointsRequest,
     DriverStatus,
     ExecutorsRequest,
     ExecutorsResponse,
@@ -71,17 +73,24 @@ class DriverClient:
             self._write(f"{address}/v1/state", token, StateRequest(state=state), timeout=120.0)
         )
 
-    def _write(self, url: str, token: str, request: BaseModel, timeout: float) -> str:
-        """A token-guarded PUT; SwapRefused with the driver's own error for 409 and 422."""
+    def delete_checkpoints(self, address: str, token: str, folders: list[str]) -> CheckpointsDeleted:
+        """SwapRefused (nothing deleted) when the driver's revision still needs one of them."""
+        request = DeleteCheckpointsRequest(checkpoints=folders)
+        text = self._write(f"{address}/v1/checkpoints", token, request, timeout=60.0, method="DELETE")
+        return CheckpointsDeleted.model_validate_json(text)
+
+    def _write(self, url: str, token: str, request: BaseModel, timeout: float, method: str = "PUT") -> str:
+        """A token-guarded write; SwapRefused with the driver's own error for 409 and 422."""
         try:
-            response = self.http.put(
+            response = self.http.request(
+                method,
                 url,
                 content=request.model_dump_json(),
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
                 timeout=timeout,
             )
         except httpx.HTTPError as exc:
-            raise DriverUnavailable(f"PUT {url}: {exc.__class__.__name__}: {exc}") from exc
+            raise DriverUnavailable(f"{method} {url}: {exc.__class__.__name__}: {exc}") from exc
         if response.status_code in (409, 422):
             try:
                 error = ApiError.model_validate_json(response.text).error
@@ -89,7 +98,7 @@ class DriverClient:
                 error = response.text[:300].strip()
             raise SwapRefused(error)
         if response.status_code >= 400:
-            raise DriverUnavailable(f"PUT {url}: {response.status_code} {response.text[:300].strip()}")
+            raise DriverUnavailable(f"{method} {url}: {response.status_code} {response.text[:300].strip()}")
         return response.text
 
     def _call(self, method: str, url: str, **kwargs: object) -> str:

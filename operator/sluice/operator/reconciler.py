@@ -631,7 +631,10 @@ class Reconciler:
             elif isinstance(action, DeleteDriver):
                 if action.driver != app_driver(rollout, recorded_driver):
                     self._delete_driver(namespace, action.driver)
-            elif not isinstance(action, ReleaseRevision):  # released revisions are pruned with the children
+            elif isinstance(action, ReleaseRevision):  # the revision's ConfigMap is pruned with the children
+                if action.retired_folders:
+                    self._delete_checkpoints(namespace, app, action.retired_folders, obs, events)
+            else:
                 log.warning("%s/%s: %s is not carried out by this operator", namespace, app, action)
         return changed
 
@@ -696,6 +699,32 @@ class Reconciler:
         reason = {"drained": "Drained", "running": "Activated" if answer.previous == "standby" else "Resumed"}[wanted]
         events.append(("Normal", reason, f"driver {driver} (revision {answer.revision}): {what} in {answer.tookMs} ms"))
         return answer
+
+    def _delete_checkpoints(
+        self,
+        namespace: str,
+        app: str,
+        folders: tuple[str, ...],
+        obs: Observation,
+        events: list[tuple[str, str, str]],
+    ) -> None:
+        """Once, when a checkpoint migration ends: the driver deletes the folders it left behind (the operator
+        does not mount the checkpoint volume). Not deleted (no driver answering, or it still needs one), they
+        stay, and the event says which."""
+        listed = ", ".join(folders)
+        token = self._control_token(namespace, app)
+        if obs.driver_address is None or token is None:
+            why = "no driver answers" if obs.driver_address is None else "no control token"
+            events.append(("Warning", "CheckpointsKept", f"{why}: checkpoint folders {listed} stay"))
+            return
+        try:
+            answer = self.driver_client.delete_checkpoints(obs.driver_address, token, list(folders))
+        except DriverUnavailable as exc:
+            events.append(("Warning", "CheckpointsKept", f"checkpoint folders {listed} stay: {str(exc)[:1000]}"))
+            return
+        gone = f"; already gone: {', '.join(answer.absent)}" if answer.absent else ""
+        message = f"checkpoint folders no longer needed, deleted: {', '.join(answer.deleted) or 'none'}{gone}"
+        events.append(("Normal", "CheckpointsDeleted", message))
 
     def _delete_driver(self, namespace: str, driver: str) -> None:
         """A driver a handover no longer needs, with its runner ConfigMap."""

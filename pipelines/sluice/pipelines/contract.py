@@ -215,6 +215,17 @@ class StateResponse(Strict):
     tookMs: int = Field(0, description="From the request to the last query started or stopped.")
 
 
+class DeleteCheckpointsRequest(Strict):
+    """DELETE /v1/checkpoints: subfolders of checkpointRoot a finished checkpoint migration left behind."""
+
+    checkpoints: list[CheckpointFolder] = Field(min_length=1)
+
+
+class CheckpointsDeleted(Strict):
+    deleted: list[str] = Field(default_factory=list)
+    absent: list[str] = Field(default_factory=list, description="Asked for, but not there (deleted before).")
+
+
 class ApiError(Strict):
     error: str
     field: str | None = Field(None, description="The request body's field at fault (400), e.g. 'target'.")

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
-from .contract import QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
+from .contract import CheckpointsDeleted, QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
 from .handover import hand_over
 from .metrics import PipelineMetrics, ProgressListener
 from .plancheck import java_message, sink_path, streaming_problems
@@ -387,6 +387,43 @@ class PipelineRun:
         return query
 
     # ------------------------------------------------------------------------------- hot swap
+    def delete_checkpoints(self, folders: Sequence[str]) -> CheckpointsDeleted:
+        """Delete checkpoint subfolders a finished migration left behind (the folder a migrated query moved
+        from, or the one a rolled-back migration had made). Refused, nothing deleted, for a folder this
+        revision still needs: one a query runs on, or the source of a migration its query has not completed
+        a batch after (a driver starting it would hand over from there again)."""
+        with self._changing:
+            config = self.config
+            names = [plan.name for plan in (self._standby_plan or self._compile(config)).queries]
+            in_use = {config.checkpoints.get(name, name): name for name in names}
+            for folder in folders:
+                if folder in in_use:
+                    raise SwapRefused(f"checkpoint {folder}: query {in_use[folder]} runs on it", "checkpoints")
+                for query, migration in config.migrations.items():
+                    if migration.fromCheckpoint == folder and not self._handed_over(config, query, folder):
+                        raise SwapRefused(
+                            f"checkpoint {folder}: query {query} takes over from it and has not completed a "
+                            "batch of its own since",
+                            "checkpoints",
+                        )
+            deleted: list[str] = []
+            absent: list[str] = []
+            for folder in dict.fromkeys(folders):
+                path = f"{config.checkpointRoot.rstrip('/')}/{folder}"
+                (deleted if delete_folder(self.spark, path) else absent).append(folder)
+            if deleted:
+                log.info("checkpoints deleted: %s", deleted)
+            return CheckpointsDeleted(deleted=deleted, absent=absent)
+
+    def _handed_over(self, config: RunnerConfig, query: str, source: str) -> bool:
+        checkpoint = config.checkpoint(query)
+        latest = Handover.latest(self.spark, checkpoint)
+        return (
+            latest is not None
+            and latest.source == config.checkpoint(query, source)
+            and committed_batch(self.spark, checkpoint) is not None
+        )
+
     def swap(self, config: RunnerConfig, steps: Sequence[QueryStep]) -> SwapResponse:
         """Run `config`'s revision in this driver: the steps' queries stop at a batch boundary and restart
         (on their checkpoints), move to another checkpoint (migrate, restore: see handover.py), start or stop;

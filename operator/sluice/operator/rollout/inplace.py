@@ -37,6 +37,7 @@ from .plan import (
     Step,
     SwapQueries,
     Target,
+    migrated_folder,
     step,
 )
 
@@ -163,7 +164,7 @@ def revision_checkpoints(
         return dict(stable_checkpoints), {}
     if rollout.fromRevision == revision and rollout.phase in ("RollingBack", "RolledBack"):
         back = {
-            s.name: Migration(fromCheckpoint=f"{s.name}@{rollout.toRevision}")
+            s.name: Migration(fromCheckpoint=migrated_folder(s.name, rollout.toRevision))
             for s in rollout.queries
             if s.action == "migrate"
         }
@@ -174,7 +175,7 @@ def revision_checkpoints(
     migrations: dict[str, Migration] = {}
     for s in rollout.queries:
         if s.action == "migrate":
-            folders[s.name] = f"{s.name}@{revision}"
+            folders[s.name] = migrated_folder(s.name, revision)
             migrations[s.name] = Migration(
                 fromCheckpoint=rollout.fromCheckpoints.get(s.name, s.name), rewindMs=s.rewindMs
             )

@@ -143,6 +143,14 @@ class ReleaseRevision:
 
     revision: str
     checkpoints: tuple[str, ...]
+    # Checkpoint subfolders a checkpoint migration no longer needs: the ones its queries moved from (Complete),
+    # or the ones it made (RolledBack). The app's driver deletes them (it refuses what it still needs).
+    retired_folders: tuple[str, ...] = ()
+
+
+def migrated_folder(query: str, revision: str) -> str:
+    """The checkpoint subfolder a query migrated to `revision` runs on."""
+    return f"{query}@{revision}"
 
 
 Action = ApplyRevision | StartDriver | Activate | SwapQueries | Drain | Resume | DeleteDriver | ReleaseRevision
@@ -686,9 +694,11 @@ def _cleanup(view: _View) -> Iterator[Action]:
         if rollout.newDriver:
             yield from (DeleteDriver(d.name) for d in view.old_drivers())
         left = tuple(s.name for s in view.steps if s.action in ("migrate", "stop"))
-        yield ReleaseRevision(rollout.fromRevision, left)
+        moved_from = tuple(rollout.fromCheckpoints.get(s.name, s.name) for s in view.steps if s.action == "migrate")
+        yield ReleaseRevision(rollout.fromRevision, left, moved_from)
     elif rollout.phase == "RolledBack":
         if rollout.newDriver and view.driver(view.new_name):
             yield DeleteDriver(view.new_name)
         made = tuple(s.name for s in view.steps if s.action in ("migrate", "start"))
-        yield ReleaseRevision(rollout.toRevision, made)
+        moved_to = tuple(migrated_folder(s.name, rollout.toRevision) for s in view.steps if s.action == "migrate")
+        yield ReleaseRevision(rollout.toRevision, made, moved_to)

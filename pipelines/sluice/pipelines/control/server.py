@@ -1,7 +1,8 @@
 """The control port: its routes as a WSGI app, served by the stdlib's wsgiref on threads (ControlServer).
 
 Open: GET /metrics (prometheus-client's WSGI app), GET /healthz. Token-guarded writes: PUT /v1/executors,
-PUT /v1/pipeline (a hot swap), PUT /v1/state (a standby driver's activation, a drain, a resume).
+PUT /v1/pipeline (a hot swap), PUT /v1/state (a standby driver's activation, a drain, a resume), DELETE
+/v1/checkpoints (what a finished checkpoint migration left behind).
 GET /v1/status is open like /metrics (it tells no more than the metrics do).
 """
 
@@ -19,7 +20,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 from pydantic import BaseModel, ValidationError
 
-from ..contract import ApiError, ExecutorsRequest, StateRequest, SwapRequest
+from ..contract import ApiError, DeleteCheckpointsRequest, ExecutorsRequest, StateRequest, SwapRequest
 from ..validation import PipelineInvalid, join_path
 from .auth import ControlToken
 from .errors import ApiFailure
@@ -100,6 +101,7 @@ class ControlApi:
             "/v1/executors": {"PUT": self.put_executors},
             "/v1/pipeline": {"PUT": self.put_pipeline},
             "/v1/state": {"PUT": self.put_state},
+            "/v1/checkpoints": {"DELETE": self.delete_checkpoints},
         }
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -191,6 +193,17 @@ class ControlApi:
         except PipelineInvalid as exc:
             first = exc.problems[0]
             raise ApiFailure(422, str(exc), field=join_path("config", first.path)) from None
+
+    def delete_checkpoints(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        """409, nothing deleted, when the running revision still needs one of the folders."""
+        from ..runtime import SwapRefused
+
+        self.token.check(environ.get("HTTP_AUTHORIZATION"))
+        request = parse_request(DeleteCheckpointsRequest, read_body(environ), '{"checkpoints": ["<folder>"]}')
+        try:
+            return respond_model(start_response, self.run.delete_checkpoints(request.checkpoints))
+        except SwapRefused as exc:
+            raise ApiFailure(409, str(exc), field=exc.field) from None
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):

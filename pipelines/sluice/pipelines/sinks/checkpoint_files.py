@@ -66,12 +66,12 @@ class BatchFiles:
         self._fs.delete(self._path(str(batch_id)), False)
 
 
-def delete_folder(spark: SparkSession, folder: str) -> None:
-    """Delete the folder and what it holds (nothing when it does not exist)."""
+def delete_folder(spark: SparkSession, folder: str) -> bool:
+    """Delete the folder and what it holds; False when it did not exist."""
     jvm = spark._jvm
     assert jvm is not None
     path = jvm.org.apache.hadoop.fs.Path(folder)
-    path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(path, True)
+    return bool(path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(path, True))
 
 
 def read_bytes(fs, path, jvm) -> bytes:
