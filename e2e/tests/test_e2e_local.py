@@ -138,7 +138,12 @@ def test_step(suite: E2ESuite, step: str) -> None:
     finally:
         rollout = (ROLLOUT_REPORT, suite.rollout_report)
         reports = {"autoscale": (REPORT, suite.autoscale_report), "hot_swap": rollout, "rollback": rollout}
-        for rollout_step in ("operator_killed_mid_rollout", "fenced_handover", "checkpoint_migration"):
+        for rollout_step in (
+            "operator_killed_mid_rollout",
+            "fenced_handover",
+            "handover_rolled_back",
+            "checkpoint_migration",
+        ):
             reports[rollout_step] = rollout
         reports["driver_killed"] = (DRIVER_KILL_REPORT, suite.driver_kill_report)
         if step in reports:  # the figures, for the record (also of a failed run)

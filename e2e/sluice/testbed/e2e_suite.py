@@ -677,6 +677,7 @@ class E2ESuite:
         "driver_killed",
         "suspend_resume",
         "fenced_handover",  # after the steps that name the app's driver after the app
+        "handover_rolled_back",
         "checkpoint_migration",
         "uninstall",
     )
@@ -1306,6 +1307,64 @@ class E2ESuite:
         assert gap_across <= 15.0, (
             f"output paused {gap_across:.1f} s across the handover ({gap_before:.1f} s before); the new driver: "
             + " | ".join(self.rollout_report["fencedHandover"]["new_driver_log"][:8])
+        )
+
+    def handover_rolled_back(self) -> None:
+        """An image change with a filter that fails every batch with data (it compiles, so the new driver starts
+        on standby and is activated): its queries fail, the operator drains or deletes the new driver and the
+        drained one resumes on the same checkpoints (RolledBack, the status says why). Every count exact, every
+        streamed word once in the stateless output."""
+        old_driver, stable = self.driver_name(), self.status()["stableRevision"]
+        old_uid = self.driver_pod()["metadata"]["uid"]
+        stable_spec = {"spark": {"image": self.app["spec"]["spark"]["image"]}, "pipeline": self.app["spec"]["pipeline"]}
+        words = ("nu", "xi", "omicron")
+        load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
+        try:
+            time.sleep(10)
+            started = time.monotonic()
+            nodes = json.loads(json.dumps(self.app["spec"]["pipeline"]["nodes"]))
+            for node in nodes:
+                if node["name"] == "non-empty":
+                    node["filter"] += " AND IF(length(word) > 0, raise_error('fails by design'), TRUE)"
+            self.patch_spec({"spark": {"image": self.images.spark}, "pipeline": {"nodes": nodes}})
+            rolled = wait_for(
+                lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r["phase"] == "RolledBack" and r,
+                timeout=self.timeout,
+                what="the handover's rollback",
+                interval=0.5,
+            )
+            took = time.monotonic() - started
+            time.sleep(15)
+        finally:
+            sent = load.stop()
+        self.expected.update(sent)
+        assert rolled["strategy"] == "fencedHandover" and "fails by design" in (rolled.get("message") or ""), rolled
+        new_driver = rolled["toDriver"]
+        status = self.status()
+        assert (status["stableRevision"], self.driver_name()) == (stable, old_driver), status
+        wait_for(
+            lambda: self.target.get("sparkapplication", new_driver, self.apps_namespace) is None,
+            timeout=120,
+            what=f"the new driver's SparkApplication {new_driver} deleted",
+        )
+        wait_for(lambda: len(self.driver_pods()) == 1, timeout=180, what="the new driver pod gone")
+        assert self.driver_pod()["metadata"]["uid"] == old_uid, "the drained driver resumes: it is not restarted"
+        events = self.app_events()
+        reasons = {r: [e for e in events if e["reason"] == r] for r in ("Drained", "Activated", "Resumed")}
+        assert all(reasons.values()), [(e["reason"], e["message"]) for e in events]
+        assert old_driver in reasons["Resumed"][-1]["message"], reasons["Resumed"][-1]
+        self.assert_counts()
+        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in words)
+        assert copies == sent, "the stateless query's output across the rollback: every word exactly once"
+        self.rollout_report["handoverRolledBack"] = {
+            "apply_to_rolled_back_s": round(took, 1),
+            "message": rolled.get("message"),
+        }
+        self.patch_spec(stable_spec)  # back to the stable spec: nothing to roll out
+        wait_for(
+            lambda: {c["type"]: c for c in self.status()["conditions"]}["Rollout"]["status"] == "True",
+            timeout=60,
+            what="the Rollout condition back to True",
         )
 
     def app_events(self) -> list[dict[str, Any]]:
