@@ -24,6 +24,7 @@ import yaml
 from conftest import OperatorProcess
 from kubernetes import client, config, watch
 from prometheus_client.parser import text_string_to_metric_families
+from urllib3.exceptions import ProtocolError
 
 from sluice.operator.settings import SETTINGS
 
@@ -87,19 +88,24 @@ class CreationWatch:
         self.namespace = namespace
         self.seen: dict[str, float] = {}
         self._watch = watch.Watch()
+        self._stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        for event in self._watch.stream(
-            self.api.list_namespaced_custom_object,
-            "sparkoperator.k8s.io",
-            "v1beta2",
-            self.namespace,
-            "sparkapplications",
-            timeout_seconds=3600,
-        ):
-            if event["type"] == "ADDED":
-                self.seen.setdefault(event["object"]["metadata"]["name"], time.monotonic())
+        try:
+            for event in self._watch.stream(
+                self.api.list_namespaced_custom_object,
+                "sparkoperator.k8s.io",
+                "v1beta2",
+                self.namespace,
+                "sparkapplications",
+                timeout_seconds=3600,
+            ):
+                if event["type"] == "ADDED":
+                    self.seen.setdefault(event["object"]["metadata"]["name"], time.monotonic())
+        except ProtocolError:
+            if not self._stopped.is_set():  # the API server going away after stop() ends the stream so
+                raise
 
     def start(self) -> CreationWatch:
         self.thread.start()
@@ -107,6 +113,7 @@ class CreationWatch:
         return self
 
     def stop(self) -> None:
+        self._stopped.set()
         self._watch.stop()
         self.thread.join(timeout=10)
 

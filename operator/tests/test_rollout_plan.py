@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -327,10 +328,16 @@ def test_a_crash_looping_new_driver_rolls_back_to_the_drained_one():
     starting = proceed(
         proceed(start(diff_for(IMAGE), observed(driver())), observed(driver(), standby)), observed(drained, standby)
     )
-    looping = driver("wc-r2", "r2", restarts=3, running=queries("r2"))
-    rolling_back = proceed(starting, observed(drained, looping, at=T0 + 90))
+    failed = replace(driver("wc-r2", "r2", "pending", restarts=2, running=()), failure="driver failed: query out: boom")
+    restarting = proceed(starting, observed(drained, failed, at=T0 + 60))
+    assert phase(restarting) == "Starting"
+    assert restarting.rollout and restarting.rollout.lastDriverFailure == "driver failed: query out: boom"
+    looping = driver("wc-r2", "r2", restarts=3, running=queries("r2"))  # its failed pod is gone by now
+    rolling_back = proceed(restarting, observed(drained, looping, at=T0 + 90))
     assert phase(rolling_back) == "RollingBack"
-    assert rolling_back.rollout and "driver wc-r2 restarted 3 times" in (rolling_back.rollout.message or "")
+    assert rolling_back.rollout and (rolling_back.rollout.message or "").endswith(
+        "driver wc-r2 restarted 3 times, last: driver failed: query out: boom"
+    ), rolling_back.rollout.message
     assert rolling_back.actions == (ApplyRevision("r1"), DeleteDriver("wc-r2"))
 
     resumed = proceed(rolling_back, observed(drained, at=T0 + 100))

@@ -1126,10 +1126,10 @@ class E2ESuite:
             "--wait=false",
         )
 
-    def rollout_completed(self, from_revision: str, what: str) -> dict[str, Any]:
-        """The rollout from `from_revision`, once Complete."""
+    def rollout_completed(self, from_revision: str, what: str, phase: str = "Complete") -> dict[str, Any]:
+        """The rollout from `from_revision`, once in `phase` (Complete, RolledBack)."""
         return wait_for(
-            lambda: (r := self.rollout_of()) and r["fromRevision"] == from_revision and r["phase"] == "Complete" and r,
+            lambda: (r := self.rollout_of()) and r["fromRevision"] == from_revision and r["phase"] == phase and r,
             timeout=self.timeout,
             what=what,
             interval=0.5,
@@ -1202,12 +1202,7 @@ class E2ESuite:
         stable = self.status()["stableRevision"]
         started = time.monotonic()
         self.patch_pipeline("non-empty", filter="word != '' AND nope != 'zeta'")
-        rolled = wait_for(
-            lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r["phase"] == "RolledBack" and r,
-            timeout=self.timeout,
-            what="the rollback",
-            interval=0.5,
-        )
+        rolled = self.rollout_completed(stable, "the rollback", phase="RolledBack")
         took = time.monotonic() - started
         assert "spec.pipeline.nodes[2].filter" in (rolled.get("message") or "") and "nope" in rolled["message"], rolled
         status = self.status()
@@ -1327,12 +1322,7 @@ class E2ESuite:
                 if node["name"] == "non-empty":
                     node["filter"] += " AND IF(length(word) > 0, raise_error('fails by design'), TRUE)"
             self.patch_spec({"spark": {"image": self.images.spark}, "pipeline": {"nodes": nodes}})
-            rolled = wait_for(
-                lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r["phase"] == "RolledBack" and r,
-                timeout=self.timeout,
-                what="the handover's rollback",
-                interval=0.5,
-            )
+            rolled = self.rollout_completed(stable, "the handover's rollback", phase="RolledBack")
             took = time.monotonic() - started
             time.sleep(15)
         finally:

@@ -87,6 +87,11 @@ class RolloutStatus(Strict):
     finishedAt: str | None = None
     message: str | None = Field(None, description="The plan, or why it rolled back or failed.")
     newDriver: bool = Field(False, description="The new revision runs in a driver of its own (toDriver).")
+    lastDriverFailure: str | None = Field(
+        None,
+        description="The error the new driver's container last left (its termination message): a crash loop's "
+        "rollback names it.",
+    )
     fromDrivers: list[DriverRef] = Field(default_factory=list, description="The drivers running when planned.")
     toDriver: str = Field(description="The SparkApplication a new driver gets (when one is needed).")
     queries: list[QueryStep] = Field(default_factory=list)

@@ -579,11 +579,12 @@ class Reconciler:
             return
         status = spark_app.get("status") or {}
         state = (status.get("applicationState") or {}).get("state")
-        _, answer, address, _ = self._ask_driver(namespace, status)
+        pod, answer, address, _ = self._ask_driver(namespace, status)
         if address is not None:
             drivers.addresses[name] = address
         restarts = int(status.get("executionAttempts") or 0)
-        drivers.facts[name] = driver_facts(name, submitted_revision(spark_app) or "", state, restarts, answer)
+        failure = driver_failure(pod)
+        drivers.facts[name] = driver_facts(name, submitted_revision(spark_app) or "", state, restarts, answer, failure)
 
     def _carry_out(
         self,

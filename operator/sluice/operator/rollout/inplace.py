@@ -216,12 +216,18 @@ def kept_revisions(result: Step, target_revision: str) -> frozenset[str]:
 
 
 def driver_facts(
-    name: str, submitted_revision: str, spark_state: str | None, restarts: int, status: DriverStatus | None
+    name: str,
+    submitted_revision: str,
+    spark_state: str | None,
+    restarts: int,
+    status: DriverStatus | None,
+    failure: str | None = None,
 ) -> DriverFacts:
-    """The app's driver as the rollout sees it, from spark-operator's state and the driver's /v1/status."""
+    """The app's driver as the rollout sees it, from spark-operator's state, the driver's /v1/status and what
+    its container left when it ended (`failure`)."""
     if status is None:
         failed = (spark_state or "").upper() in FAILED_SPARK_STATES
-        return DriverFacts(name, submitted_revision, "failed" if failed else "pending", restarts)
+        return DriverFacts(name, submitted_revision, "failed" if failed else "pending", restarts, failure=failure)
     backlog = {t.topic: t.backlog for t in status.topics}
     state: DriverState = status.state
     queries = tuple(
@@ -235,7 +241,7 @@ def driver_facts(
         )
         for q in status.queries
     )
-    return DriverFacts(name, submitted_revision, state, restarts, queries)
+    return DriverFacts(name, submitted_revision, state, restarts, queries, failure)
 
 
 def with_driver_state(observed: Observed, driver: str, state: DriverState, started: tuple[QueryFacts, ...]) -> Observed:

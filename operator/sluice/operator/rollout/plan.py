@@ -61,6 +61,7 @@ class DriverFacts:
     state: DriverState
     restarts: int = 0  # spark-operator's restarts of it
     queries: tuple[QueryFacts, ...] = ()
+    failure: str | None = None  # what its container's last run left as its termination message, if seen
 
 
 @dataclass(frozen=True)
@@ -387,6 +388,7 @@ def _continue(
     first_events: tuple[Event, ...] = (),
     waiting: str | None = None,
 ) -> Step:
+    rollout = _with_new_driver_failure(rollout, observed)
     events = list(first_events)
     actions: list[Action] = []
     for _ in range(len(get_args(RolloutPhase))):  # each phase is entered at most once per call
@@ -469,8 +471,10 @@ class _View:
 
     def crash_loops(self, drivers: Iterable[DriverFacts]) -> list[str]:
         baseline = {ref.name: ref.restarts for ref in self.rollout.fromDrivers}
+        last = self.rollout.lastDriverFailure if self.rollout.newDriver else None
         return [
             f"driver {d.name} restarted {d.restarts - baseline.get(d.name, 0)} times"
+            + (f", last: {last}" if last and d.name == self.new_name else "")
             for d in drivers
             if d.restarts - baseline.get(d.name, 0) >= CRASH_LOOP_RESTARTS
         ]
@@ -685,6 +689,17 @@ def _ensure_back(view: _View) -> Iterator[Action]:
     yield from (Resume(d.name) for d in old if d.state in ("draining", "drained"))
     if not old:
         yield StartDriver(view.stable_name, rollout.fromRevision, standby=False, steps=back)
+
+
+def _with_new_driver_failure(rollout: RolloutStatus, observed: Observed) -> RolloutStatus:
+    """The rollout with the last failure its new driver's container left (kept: spark-operator deletes a failed
+    driver's pod before it submits the next one, and a crash loop is told with the error that caused it)."""
+    if not rollout.newDriver or rollout.terminal:
+        return rollout
+    failure = next((d.failure for d in observed.drivers if d.name == rollout.toDriver and d.failure), None)
+    if failure is None or failure == rollout.lastDriverFailure:
+        return rollout
+    return rollout.model_copy(update={"lastDriverFailure": failure})
 
 
 def _cleanup(view: _View) -> Iterator[Action]:

@@ -124,6 +124,11 @@ class ControlApi:
             log.exception("control API: %s %s failed", method, path)
             return respond_model(start_response, ApiError(error=f"internal error: {exc}"), 500)
 
+    def _authorized(self, model: type[RequestModel], environ: Environ, example: str) -> RequestModel:
+        """A write's request body, once its bearer token is the control token (401 otherwise, 400 for a bad body)."""
+        self.token.check(environ.get("HTTP_AUTHORIZATION"))
+        return parse_request(model, read_body(environ), example)
+
     def metrics(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         self.run.metrics.executors.labels(app=self.run.metrics.app).set(len(self.executors.live()))
         return self.prometheus(environ, start_response)
@@ -139,8 +144,7 @@ class ControlApi:
         return respond_model(start_response, driver_status(self.run, self.executors, self.latest))
 
     def put_executors(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        self.token.check(environ.get("HTTP_AUTHORIZATION"))
-        request = parse_request(ExecutorsRequest, read_body(environ), '{"target": N}')
+        request = self._authorized(ExecutorsRequest, environ, '{"target": N}')
         response = self.executors.scale(request.target)
         log.info(
             "executors: target %d (%d live before), killed %s",
@@ -155,8 +159,7 @@ class ControlApi:
         compile or a query fails to start on it (the old plan runs on), naming the node."""
         from ..runtime import SwapRefused
 
-        self.token.check(environ.get("HTTP_AUTHORIZATION"))
-        request = parse_request(SwapRequest, read_body(environ), '{"config": RunnerConfig, "steps": [...]}')
+        request = self._authorized(SwapRequest, environ, '{"config": RunnerConfig, "steps": [...]}')
         try:
             response = self.run.swap(request.config, request.steps)
         except SwapRefused as exc:
@@ -184,8 +187,7 @@ class ControlApi:
         driver stops, 422 when a query fails to start (the run stays as it was), naming it."""
         from ..runtime import SwapRefused
 
-        self.token.check(environ.get("HTTP_AUTHORIZATION"))
-        request = parse_request(StateRequest, read_body(environ), '{"state": "running" | "drained"}')
+        request = self._authorized(StateRequest, environ, '{"state": "running" | "drained"}')
         try:
             return respond_model(start_response, self.run.set_state(request.state))
         except SwapRefused as exc:
@@ -198,8 +200,7 @@ class ControlApi:
         """409, nothing deleted, when the running revision still needs one of the folders."""
         from ..runtime import SwapRefused
 
-        self.token.check(environ.get("HTTP_AUTHORIZATION"))
-        request = parse_request(DeleteCheckpointsRequest, read_body(environ), '{"checkpoints": ["<folder>"]}')
+        request = self._authorized(DeleteCheckpointsRequest, environ, '{"checkpoints": ["<folder>"]}')
         try:
             return respond_model(start_response, self.run.delete_checkpoints(request.checkpoints))
         except SwapRefused as exc:
