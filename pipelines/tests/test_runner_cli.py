@@ -20,8 +20,9 @@ from kafka_output import read_committed
 from sluice.pipelines import runner
 from sluice.pipelines.contract import RunnerConfig
 from sluice.pipelines.local.kafka_io import produce
+from sluice.pipelines.plancheck import error_summary
 from sluice.pipelines.runner import TERMINATION_MESSAGE_LIMIT, termination_message
-from sluice.pipelines.runtime import PipelineRun, error_summary
+from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.spec import PipelineSpec
 from sluice.pipelines.validation import PipelineInvalid
 from sluice.testbed.common import free_port
@@ -353,6 +354,57 @@ def test_sluice_run_names_the_node_of_a_failing_query(kafka_bootstrap, new_topic
     assert re.search(r"query failed: spec\.pipeline\.nodes\[4\] \(out\): .*bad word x", result.stderr), result.stderr[
         -3000:
     ]
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_failed_run_tells_its_error_on_the_control_api_before_the_driver_exits(kafka_bootstrap, new_topic, tmp_path):
+    """The operator reads why a driver failed from /v1/status (spark-operator deletes a failed driver's pod,
+    and its termination message, within seconds): the runner answers a while after the failure, then exits."""
+    lines, counts, dead_letters = new_topic(1), new_topic(1), new_topic(1)
+    config = _runner_config(
+        kafkaBootstrap=kafka_bootstrap, checkpointRoot=str(tmp_path / "chk"), controlPort=free_port()
+    )
+    nodes = config["pipeline"]["nodes"]
+    nodes[0]["fromKafka"]["topic"], nodes[-1]["toKafka"]["topic"] = lines, counts
+    config["pipeline"]["deadLetter"]["toKafka"]["topic"] = dead_letters
+    nodes[2]["filter"] = "word != '' AND raise_error(concat('bad word ', word)) IS NULL"
+    path, message = tmp_path / "runner.json", tmp_path / "termination-log"
+    path.write_text(json.dumps(config))
+    message.touch()
+    produce(kafka_bootstrap, lines, [b"x"], timestamps_ms=[(int(time.time()) - 3600) * 1000])
+    script = (
+        "import sys; from sluice.pipelines import runner; "
+        f"runner.TERMINATION_MESSAGE_PATH = {str(message)!r}; sys.exit(runner.main(sys.argv[1:]))"
+    )
+    log = tmp_path / "runner.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, str(path), "--master", "local[2]"], stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+
+        def failed_query() -> dict | None:
+            code, body = _get(f"http://127.0.0.1:{config['controlPort']}/v1/status")
+            failed = [q for q in json.loads(body)["queries"] if q["error"]] if code == 200 else []
+            return failed[0] if failed else None
+
+        deadline, failed = time.monotonic() + 240, None
+        while failed is None and proc.poll() is None and time.monotonic() < deadline:
+            failed = failed_query()
+            time.sleep(0.5)
+        assert failed is not None, (
+            f"no failed query in /v1/status (runner exit {proc.poll()}): {log.read_text()[-2000:]}"
+        )
+        assert failed["name"] == "out" and "bad word x" in failed["error"], failed
+        assert proc.wait(timeout=120) == 1, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert re.fullmatch(r"failed: spec\.pipeline\.nodes\[\d\] \(out\): .*bad word x.*", message.read_text()), (
+        message.read_text()
+    )
 
 
 # ------------------------------------------------------------------------------ RunnerConfig

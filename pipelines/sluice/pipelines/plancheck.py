@@ -10,6 +10,8 @@ node. `sluice validate` (with Spark) and the runner, before it starts any query,
 
 from __future__ import annotations
 
+import re
+
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -101,3 +103,13 @@ def plan_problems(spark: SparkSession, spec: PipelineSpec, prefix: str) -> list[
 
 def _at_node(path: str, nodes: set[str]) -> bool:
     return any(path == node or path.startswith((f"{node}.", f"{node}[")) for node in nodes)
+
+
+_RAISED = re.compile(r"^(?:\w+\.)*(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def error_summary(error: str) -> str:
+    """A query's error in one line: its first, or for an error raised in a Python sink (Spark wraps its
+    traceback: "An exception was raised by the Python Proxy..."), the exception the traceback ends with."""
+    raised = _RAISED.findall(error) if "Traceback (most recent call last)" in error else []
+    return ": ".join(raised[-1]) if raised else error.split("\n")[0]

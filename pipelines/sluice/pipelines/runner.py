@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,6 +41,10 @@ CONFIG_FLAGS = {
 # keeps at most TERMINATION_MESSAGE_LIMIT bytes of it in the pod's containerStatuses[*].state.terminated.message.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096
+# A failed run keeps answering /v1/status this long before the driver exits: the operator (a tick every 5 s by
+# default) reads which query failed and why, rather than only seeing restarts (spark-operator deletes a failed
+# driver's pod, and its termination message, within seconds).
+FAILURE_REPORT_SECONDS = 15.0
 
 
 def termination_message(what: str, errors: Iterable[str]) -> str:
@@ -158,7 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         spark = build_session(f"sluice-{config.app}", {}, master=args.master)
     run = PipelineRun(spark, config, pipeline_path=pipeline_path)
-    signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
+    terminated = threading.Event()
+
+    def on_sigterm(*_: object) -> None:
+        terminated.set()
+        run.request_stop()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         run.start()
     except PipelineInvalid as exc:
@@ -179,13 +190,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     code = run.await_termination()
     run.stop()
-    if server:
-        server.stop()
     failed = run.failed()
     for state in failed:
         log.error("query failed: %s", state.failure())
     if code:
         write_termination_message(termination_message("failed", [state.failure() for state in failed]))
+    if server:
+        if code and not terminated.is_set():
+            log.info(
+                "the control API answers %.0f s more, so the failure is read before the driver exits",
+                FAILURE_REPORT_SECONDS,
+            )
+            terminated.wait(FAILURE_REPORT_SECONDS)
+        server.stop()
     return code
 
 

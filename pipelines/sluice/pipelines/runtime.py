@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, com
 from .contract import CheckpointsDeleted, QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
 from .handover import hand_over
 from .metrics import PipelineMetrics, ProgressListener
-from .plancheck import java_message, sink_path, streaming_problems
+from .plancheck import error_summary, java_message, sink_path, streaming_problems
 from .queries import WARM_UP_QUERY_PREFIX, UnsupportedTrigger, start_query, start_warm_up_query
 from .realtime import real_time_slot_problems
 from .sinks import release_kept_clients
@@ -126,16 +125,6 @@ class QueryState:
 
     def failure(self) -> str:
         return f"{self.path} ({self.name}): {self.error}"
-
-
-_RAISED = re.compile(r"^(?:\w+\.)*(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
-
-
-def error_summary(error: str) -> str:
-    """A query's error in one line: its first, or for an error raised in a Python sink (Spark wraps its
-    traceback: "An exception was raised by the Python Proxy..."), the exception the traceback ends with."""
-    raised = _RAISED.findall(error) if "Traceback (most recent call last)" in error else []
-    return ": ".join(raised[-1]) if raised else error.split("\n")[0]
 
 
 def _last_batch(query: StreamingQuery) -> Any:

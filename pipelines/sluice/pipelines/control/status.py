@@ -13,6 +13,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from ..contract import DriverStatus, QueryStatus
 from ..metrics import QueryRecord, RunningBatches
+from ..plancheck import error_summary
 from ..spec import FromKafka, ProcessingTime, duration_ms
 from .backlog import TopicPartition, source_partitions, source_topics, topic_backlogs
 from .executors import Executors
@@ -75,7 +76,7 @@ def query_status(
         id=query.id,
         runId=query.runId,
         active=query.isActive,
-        error=str(error).split("\n")[0] if error else None,
+        error=error_summary(str(error)) if error else None,
         batchId=progress.get("batchId"),
         batches=record.batches if record else 0,
         runBatches=record.run_batches if record and record.last_progress.get("runId") == query.runId else 0,
