@@ -20,6 +20,7 @@ from test_migration import WATERMARK_MS, pipeline, send, windows, written
 from sluice.pipelines.contract import DriverStatus, QueryStep, RunnerConfig, SwapRequest
 from sluice.pipelines.control.server import ControlServer
 from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import free_port, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -170,3 +171,37 @@ def test_a_drain_stops_the_dead_letter_queries_before_the_queries_they_wait_for(
     PipelineRun._stop_all(queries, stop)  # type: ignore[arg-type]
     assert sorted(stopped[:2]) == ["clicks-dead-letters", "lines-dead-letters"]
     assert sorted(stopped[2:]) == ["out", "seen"]
+
+
+def test_a_plan_that_fails_on_its_records_still_goes_on_standby(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warm-up runs the plan over the last records: one that fails there is told, and the driver waits on
+    standby all the same (its first batch fails once it is activated, and the rollout rolls back)."""
+    source, out = new_topic(1), new_topic(1)
+    spec = pipeline(source, out, "2s").model_dump(mode="json", exclude_none=True)
+    spec["nodes"][1]["inputs"] = ["checked"]
+    spec["nodes"].insert(
+        1, {"name": "checked", "inputs": ["events"], "filter": "raise_error(concat('bad word ', word)) IS NULL"}
+    )
+    config = RunnerConfig(
+        app="handover",
+        revision="rev-2",
+        kafkaBootstrap=kafka_bootstrap,
+        pipeline=PipelineSpec.model_validate(spec),
+        checkpointRoot=str(tmp_path / "chk"),
+        standby=True,
+    )
+    events = LiveEvents(kafka_bootstrap, source).start()  # records in the warm-up's last seconds, whenever it runs
+    run = PipelineRun(spark_session, config)
+    try:
+        run.start()
+        assert run.state == "standby" and run.queries == []
+        told = [r.getMessage() for r in caplog.records if "warm-up" in r.getMessage()]
+        assert any("warm-up of query counts failed" in m and "bad word" in m for m in told), told
+        run.set_state("running")
+        failed = wait_for(lambda: run.failed() or None, timeout=120, what="the first batch failing")
+        assert failed[0].name == "counts" and "bad word" in (failed[0].error or "")
+    finally:
+        events.stop()
+        run.stop()

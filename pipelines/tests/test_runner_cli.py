@@ -396,7 +396,9 @@ def test_a_failed_run_tells_its_error_on_the_control_api_before_the_driver_exits
         assert failed is not None, (
             f"no failed query in /v1/status (runner exit {proc.poll()}): {log.read_text()[-2000:]}"
         )
-        assert failed["name"] == "out" and "bad word x" in failed["error"], failed
+        assert failed["name"] == "out" and re.fullmatch(
+            r"spec\.pipeline\.nodes\[4\]: .*bad word x.*", failed["error"]
+        ), failed
         assert proc.wait(timeout=120) == 1, log.read_text()[-3000:]
     finally:
         if proc.poll() is None:

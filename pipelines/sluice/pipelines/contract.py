@@ -110,7 +110,9 @@ class QueryStatus(Strict):
     id: str | None = None
     runId: str | None = None
     active: bool
-    error: str | None = None
+    error: str | None = Field(
+        None, description="Why the query failed, in one line: its sink's path in the StreamingApp, then Spark's error."
+    )
     batchId: int | None = None
     batches: int = 0
     runBatches: int = Field(

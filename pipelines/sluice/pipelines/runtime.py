@@ -6,6 +6,7 @@ or a bare pipeline file for local runs (`config_from_document`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -225,11 +226,13 @@ class PipelineRun:
                 log.warning("warm-up of query %s failed: %s", plan.name, error_summary(java_message(exc)))
         deadline = time.monotonic() + WARM_UP_TIMEOUT_S
         for query in warming:
-            if not query.awaitTermination(max(deadline - time.monotonic(), 0.001)):  # type: ignore[arg-type]  # seconds: a float works
-                query.stop()
+            with contextlib.suppress(Exception):  # a query that failed raises here: told below, as it failed
+                if not query.awaitTermination(max(deadline - time.monotonic(), 0.001)):  # type: ignore[arg-type]  # seconds: a float works
+                    query.stop()
             failure = query.exception()
             if failure is not None:
-                log.warning("warm-up of query %s failed: %s", query.name, error_summary(str(failure)))
+                name = str(query.name).removeprefix(WARM_UP_QUERY_PREFIX)
+                log.warning("warm-up of query %s failed: %s", name, error_summary(str(failure)))
         delete_folder(self.spark, folder)
         slots = max(self.spark.sparkContext.defaultParallelism, 1)
         try:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming import StreamingQuery
 
-from ..contract import DriverStatus, QueryStatus
+from ..contract import DriverStatus, QueryStatus, in_app
 from ..metrics import QueryRecord, RunningBatches
 from ..plancheck import error_summary
 from ..spec import FromKafka, ProcessingTime, duration_ms
@@ -66,7 +66,9 @@ def query_status(
     running: RunningBatches,
     now: float,
     revision: str | None = None,
+    path: str | None = None,
 ) -> QueryStatus:
+    """`path`: where the query's sink is in the StreamingApp, which its error names first."""
     error = query.exception()
     progress = record.last_progress if record else {}
     duration = progress.get("batchDuration", (progress.get("durationMs") or {}).get("triggerExecution"))
@@ -76,7 +78,7 @@ def query_status(
         id=query.id,
         runId=query.runId,
         active=query.isActive,
-        error=error_summary(str(error)) if error else None,
+        error=(f"{in_app(path)}: " if path else "") + error_summary(str(error)) if error else None,
         batchId=progress.get("batchId"),
         batches=record.batches if record else 0,
         runBatches=record.run_batches if record and record.last_progress.get("runId") == query.runId else 0,
@@ -138,7 +140,13 @@ def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets 
         observedAt=datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         queries=[
             query_status(
-                q, records.get(q.name), run.spec.trigger, run.metrics.running, now, run.query_revisions.get(q.name)
+                q,
+                records.get(q.name),
+                run.spec.trigger,
+                run.metrics.running,
+                now,
+                run.query_revisions.get(q.name),
+                run.query_path(q.name),
             )
             for q in list(run.queries)
         ],
