@@ -193,6 +193,7 @@ def test_a_plan_that_fails_on_its_records_still_goes_on_standby(
         standby=True,
     )
     events = LiveEvents(kafka_bootstrap, source).start()  # records in the warm-up's last seconds, whenever it runs
+    wait_for(lambda: events.sent or None, timeout=30, what="the first events in Kafka")
     run = PipelineRun(spark_session, config)
     try:
         run.start()
