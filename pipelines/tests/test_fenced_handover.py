@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 from test_control_api import call, driver_status
-from test_migration import WATERMARK_MS, pipeline, send, windows, written
+from test_migration import WATERMARK_MS, first_revision, pipeline, send, windows, written
 
 from sluice.pipelines.contract import DriverStatus, QueryStep, RunnerConfig, SwapRequest
 from sluice.pipelines.control.server import ControlServer
@@ -184,13 +184,8 @@ def test_a_plan_that_fails_on_its_records_still_goes_on_standby(
     spec["nodes"].insert(
         1, {"name": "checked", "inputs": ["events"], "filter": "raise_error(concat('bad word ', word)) IS NULL"}
     )
-    config = RunnerConfig(
-        app="handover",
-        revision="rev-2",
-        kafkaBootstrap=kafka_bootstrap,
-        pipeline=PipelineSpec.model_validate(spec),
-        checkpointRoot=str(tmp_path / "chk"),
-        standby=True,
+    config = first_revision(PipelineSpec.model_validate(spec), kafka_bootstrap, tmp_path).model_copy(
+        update={"revision": "rev-2", "standby": True}
     )
     events = LiveEvents(kafka_bootstrap, source).start()  # records in the warm-up's last seconds, whenever it runs
     wait_for(lambda: events.sent or None, timeout=30, what="the first events in Kafka")

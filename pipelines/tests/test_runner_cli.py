@@ -373,10 +373,7 @@ def test_a_failed_run_tells_its_error_on_the_control_api_before_the_driver_exits
     path.write_text(json.dumps(config))
     message.touch()
     produce(kafka_bootstrap, lines, [b"x"], timestamps_ms=[(int(time.time()) - 3600) * 1000])
-    script = (
-        "import sys; from sluice.pipelines import runner; "
-        f"runner.TERMINATION_MESSAGE_PATH = {str(message)!r}; sys.exit(runner.main(sys.argv[1:]))"
-    )
+    script = _runner_script(message)
     log = tmp_path / "runner.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -510,15 +507,20 @@ def test_no_termination_message_where_kubernetes_made_no_file(tmp_path, monkeypa
     assert (tmp_path / "termination-log").read_text() == "failed at start: x"
 
 
+def _runner_script(termination_message: Path) -> str:
+    """`python -c` source running the runner as the driver does, its termination message file where given."""
+    return (
+        "import sys; from sluice.pipelines import runner; "
+        f"runner.TERMINATION_MESSAGE_PATH = {str(termination_message)!r}; sys.exit(runner.main(sys.argv[1:]))"
+    )
+
+
 def _runner_leaving_a_termination_message(tmp_path: Path, config: dict) -> tuple[subprocess.CompletedProcess, str]:
     """The runner as the driver runs it, with the termination message file where the kubelet would make it."""
     path, message = tmp_path / "runner.json", tmp_path / "termination-log"
     path.write_text(json.dumps(config))
     message.touch()
-    script = (
-        "import sys; from sluice.pipelines import runner; "
-        f"runner.TERMINATION_MESSAGE_PATH = {str(message)!r}; sys.exit(runner.main(sys.argv[1:]))"
-    )
+    script = _runner_script(message)
     result = subprocess.run(
         [sys.executable, "-c", script, str(path), "--master", "local[1]"],
         capture_output=True,
