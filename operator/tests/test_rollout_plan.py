@@ -348,6 +348,27 @@ def test_a_crash_looping_new_driver_rolls_back_to_the_drained_one():
     assert rolled_back.actions == (ReleaseRevision("r2", ()),)
 
 
+def test_a_new_driver_whose_query_failed_is_drained_and_the_old_one_resumes_once_it_stopped():
+    standby = driver("wc-r2", "r2", "standby", running=())
+    drained = driver(state="drained", running=())
+    starting = proceed(
+        proceed(start(diff_for(IMAGE), observed(driver())), observed(driver(), standby)), observed(drained, standby)
+    )
+    failing = driver("wc-r2", "r2", running=queries("r2", error="spec.pipeline.nodes[2]: boom"))
+    rolling_back = proceed(starting, observed(drained, failing, at=T0 + 30))
+    assert phase(rolling_back) == "RollingBack"
+    assert rolling_back.actions == (ApplyRevision("r1"), Drain("wc-r2")), "it may still write: drained first"
+
+    stopping = replace(failing, state="draining")  # the failed run stops its queries at a batch boundary
+    assert proceed(rolling_back, observed(drained, stopping, at=T0 + 31)).actions == (
+        ApplyRevision("r1"),
+        Drain("wc-r2"),
+    )
+    stopped = replace(failing, state="drained")  # its pod stays a while longer, to tell the failure
+    resumed = proceed(rolling_back, observed(drained, stopped, at=T0 + 35))
+    assert resumed.actions == (ApplyRevision("r1"), DeleteDriver("wc-r2"), Resume(APP))
+
+
 def test_restart_strategy_stops_the_old_driver_before_the_new_one_starts():
     planned = start(diff_for(IMAGE), observed(driver()), type_="restart")
     assert phase(planned) == "Draining" and planned.actions == (ApplyRevision("r2"), Drain(APP))

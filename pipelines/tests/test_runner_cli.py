@@ -16,6 +16,7 @@ import pytest
 import yaml
 from helpers import EXAMPLES, load_example, load_manifest
 from kafka_output import read_committed
+from test_control_api import call
 
 from sluice.pipelines import runner
 from sluice.pipelines.contract import RunnerConfig
@@ -360,10 +361,17 @@ def test_sluice_run_names_the_node_of_a_failing_query(kafka_bootstrap, new_topic
 @pytest.mark.spark
 def test_a_failed_run_tells_its_error_on_the_control_api_before_the_driver_exits(kafka_bootstrap, new_topic, tmp_path):
     """The operator reads why a driver failed from /v1/status (spark-operator deletes a failed driver's pod,
-    and its termination message, within seconds): the runner answers a while after the failure, then exits."""
+    and its termination message, within seconds): the runner answers a while after the failure, then exits.
+    Its queries stopped, it says it is drained (a rollback resumes the driver it replaced at once): asked to
+    drain, it answers so; asked to run, it refuses."""
     lines, counts, dead_letters = new_topic(1), new_topic(1), new_topic(1)
+    token = tmp_path / "token"
+    token.write_text("s3cret")
     config = _runner_config(
-        kafkaBootstrap=kafka_bootstrap, checkpointRoot=str(tmp_path / "chk"), controlPort=free_port()
+        kafkaBootstrap=kafka_bootstrap,
+        checkpointRoot=str(tmp_path / "chk"),
+        controlPort=free_port(),
+        controlTokenFile=str(token),
     )
     nodes = config["pipeline"]["nodes"]
     nodes[0]["fromKafka"]["topic"], nodes[-1]["toKafka"]["topic"] = lines, counts
@@ -380,10 +388,14 @@ def test_a_failed_run_tells_its_error_on_the_control_api_before_the_driver_exits
             [sys.executable, "-c", script, str(path), "--master", "local[2]"], stdout=out, stderr=subprocess.STDOUT
         )
     try:
+        base = f"http://127.0.0.1:{config['controlPort']}"
 
         def failed_query() -> dict | None:
-            code, body = _get(f"http://127.0.0.1:{config['controlPort']}/v1/status")
-            failed = [q for q in json.loads(body)["queries"] if q["error"]] if code == 200 else []
+            """The failed query once the run stopped its queries (drained)."""
+            code, body = _get(f"{base}/v1/status")
+            if code != 200 or json.loads(body)["state"] != "drained":
+                return None
+            failed = [q for q in json.loads(body)["queries"] if q["error"]]
             return failed[0] if failed else None
 
         deadline, failed = time.monotonic() + 240, None
@@ -391,11 +403,15 @@ def test_a_failed_run_tells_its_error_on_the_control_api_before_the_driver_exits
             failed = failed_query()
             time.sleep(0.5)
         assert failed is not None, (
-            f"no failed query in /v1/status (runner exit {proc.poll()}): {log.read_text()[-2000:]}"
+            f"no failed query in /v1/status of a drained run (runner exit {proc.poll()}): {log.read_text()[-2000:]}"
         )
         assert failed["name"] == "out" and re.fullmatch(
             r"spec\.pipeline\.nodes\[4\]: .*bad word x.*", failed["error"]
         ), failed
+        drained = call("PUT", f"{base}/v1/state", b'{"state": "drained"}', token="s3cret")
+        assert drained[0] == 200 and drained[1]["state"] == drained[1]["previous"] == "drained", drained
+        resumed = call("PUT", f"{base}/v1/state", b'{"state": "running"}', token="s3cret")
+        assert resumed == (409, {"error": "the driver is stopping", "field": "state"}), resumed
         assert proc.wait(timeout=120) == 1, log.read_text()[-3000:]
     finally:
         if proc.poll() is None:

@@ -179,7 +179,11 @@ class DriverStatus(Strict):
     app: str
     revision: str
     state: RunState = Field(
-        "running", description="standby: waits for PUT /v1/state; draining/drained: stopping/stopped its queries."
+        "running",
+        description=(
+            "standby: waits for PUT /v1/state; "
+            "draining/drained: stopping/stopped its queries (as asked, or as the driver stops)."
+        ),
     )
     observedAt: str = Field(description="RFC 3339 time of this answer.")
     queries: list[QueryStatus] = Field(default_factory=list)

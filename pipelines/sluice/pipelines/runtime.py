@@ -265,12 +265,13 @@ class PipelineRun:
         """running: start the queries of a standby or drained run (on their checkpoints, which another driver
         may have advanced meanwhile); drained: stop every query at a batch boundary and release the exactly-once
         sinks' producers, the run staying up (and answering) until it is stopped. The state it is in: nothing
-        changes. A query that fails to start stops the ones started with it: the run stays as it was."""
+        changes (a stopped run is drained: asked to drain while it stops, it answers once its queries stopped).
+        A query that fails to start stops the ones started with it: the run stays as it was."""
         began = time.monotonic()
         with self._changing:
-            if self._stopping.is_set():
-                raise SwapRefused("the driver is stopping", "state")
             previous: RunState = self._state
+            if self._stopping.is_set() and not (state == "drained" and previous == "drained"):
+                raise SwapRefused("the driver is stopping", "state")
             started: list[str] = []
             stopped: list[str] = []
             if state == "running" and previous != "running":
@@ -341,20 +342,17 @@ class PipelineRun:
         says until it has, and while the checkpoint has no completed batch of its own (decided again: the source
         may have gone on since), else as decided before. A rollback's migration names a checkpoint with batches
         (the one the query left): it goes on from its own offsets, behind the other's cut."""
-        migration, checkpoint = config.migrations.get(query), config.checkpoint(query)
-        latest = Handover.latest(self.spark, checkpoint)
-        if migration is not None:
-            source = config.checkpoint(query, migration.fromCheckpoint)
-            if latest is None or latest.source != source or committed_batch(self.spark, checkpoint) is None:
-                return hand_over(
-                    self.spark,
-                    source_checkpoint=source,
-                    target_checkpoint=checkpoint,
-                    rewind_ms=migration.rewindMs,
-                    sources=compiled.sources,
-                    bootstrap=config.kafkaBootstrap,
-                )
-        return latest
+        migration = config.migrations.get(query)
+        if migration is not None and not self._handed_over(config, query, migration.fromCheckpoint):
+            return hand_over(
+                self.spark,
+                source_checkpoint=config.checkpoint(query, migration.fromCheckpoint),
+                target_checkpoint=config.checkpoint(query),
+                rewind_ms=migration.rewindMs,
+                sources=compiled.sources,
+                bootstrap=config.kafkaBootstrap,
+            )
+        return Handover.latest(self.spark, config.checkpoint(query))
 
     def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
         """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it
@@ -408,6 +406,8 @@ class PipelineRun:
             return CheckpointsDeleted(deleted=deleted, absent=absent)
 
     def _handed_over(self, config: RunnerConfig, query: str, source: str) -> bool:
+        """Whether the query's checkpoint in `config` took over from the folder `source` and completed a batch
+        of its own since (else a start hands over from there again)."""
         checkpoint = config.checkpoint(query)
         latest = Handover.latest(self.spark, checkpoint)
         return (
@@ -704,11 +704,15 @@ class PipelineRun:
 
     # ------------------------------------------------------------------------------- stopping
     def stop(self, boundary_timeout: float = 30.0) -> None:
-        """Stop every query, each between two micro-batches when it can be caught idle in time."""
+        """Stop every query, each between two micro-batches when it can be caught idle in time. The run reports
+        itself draining meanwhile, then drained: it writes nothing more (a rollback resumes the driver it
+        replaced without waiting for this one's pod to go)."""
         self._stopping.set()
         with self._changing:  # a swap under way ends first (none starts now): its queries are stopped too
+            self._state = "draining"
             self._stop_all(list(self.queries), lambda query: self._stop_query(query, boundary_timeout, forget=False))
             release_kept_clients()  # exactly-once sinks writing from the driver keep their producers until now
+            self._state = "drained"
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

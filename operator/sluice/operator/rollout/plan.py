@@ -53,8 +53,8 @@ class QueryFacts:
 @dataclass(frozen=True)
 class DriverFacts:
     """One SparkApplication of the app. pending: submitted, not answering; standby: up, waiting for Activate;
-    running: its queries run; draining/drained: stopping/stopped at a batch boundary (the driver stays up);
-    failed: spark-operator reports a failure."""
+    running: its queries run; draining/drained: stopping/stopped at a batch boundary, writing nothing more (as
+    asked, the driver staying up, or as the driver stops); failed: spark-operator reports a failure."""
 
     name: str
     revision: str  # the revision it was submitted with

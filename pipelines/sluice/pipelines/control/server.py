@@ -184,7 +184,8 @@ class ControlApi:
 
     def put_state(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         """Answers once the queries started (running) or stopped at a batch boundary (drained); 409 while the
-        driver stops, 422 when a query fails to start (the run stays as it was), naming it."""
+        driver stops (a drain is answered once it stopped its queries), 422 when a query fails to start (the run
+        stays as it was), naming it."""
         from ..runtime import SwapRefused
 
         request = self._authorized(StateRequest, environ, '{"state": "running" | "drained"}')
