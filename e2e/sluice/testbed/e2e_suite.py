@@ -1343,6 +1343,8 @@ class E2ESuite:
         reasons = {r: [e for e in events if e["reason"] == r] for r in ("Drained", "Activated", "Resumed")}
         assert all(reasons.values()), [(e["reason"], e["message"]) for e in events]
         assert old_driver in reasons["Resumed"][-1]["message"], reasons["Resumed"][-1]
+        refused = [e["message"] for e in events if e["reason"] == "HandoverFailed" and new_driver in e["message"]]
+        assert not refused, f"a failed driver that stops is drained, not asked again: {refused}"
         self.assert_counts()
         copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in words)
         assert copies == sent, "the stateless query's output across the rollback: every word exactly once"
@@ -1441,6 +1443,14 @@ class E2ESuite:
         expected = migrated_reference(ours, 5_000, 10_000, cut)
         emitted = {w: n[0] for w, n in got.items()}
         assert emitted == dict(expected), (cut, sorted(set(emitted.items()) ^ set(expected.items())))
+        self.assert_no_executor_killed()
+
+    def assert_no_executor_killed(self) -> None:
+        """The app's driver lost no executor to the kernel's OOM killer (its pod's memory limit) since it started:
+        the driver that has run the most steps (a drain, a resume, swaps) holds the executors longest."""
+        log = self.target.kubectl("logs", "-n", self.apps_namespace, f"{self.driver_name()}-driver", check=False)
+        killed = [line.strip() for line in log.stdout.splitlines() if "OOMKilled" in line or "OOM is detected" in line]
+        assert not killed, f"an executor went past its pod's memory limit: {killed[:3]}"
 
     def driver_killed(self) -> None:
         """The driver pod deleted with grace period 0 at random moments under a paced load: spark-operator

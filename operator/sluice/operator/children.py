@@ -290,7 +290,7 @@ def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
     return next(v["configMap"]["name"] for v in volumes if v["name"] == "pipeline")
 
 
-DRIVER_MIN_OVERHEAD = "768m"
+MIN_MEMORY_OVERHEAD = "768m"  # per driver and executor pod, above Spark's 384m: see spark_conf
 
 
 def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
@@ -304,7 +304,10 @@ def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
         "spark.dynamicAllocation.enabled": "false",
         # The driver pod holds the Python runner beside the JVM, whose threads, metaspace and code cache grow
         # past Spark's 384m minimum within minutes on a small driver (the kernel kills it at the pod's limit).
-        "spark.driver.minMemoryOverhead": DRIVER_MIN_OVERHEAD,
+        "spark.driver.minMemoryOverhead": MIN_MEMORY_OVERHEAD,
+        # An executor pod holds Python workers beside the JVM (the exactly-once sink's Arrow writers and their
+        # Kafka producers, ~150 MB each): a 512m executor went past 896 MiB within minutes of queries restarting.
+        "spark.executor.minMemoryOverhead": MIN_MEMORY_OVERHEAD,
         # Spark 4.2 creates an executor NetworkPolicy at submission, which needs RBAC spark-operator
         # does not hold; the operator makes the same policy itself (network_policies).
         "spark.kubernetes.driver.pod.excludedFeatureSteps": SPARK_NETWORK_POLICY_STEP,
