@@ -55,6 +55,7 @@ class Stream:
     event_time: str | None = None
     watermarked: bool = False
     windowed: bool = False  # output of a windowed aggregation: final rows per window (append mode)
+    window_grid_ms: int | None = None  # its windows end on multiples of this (a tumbling size, a sliding step)
     aggregated: bool = False  # a streaming aggregation without a window: needs update/complete mode
     grouped: bool = False  # an aggregation's groups (or fewer rows): a batch holds at most the groups it touched
     stateful: bool = False  # a stateful operation (aggregation, join, dedupe) upstream
@@ -92,6 +93,7 @@ class QueryPlan:
     # The event-time column of rows that are final once the watermark passes it (a windowed aggregation's
     # window_time, in append mode): what a checkpoint migration's output gate compares with its cut.
     final_time: str | None = None
+    final_grid_ms: int | None = None  # the windows behind final_time end on multiples of it (None: unknown)
     stateful: bool = False  # state of its own in the checkpoint (aggregation, join, dedupe)
 
 
@@ -368,6 +370,7 @@ class Compiler:
                     event_time=stream.event_time,
                     watermarked=True,
                     windowed=True,
+                    window_grid_ms=stream.window_grid_ms,
                     grouped=True,
                     stateful=True,
                 )
@@ -380,11 +383,13 @@ class Compiler:
             F.window_time("window").alias(WINDOW_TIME),
             *others,
         )
+        grid = window.tumbling or (window.sliding.slide if window.sliding else None)
         return Stream(
             flat,
             event_time=WINDOW_TIME,
             watermarked=stream.watermarked,
             windowed=stream.watermarked,
+            window_grid_ms=duration_ms(grid) if grid else None,  # session windows end anywhere
             aggregated=not stream.watermarked,
             grouped=True,
             stateful=True,
@@ -557,6 +562,7 @@ class Compiler:
             app=self.app_name,
             grouped=stream.grouped and mode != "complete",  # complete mode: every group, every batch
             final_time=stream.event_time if stream.windowed and mode == "append" else None,
+            final_grid_ms=stream.window_grid_ms if stream.windowed and mode == "append" else None,
             stateful=stream.stateful,
         )
 

@@ -2,8 +2,11 @@
 changed window, grouping key, source) moves to a checkpoint of its own, and its output goes on exactly once.
 
 The old query stops at a batch boundary. Its last completed batch says two things (its offset log and commit
-log): the watermark it ran with, the cut — every window that closed at or before it is in the sink — and the
-end offsets it read up to. The new query starts on an empty checkpoint from those offsets rewound by
+log): the watermark it ran with and the end offsets it read up to. The cut is that watermark down to the end of
+the last window the old query closed there (its windows end on a grid it wrote beside its checkpoint,
+`OutputGrid`): every window that closed at or before the cut is in the sink, and none that ends after it (a
+new window shorter than the old one may end between the two: it is the new query's). The new query starts on
+an empty checkpoint from those offsets rewound from the cut by
 `rewindMs` of Kafka record time (watermark delay + the longest window or join span: enough to rebuild the
 windows still open at the cut), never past them, and an output gate leaves out its rows final before the cut
 (windows that closed at or before it: the old query wrote their results). So windows closed before the cut
@@ -26,7 +29,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from .sinks.checkpoint_files import Handover, OffsetLog, committed_batch
+from .sinks.checkpoint_files import Handover, OffsetLog, OutputGrid, committed_batch
 from .spec import FromKafka
 
 TopicPartition = tuple[str, int]
@@ -110,6 +113,9 @@ def hand_over(
     existing = Handover.latest(spark, target_checkpoint)
     last = committed_batch(spark, source_checkpoint)
     cut, ends = OffsetLog(spark, source_checkpoint).entry(last) if last is not None else (None, {})
+    grid = OutputGrid.of(spark, source_checkpoint)
+    if cut is not None and grid is not None:
+        cut = grid.closed_by(cut)  # the source wrote no window ending past this one
     offsets: dict[str, str] = {}
     if committed_batch(spark, target_checkpoint) is None and ends and rewind_ms is not None:
         by_source: dict[str, list[TopicPartition]] = {}

@@ -163,8 +163,9 @@ def committed_batch(spark: SparkSession, checkpoint: str) -> int | None:
 @dataclass(frozen=True)
 class Handover:
     """How a query took over its output from another checkpoint (`<checkpoint>/sluice/handovers/<n>`, the
-    newest counts; kept across restarts). cutMs: the other query's last watermark; rows final before it
-    (windows that closed at or before it) were written by that query, so this one drops them (the output gate).
+    newest counts; kept across restarts). cutMs: the other query's last watermark, down to the end of the last
+    window it closed there (its OutputGrid); rows final before it (windows that closed at or before it) were
+    written by that query, so this one drops them (the output gate).
     startingOffsets: where this checkpoint's first batch starts, per source node (Spark's startingOffsets JSON);
     Spark reads them only while the checkpoint has no offsets of its own."""
 
@@ -185,3 +186,29 @@ class Handover:
         files = BatchFiles(spark, self.folder(checkpoint))
         latest = files.latest()
         files.write(0 if latest is None else latest[0] + 1, asdict(self))
+
+
+@dataclass(frozen=True)
+class OutputGrid:
+    """Where a windowed query's output windows end (`<checkpoint>/sluice/output-grid/0`, written as it first
+    starts; a window change is a new checkpoint): on multiples of everyMs. A query taking over its output
+    cuts at the last of those before the watermark, so the windows of its own that end between that and the
+    watermark (which the other query never wrote) are not left out."""
+
+    everyMs: int
+
+    @staticmethod
+    def folder(checkpoint: str) -> str:
+        return checkpoint.rstrip("/") + "/sluice/output-grid"
+
+    @classmethod
+    def of(cls, spark: SparkSession, checkpoint: str) -> OutputGrid | None:
+        found = BatchFiles(spark, cls.folder(checkpoint)).latest()
+        return None if found is None else cls(**found[1])
+
+    def write(self, spark: SparkSession, checkpoint: str) -> None:
+        BatchFiles(spark, self.folder(checkpoint)).write(0, asdict(self))
+
+    def closed_by(self, watermark_ms: int) -> int:
+        """The end of the last window closed at the watermark."""
+        return watermark_ms - watermark_ms % self.everyMs
