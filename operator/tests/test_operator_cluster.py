@@ -160,7 +160,7 @@ def test_update_makes_a_new_revision_without_resubmitting_and_drift_is_repaired(
     )
 
 
-def test_a_change_the_running_driver_cannot_take_is_refused_and_nothing_changes(
+def test_a_strategy_that_cannot_roll_out_the_change_is_refused_and_nothing_changes(
     operator_process, kube_cluster, namespace, kafka_bootstrap
 ):
     manifest = example("wordcount", kafka_bootstrap, namespace)
@@ -171,12 +171,12 @@ def test_a_change_the_running_driver_cannot_take_is_refused_and_nothing_changes(
         what="the first stable revision",
     )
     manifest["spec"]["pipeline"]["nodes"][3]["aggregate"]["window"]["tumbling"] = "10s"
-    manifest["spec"].setdefault("spark", {})["image"] = "sluice/spark:0.2.0"  # a migration with a new driver
+    manifest["spec"]["updateStrategy"] = {"type": "hotSwap"}  # the window's state cannot be swapped in
     apply(kube_cluster, manifest, namespace)
     app = wait_for(
         lambda: (
             (a := get(kube_cluster, "sapp", "wordcount", namespace))
-            and condition(a, "Rollout").get("reason") == "StrategyNotAvailable"
+            and condition(a, "Rollout").get("reason") == "UnsafeUpdateStrategy"
             and a
         ),
         what="the Rollout condition",
@@ -189,7 +189,7 @@ def test_a_change_the_running_driver_cannot_take_is_refused_and_nothing_changes(
     assert RunnerConfig.model_validate_json(runner["data"][RUNNER_CONFIG_FILE]).revision == stable
     assert get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"] == first["spec"]
     events = kube_cluster.kubectl(
-        "get", "events", "-n", namespace, "--field-selector", "reason=StrategyNotAvailable", "-o", "name"
+        "get", "events", "-n", namespace, "--field-selector", "reason=UnsafeUpdateStrategy", "-o", "name"
     ).stdout.split()
     assert len(events) == 1, "one event for the refusal, not one per pass"
 

@@ -1,5 +1,6 @@
 """The rollouts carried out with the app's one driver: a hot swap through its control API, a restart by
-spark-operator, what is refused, and which revision a (re)starting driver runs at each phase. Pure."""
+spark-operator, a migration in a new driver, what is refused, and which revision a (re)starting driver runs at
+each phase. Pure."""
 
 from __future__ import annotations
 
@@ -17,7 +18,17 @@ from test_rollout_plan import (
     strategy,
 )
 
-from sluice.operator.rollout import Activate, DeleteDriver, Drain, QueryFacts, StartDriver, SwapQueries, Target
+from sluice.operator.rollout import (
+    Activate,
+    DeleteDriver,
+    Drain,
+    QueryFacts,
+    ReleaseRevision,
+    Resume,
+    StartDriver,
+    SwapQueries,
+    Target,
+)
 from sluice.operator.rollout.inplace import (
     app_driver,
     decide,
@@ -94,19 +105,67 @@ def test_a_restart_asked_for_restarts_the_driver_through_spark_operator() -> Non
     assert [e.reason for e in result.step.events] == ["RolloutPlanned", "RolloutRestart"]
 
 
-def test_changes_only_a_second_driver_could_roll_out_are_refused_and_the_stable_revision_runs_on() -> None:
-    for edits, type_ in (((WINDOW, IMAGE), "auto"), ((WINDOW, IMAGE), "checkpointMigration")):
-        result = decide(APP, None, "r1", target(*edits, type_=type_), observed(driver()), submitted_revision="r1")
-        assert result.step.refusal is not None and result.step.refusal.reason == "StrategyNotAvailable", edits
-        assert result.step.rollout is None and result.step.stable_revision == "r1" and not result.step.actions
-        assert (result.runner_revision, result.submitted_revision) == ("r1", "r1")
-        status, reason, message = rollout_condition(result.step, "r2")
-        assert (status, reason) == (False, "StrategyNotAvailable")
-        assert "does not carry out" in message and "keeps running" in message
-    window = decide(APP, None, "r1", target(WINDOW, IMAGE), observed(driver()), submitted_revision="r1")
-    assert "spec.pipeline.nodes[3].aggregate.window" in window.step.refusal.message  # type: ignore[union-attr]
-    unsafe = decide(APP, None, "r1", target(WINDOW, type_="hotSwap"), observed(driver()), submitted_revision="r1")
-    assert unsafe.step.refusal is not None and unsafe.step.refusal.reason == "UnsafeUpdateStrategy"
+def test_a_stateful_change_with_an_image_change_migrates_in_a_new_driver_and_rolls_back_by_restoring() -> None:
+    """The new driver starts on standby with the migrated query on a checkpoint of r2 that takes over from the
+    stable one; the old driver drains, the new one is activated, and once healthy it is the app's driver and
+    the old folder is retired. Rolled back, the drained driver resumes on r1's config as the rollback places
+    it: the query takes its output back from the folder the migration made."""
+    for type_ in ("checkpointMigration", "auto"):  # an explicit one migrates the compatible changes too
+        planned = decide(APP, None, "r1", target(WINDOW, IMAGE, type_=type_), observed(driver()), "r1")
+        assert planned.step.refusal is None, planned.step.refusal
+        rollout = planned.step.rollout
+        assert rollout is not None and (rollout.strategy, rollout.newDriver) == ("checkpointMigration", True)
+    new = rollout.toDriver
+    assert handover_driver(rollout) == new and (planned.runner_revision, planned.submitted_revision) == ("r1", "r1")
+    assert StartDriver(new, "r2", standby=True, steps=tuple(rollout.queries)) in planned.step.actions
+    assert revision_checkpoints("r2", {}, rollout) == (
+        {"out": "out@r2"},
+        {"out": Migration(fromCheckpoint="out", rewindMs=12_000)},
+    )
+    assert revision_checkpoints("r1", {}, rollout) == ({}, {}), "the drained driver keeps its folders"
+
+    standby = driver(new, "r2", state="standby", running=())
+    draining = decide(APP, rollout, "r1", target(), observed(driver(), standby), submitted_revision="r1")
+    assert draining.step.rollout is not None and Drain(APP) in draining.step.actions
+    drained = with_driver_state(observed(driver(), standby), APP, "drained", ())
+    starting = decide(APP, draining.step.rollout, "r1", target(), drained, submitted_revision="r1")
+    assert starting.step.rollout is not None and Activate(new) in starting.step.actions
+    active = with_driver_state(drained, new, "running", tuple(QueryFacts(q, "r2", active=True) for q in QUERIES))
+    verifying = decide(APP, starting.step.rollout, "r1", target(), active, submitted_revision="r1")
+    assert verifying.step.rollout is not None and verifying.step.rollout.phase == "Verifying"
+    healthy = observed(driver(state="drained", running=()), driver(new, "r2", running=queries("r2", batches=3)))
+    done = decide(APP, verifying.step.rollout, "r1", target(), healthy, submitted_revision="r1")
+    assert done.step.rollout is not None and done.step.rollout.phase == "Complete", done.step.rollout
+    assert app_driver(done.step.rollout, APP) == new and done.runner_revision == "r2"
+    assert DeleteDriver(APP) in done.step.actions
+    assert ReleaseRevision("r1", ("out",), ("out",)) in done.step.actions, "the folder out moved from is retired"
+
+    failing = driver(new, "r2", running=queries("r2", error="spec.pipeline.nodes[3]: boom"))
+    back = decide(
+        APP, verifying.step.rollout, "r1", target(), observed(driver(state="drained", running=()), failing), "r1"
+    )
+    rolling_back = back.step.rollout
+    assert rolling_back is not None and rolling_back.phase == "RollingBack" and Drain(new) in back.step.actions
+    stopped = observed(driver(state="drained", running=()), driver(new, "r2", state="drained", running=()))
+    resumed = decide(APP, rolling_back, "r1", target(), stopped, submitted_revision="r1")
+    assert Resume(APP, "r1") in resumed.step.actions, "resumed on r1 as the rollback places its checkpoints"
+    assert revision_checkpoints("r1", {}, rolling_back) == ({}, {"out": Migration(fromCheckpoint="out@r2")})
+    rolled = decide(
+        APP, rolling_back, "r1", target(), observed(driver(), driver(new, "r2", "drained", running=())), "r1"
+    )
+    assert rolled.step.rollout is not None and rolled.step.rollout.phase == "RolledBack"
+    assert ReleaseRevision("r2", ("out",), ("out@r2",)) in rolled.step.actions
+    assert app_driver(rolled.step.rollout, APP) == APP and rolled.runner_revision == "r1"
+
+
+def test_an_explicit_strategy_that_cannot_roll_out_the_change_is_refused_and_the_stable_revision_runs_on() -> None:
+    result = decide(APP, None, "r1", target(WINDOW, type_="hotSwap"), observed(driver()), submitted_revision="r1")
+    assert result.step.refusal is not None and result.step.refusal.reason == "UnsafeUpdateStrategy"
+    assert result.step.rollout is None and result.step.stable_revision == "r1" and not result.step.actions
+    assert (result.runner_revision, result.submitted_revision) == ("r1", "r1")
+    status, reason, message = rollout_condition(result.step, "r2")
+    assert (status, reason) == (False, "UnsafeUpdateStrategy")
+    assert "spec.pipeline.nodes[3].aggregate.window" in message and "checkpointMigration" in message, message
 
 
 def test_without_a_running_driver_the_next_driver_starts_the_new_revision() -> None:

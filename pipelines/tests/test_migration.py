@@ -15,11 +15,12 @@ import pytest
 from kafka_output import read_committed
 from pyspark.sql import SparkSession
 
+from sluice.pipelines.compiler import compile_pipeline
 from sluice.pipelines.contract import CheckpointsDeleted, Migration, QueryStep, RunnerConfig
 from sluice.pipelines.handover import gate_cut, starting_offsets
 from sluice.pipelines.local.kafka_io import end_offsets, produce
 from sluice.pipelines.runtime import PipelineRun, SwapRefused
-from sluice.pipelines.sinks.checkpoint_files import Handover
+from sluice.pipelines.sinks.checkpoint_files import Handover, OutputGrid
 from sluice.pipelines.spec import FromKafka, PipelineSpec
 from sluice.testbed.common import wait_for
 
@@ -77,6 +78,26 @@ def written(bootstrap: str, topic: str) -> dict[Window, list[int]]:
     return out
 
 
+def emitted(bootstrap: str, topic: str, size: int, until_ms: int) -> bool:
+    """Whether a window of `size` ending at or after `until_ms` was committed."""
+    return any(w[0] == size and w[1] + size >= until_ms for w in written(bootstrap, topic))
+
+
+def after_the_rollback(
+    spark: SparkSession, bootstrap: str, source: str, out: str, old: RunnerConfig, base: int
+) -> tuple[Handover, list[tuple[int, str]], dict[Window, list[int]]]:
+    """rev-1's query back on the checkpoint it left, behind rev-2's cut (it goes on from its own offsets):
+    events from 40 to 60 s, then every window closed. The handover, the events, what was written."""
+    back = Handover.latest(spark, old.checkpoint("counts"))
+    assert back is not None and back.cutMs is not None
+    assert back.startingOffsets == {}, "the old checkpoint goes on from its own offsets"
+    events = send(bootstrap, source, [base + 40_000 + i * 250 for i in range(80)])  # 40 .. 60 s
+    send(bootstrap, source, [base + 100_000])  # closes every window before 98 s
+    wait_for(lambda: emitted(bootstrap, out, 2000, base + 60_000), timeout=120, what="the 2 s windows up to 60 s")
+    time.sleep(3)  # a window written twice would show now
+    return back, events, written(bootstrap, out)
+
+
 def first_revision(spec: PipelineSpec, bootstrap: str, tmp_path: Path) -> RunnerConfig:
     return RunnerConfig(
         app="migrate",
@@ -86,6 +107,25 @@ def first_revision(spec: PipelineSpec, bootstrap: str, tmp_path: Path) -> Runner
         checkpointRoot=str(tmp_path / "chk"),
         controlPort=0,
     )
+
+
+def migrating_revisions(
+    source: str, out: str, bootstrap: str, tmp_path: Path, standby: bool = False
+) -> tuple[RunnerConfig, RunnerConfig, RunnerConfig]:
+    """rev-1 (2 s windows); rev-2 (4 s windows), its query on a checkpoint of its own that takes over from
+    rev-1's (`standby`: in a driver of its own, waiting); rev-1 as a rollback places it, its query taking the
+    output back from rev-2's checkpoint."""
+    old = first_revision(pipeline(source, out, "2s"), bootstrap, tmp_path)
+    new = old.model_copy(
+        update={
+            "revision": "rev-2",
+            "pipeline": pipeline(source, out, "4s"),
+            "checkpoints": {"counts": "counts@rev-2"},
+            "migrations": {"counts": Migration(fromCheckpoint="counts", rewindMs=WATERMARK_MS + 4000)},
+            "standby": standby,
+        }
+    )
+    return old, new, old.model_copy(update={"migrations": {"counts": Migration(fromCheckpoint="counts@rev-2")}})
 
 
 def windows(events: list[tuple[int, str]], size: int) -> Counter[Window]:
@@ -114,14 +154,13 @@ def test_a_window_change_migrates_and_rolls_back_exactly_once(
         update={"revision": "rev-2", "pipeline": pipeline(source, out, "4s"), "checkpoints": {"counts": "counts@rev-2"}}
     )
 
-    def emitted(size: int, end: int) -> bool:
-        return any(w[0] == size and w[1] + size >= base + end for w in written(kafka_bootstrap, out))
-
     events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
     run = PipelineRun(spark_session, old).start()
     try:
         # The watermark reaches 17.75 s (the last event less 2 s): the windows up to 16 s close.
-        wait_for(lambda: emitted(2000, 16_000), timeout=120, what="the 2 s windows up to 16 s")
+        wait_for(
+            lambda: emitted(kafka_bootstrap, out, 2000, base + 16_000), timeout=120, what="the 2 s windows up to 16 s"
+        )
         ends = end_offsets(kafka_bootstrap, source)
         response = run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=WATERMARK_MS + 4000)])
         assert (response.moved, response.restarted) == (["counts"], [])
@@ -139,18 +178,15 @@ def test_a_window_change_migrates_and_rolls_back_exactly_once(
         run.stop()
         run = PipelineRun(spark_session, new).start()
         events += send(kafka_bootstrap, source, [base + 20_000 + i * 250 for i in range(80)])  # 20 .. 40 s
-        wait_for(lambda: emitted(4000, 36_000), timeout=120, what="the 4 s windows up to 36 s")
+        wait_for(
+            lambda: emitted(kafka_bootstrap, out, 4000, base + 36_000), timeout=120, what="the 4 s windows up to 36 s"
+        )
 
         response = run.swap(old, [QueryStep(name="counts", action="restore")])
         assert response.moved == ["counts"]
-        back = Handover.latest(spark_session, old.checkpoint("counts"))
-        assert back is not None and back.cutMs is not None and back.cutMs >= base + 36_000
-        assert back.startingOffsets == {}, "the old checkpoint goes on from its own offsets"
-        events += send(kafka_bootstrap, source, [base + 40_000 + i * 250 for i in range(80)])  # 40 .. 60 s
-        send(kafka_bootstrap, source, [base + 100_000])  # closes every window before 98 s
-        wait_for(lambda: emitted(2000, 60_000), timeout=120, what="the 2 s windows up to 60 s")
-        time.sleep(3)  # a window written twice would show now
-        got = written(kafka_bootstrap, out)
+        back, later, got = after_the_rollback(spark_session, kafka_bootstrap, source, out, old, base)
+        assert back.cutMs is not None and back.cutMs >= base + 36_000
+        events += later
     finally:
         run.stop()
 
@@ -167,6 +203,57 @@ def test_a_window_change_migrates_and_rolls_back_exactly_once(
 
 @pytest.mark.kafka
 @pytest.mark.spark
+def test_a_migration_in_a_new_driver_and_its_rollback_by_a_resume_with_a_config_are_exactly_once(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    """A stateful change together with a runtime change: the old run drains, a standby run of the new revision
+    (its query on a checkpoint of its own, taking over from the old one) is activated; rolled back, the new run
+    drains and the old one resumes on a config whose migration takes the output back from the new checkpoint.
+    Two runs in one Spark session stand for the two drivers (test_fenced_handover runs two processes)."""
+    source, out = new_topic(2), new_topic(1)
+    base = (int(time.time() * 1000) // 4000 - 30) * 4000
+    old, new, restore = migrating_revisions(source, out, kafka_bootstrap, tmp_path, standby=True)
+
+    events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
+    old_run = PipelineRun(spark_session, old).start()
+    new_run: PipelineRun | None = None
+    try:
+        wait_for(
+            lambda: emitted(kafka_bootstrap, out, 2000, base + 16_000), timeout=120, what="the 2 s windows up to 16 s"
+        )
+        with pytest.raises(SwapRefused, match="a config is given only to resume a drained driver"):
+            old_run.set_state("running", restore)
+        assert old_run.set_state("drained").stopped == ["counts"]
+        new_run = PipelineRun(spark_session, new).start()
+        assert new_run.state == "standby" and Handover.latest(spark_session, new.checkpoint("counts")) is None
+        assert new_run.set_state("running").started == ["counts"]
+        first = Handover.latest(spark_session, new.checkpoint("counts"))
+        assert first is not None and first.source == old.checkpoint("counts") and first.cutMs is not None
+        events += send(kafka_bootstrap, source, [base + 20_000 + i * 250 for i in range(80)])  # 20 .. 40 s
+        wait_for(
+            lambda: emitted(kafka_bootstrap, out, 4000, base + 36_000), timeout=120, what="the 4 s windows up to 36 s"
+        )
+
+        assert new_run.set_state("drained").stopped == ["counts"]
+        other = restore.model_copy(update={"revision": "rev-3"})
+        with pytest.raises(SwapRefused, match="resumes revision rev-1 of default/migrate, not revision rev-3"):
+            old_run.set_state("running", other)
+        assert old_run.set_state("running", restore).started == ["counts"]
+        assert old_run.config == restore
+        back, later, got = after_the_rollback(spark_session, kafka_bootstrap, source, out, old, base)
+        assert back.source == new.checkpoint("counts")
+        events += later
+    finally:
+        old_run.stop()
+        if new_run is not None:
+            new_run.stop()
+
+    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
+    assert {w: ns[0] for w, ns in got.items()} == there_and_back(events, first.cutMs, back.cutMs)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
 def test_a_driver_that_starts_a_migrating_revision_hands_over_first(
     spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
 ) -> None:
@@ -175,16 +262,7 @@ def test_a_driver_that_starts_a_migrating_revision_hands_over_first(
     the same for the rollback, onto the checkpoint the query left."""
     source, out = new_topic(2), new_topic(1)
     base = (int(time.time() * 1000) // 4000 - 30) * 4000
-    old = first_revision(pipeline(source, out, "2s"), kafka_bootstrap, tmp_path)
-    new = old.model_copy(
-        update={
-            "revision": "rev-2",
-            "pipeline": pipeline(source, out, "4s"),
-            "checkpoints": {"counts": "counts@rev-2"},
-            "migrations": {"counts": Migration(fromCheckpoint="counts", rewindMs=WATERMARK_MS + 4000)},
-        }
-    )
-    back = old.model_copy(update={"migrations": {"counts": Migration(fromCheckpoint="counts@rev-2")}})
+    old, new, back = migrating_revisions(source, out, kafka_bootstrap, tmp_path)
 
     def up_to(size: int, end: int) -> None:
         wait_for(
@@ -330,3 +408,67 @@ def test_the_gate_is_the_later_cut() -> None:
     assert gate_cut(None, earlier) == 5_000
     assert gate_cut(3_000, None) == 3_000
     assert gate_cut(None, None) is None
+
+
+def test_the_cut_is_the_end_of_the_last_window_the_old_query_closed() -> None:
+    assert OutputGrid(4_000).closed_by(27_500) == 24_000
+    assert OutputGrid(4_000).closed_by(28_000) == 28_000
+    assert OutputGrid(500).closed_by(27_700) == 27_500
+
+
+@pytest.mark.spark
+def test_a_windowed_query_knows_where_its_windows_end(spark_session: SparkSession) -> None:
+    def grid(window: dict[str, Any]) -> int | None:
+        spec = pipeline("in", "out", "4s")
+        nodes = [n.model_dump(exclude_none=True, by_alias=True) for n in spec.nodes]
+        nodes[1]["aggregate"]["window"] = window
+        changed = PipelineSpec.model_validate({**spec.model_dump(exclude_none=True, by_alias=True), "nodes": nodes})
+        compiled = compile_pipeline(spark_session, changed, bootstrap_servers="127.0.0.1:9")
+        return next(q for q in compiled.queries if q.name == "counts").final_grid_ms
+
+    assert grid({"tumbling": "4s"}) == 4_000
+    assert grid({"sliding": {"size": "10s", "slide": "2s"}}) == 2_000
+    assert grid({"session": "5s"}) is None, "session windows end anywhere"
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_shorter_window_takes_over_the_windows_the_old_one_had_not_closed(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    """From 4 s windows to 2 s ones: the old query's watermark may be inside a 4 s window it has not closed,
+    whose first half is a 2 s window that closed before the watermark. The cut is the end of the last 4 s
+    window it closed, so that 2 s window comes from the new query: every record is in one window or another."""
+    source, out = new_topic(2), new_topic(1)
+    base = (int(time.time() * 1000) // 4000 - 30) * 4000
+    old = first_revision(pipeline(source, out, "4s"), kafka_bootstrap, tmp_path)
+    new = old.model_copy(
+        update={"revision": "rev-2", "pipeline": pipeline(source, out, "2s"), "checkpoints": {"counts": "counts@rev-2"}}
+    )
+    # 0 .. 20.5 s: the watermark is 18.5 s, inside the 4 s window [16, 20) and past the 2 s window [16, 18)
+    events = send(kafka_bootstrap, source, [base + i * 250 for i in range(83)])
+    run = PipelineRun(spark_session, old).start()
+    try:
+        wait_for(
+            lambda: emitted(kafka_bootstrap, out, 4000, base + 16_000), timeout=120, what="the 4 s windows up to 16 s"
+        )
+        run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=WATERMARK_MS + 2000)])
+        handover = Handover.latest(spark_session, new.checkpoint("counts"))
+        assert handover is not None and handover.cutMs is not None
+        assert handover.cutMs == base + 16_000, handover.cutMs - base
+        send(kafka_bootstrap, source, [base + 60_000])  # closes every window before 58 s
+        wait_for(
+            lambda: emitted(kafka_bootstrap, out, 2000, base + 20_000), timeout=120, what="the 2 s windows up to 20 s"
+        )
+        time.sleep(3)  # a window written twice would show now
+        got = written(kafka_bootstrap, out)
+    finally:
+        run.stop()
+    cut = handover.cutMs
+    expected = {
+        w: n
+        for w, n in (windows(events, 4000) + windows(events, 2000)).items()
+        if (w[0] == 4000) == (w[1] + w[0] <= cut)
+    }
+    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
+    assert {w: ns[0] for w, ns in got.items()} == expected, cut - base

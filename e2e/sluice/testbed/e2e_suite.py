@@ -679,6 +679,7 @@ class E2ESuite:
         "fenced_handover",  # after the steps that name the app's driver after the app
         "handover_rolled_back",
         "checkpoint_migration",
+        "migration_in_new_driver",
         "uninstall",
     )
 
@@ -1384,21 +1385,7 @@ class E2ESuite:
         from the old plan, each later 10 s window from the new one: once each, with the exact count. The
         operator is killed right after the change: its replacement carries the migration out."""
         before = self.driver_identity()
-        stable = self.status()["stableRevision"]
-        words = ("kappa", "lambda", "sigma")
-        load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
-        try:
-            time.sleep(30)  # the cut goes well past the words of earlier steps (the rewind is 2 s + 10 s)
-            started = time.monotonic()
-            counts = next(n for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "counts")
-            self.patch_pipeline("counts", aggregate={**counts["aggregate"], "window": {"tumbling": "10s"}})
-            self.kill_operator()
-            done = self.rollout_completed(stable, what="the checkpoint migration to complete")
-            took = time.monotonic() - started
-            time.sleep(20)
-        finally:
-            load.stop()
-        assert done["strategy"] == "checkpointMigration", done
+        done = self.migrate_window(("kappa", "lambda", "sigma"), 5_000, 10_000, "checkpointMigration")
         after = self.driver_identity()
         for key in ("driver_uid", "submissions", "submission_id", "spec_generation"):
             assert after[key] == before[key], f"a migration in the driver must not restart it ({key})"
@@ -1408,42 +1395,107 @@ class E2ESuite:
         assert after["queries"][dead_letters][0] == before["queries"][dead_letters][0]
         assert after["queries"]["out"][0] != before["queries"]["out"][0], "out runs on a checkpoint of its own"
         assert self.status().get("checkpoints") == {"out": f"out@{done['toRevision']}"}
-        deleted = wait_for(
-            lambda: [e for e in self.app_events() if e["reason"] in ("CheckpointsDeleted", "CheckpointsKept")],
-            timeout=60,
-            what="the event on the checkpoint folder the migration left",
-        )
-        assert deleted[-1]["message"].endswith("deleted: out"), deleted[-1]
+        self.assert_folder_deleted("out")
+        self.assert_no_executor_killed()
 
+    def migration_in_new_driver(self) -> None:
+        """The window back from 10 s to 5 s together with the image: a checkpoint migration in a new driver. It
+        starts on standby, the app's driver drains, and the new one's `out` starts on a checkpoint of the new
+        revision behind the drained driver's cut, the unchanged queries on their checkpoints; once healthy it is
+        the app's driver and the folder `out` moved from is deleted. Each 10 s window closed by the cut comes
+        from the old plan, each later 5 s window from the new one, once each: also the 5 s window that closed
+        between the old plan's last window and its watermark."""
+        before = self.driver_identity()
+        old_driver, moved_from = self.driver_name(), self.status()["checkpoints"]["out"]
+        image = self.images.spark if self.app["spec"]["spark"]["image"] != self.images.spark else self.images.spark_next
+        done = self.migrate_window(("tau", "upsilon", "phi"), 10_000, 5_000, "migrationInNewDriver", image=image)
+        assert done["toDriver"] == self.driver_name() != old_driver, (done, self.driver_name())
+        wait_for(
+            lambda: self.target.get("sparkapplication", old_driver, self.apps_namespace) is None,
+            timeout=120,
+            what=f"the old driver's SparkApplication {old_driver} deleted",
+        )
+        after = self.driver_identity()
+        assert self.driver_pod()["spec"]["containers"][0]["image"].endswith(image)
+        assert after["queries"]["seen"][0] == before["queries"]["seen"][0], "seen goes on on its checkpoint"
+        assert after["queries"]["out"][0] != before["queries"]["out"][0], "out runs on a checkpoint of its own"
+        assert self.status().get("checkpoints") == {"out": f"out@{done['toRevision']}"}
+        self.assert_folder_deleted(moved_from)
+        self.assert_no_executor_killed()
+
+    def migrate_window(
+        self, words: tuple[str, str, str], old_ms: int, new_ms: int, report: str, image: str | None = None
+    ) -> dict[str, Any]:
+        """Words streamed in while the counts' window changes from `old_ms` to `new_ms`, with `image` if given;
+        the operator is killed right after the change. Each window comes out once, of the old size up to the cut
+        (the end of the last window the old plan closed) and of the new size after it, with the exact count.
+        The completed rollout."""
+        stable = self.status()["stableRevision"]
+        load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
+        try:
+            time.sleep(30)  # the cut goes well past the words of earlier steps (the rewind: 2 s + the new window)
+            started = time.monotonic()
+            counts = next(n for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "counts")
+            counts["aggregate"] = {**counts["aggregate"], "window": {"tumbling": f"{new_ms // 1000}s"}}
+            change: dict[str, Any] = {"pipeline": {"nodes": self.app["spec"]["pipeline"]["nodes"]}}
+            if image is not None:
+                self.app["spec"]["spark"]["image"] = image
+                change["spark"] = {"image": image}
+            self.patch_spec(change)
+            self.kill_operator()
+            done = self.rollout_completed(stable, what=f"the checkpoint migration ({report}) to complete")
+            took = time.monotonic() - started
+            time.sleep(20)
+        finally:
+            load.stop()
+        assert done["strategy"] == "checkpointMigration" and done.get("newDriver", False) == (image is not None), done
         ours = [(at, value) for at, value in self.kafka.consume_timed(LINES) if value in words]
         last = {word: max(at for at, value in ours if value == word) for word in words}
 
         def closed() -> dict[WindowResult, list[int]] | None:
-            """Once the 10 s window of each word's last record is out (each word's partition commits on its own)."""
+            """Once the new window of each word's last record is out (each word's partition commits on its own)."""
             self.kafka.produce(LINES, ["flush"])
             got = results_by_window(self.kafka.consume(COUNTS), words)
-            out = {(word, start) for size, start, word in got if size == 10_000}
-            return got if all((word, at - at % 10_000) in out for word, at in last.items()) else None
+            out = {(word, start) for size, start, word in got if size == new_ms}
+            return got if all((word, at - at % new_ms) in out for word, at in last.items()) else None
 
-        got = wait_for(closed, timeout=self.timeout, what="the 10 s windows of the last words", interval=3)
-        old_ends = [start + size for size, start, _ in got if size == 5_000]
-        new_ends = [start + size for size, start, _ in got if size == 10_000]
-        self.rollout_report["checkpointMigration"] = {
+        got = wait_for(
+            closed, timeout=self.timeout, what=f"the {new_ms // 1000} s windows of the last words", interval=3
+        )
+        old_ends = [start + size for size, start, _ in got if size == old_ms]
+        new_ends = [start + size for size, start, _ in got if size == new_ms]
+        self.rollout_report[report] = {
             "apply_to_complete_s": round(took, 1),
             "records": len(ours),
             "windows_old_plan": len(old_ends),
             "windows_new_plan": len(new_ends),
             "message": done.get("message"),
-            "driver_log": [line for line in self.driver_log_lines("sluice.runtime") if "swap" in line][-4:],
+            "driver_log": [
+                line for line in self.driver_log_lines("sluice.runtime") if "swap" in line or "state" in line
+            ][-4:],
         }
         assert {w: n for w, n in got.items() if len(n) > 1} == {}, "a window written twice"
-        assert old_ends and new_ends and {size for size, _, _ in got} == {5_000, 10_000}, sorted(got)
-        cut = max(old_ends)  # the old plan's last window of ours; the next multiple of 5 s is past its watermark
-        assert min(new_ends) > cut, "a 10 s window that closed before the cut came from the new plan"
-        expected = migrated_reference(ours, 5_000, 10_000, cut)
+        assert old_ends and new_ends and {size for size, _, _ in got} == {old_ms, new_ms}, sorted(got)
+        cut = max(old_ends)  # the old plan's last window (4 words/s: each window has each word): the cut
+        assert min(new_ends) > cut, f"a {new_ms // 1000} s window that closed before the cut came from the new plan"
+        expected = migrated_reference(ours, old_ms, new_ms, cut)
         emitted = {w: n[0] for w, n in got.items()}
         assert emitted == dict(expected), (cut, sorted(set(emitted.items()) ^ set(expected.items())))
-        self.assert_no_executor_killed()
+        return done
+
+    def assert_folder_deleted(self, folder: str) -> None:
+        """The event on the checkpoint folder a migration left: deleted by the app's driver."""
+        told = wait_for(
+            lambda: [
+                e
+                for e in self.app_events()
+                if (e["reason"] == "CheckpointsDeleted" and e["message"].endswith(f"deleted: {folder}"))
+                or (e["reason"] == "CheckpointsKept" and folder in e["message"])
+            ],
+            timeout=60,
+            what=f"the event on the checkpoint folder {folder} the migration left",
+        )
+        assert told[-1]["reason"] == "CheckpointsDeleted", told[-1]
 
     def assert_no_executor_killed(self) -> None:
         """The app's driver lost no executor to the kernel's OOM killer (its pod's memory limit) since it started:

@@ -19,6 +19,7 @@ from sluice.pipelines.contract import (
     DriverStatus,
     ExecutorsRequest,
     ExecutorsResponse,
+    RunnerConfig,
     StateRequest,
     StateResponse,
     SwapRequest,
@@ -66,12 +67,17 @@ class DriverClient:
         # The driver stops the queries at a batch boundary and starts them on the new plan.
         return SwapResponse.model_validate_json(self._write(f"{address}/v1/pipeline", token, request, timeout=120.0))
 
-    def set_state(self, address: str, token: str, state: Literal["running", "drained"]) -> StateResponse:
-        """Activate a standby driver, drain one at a batch boundary, resume a drained one; SwapRefused when it
-        is stopping (409) or a query did not start (422, the driver staying as it was)."""
-        return StateResponse.model_validate_json(
-            self._write(f"{address}/v1/state", token, StateRequest(state=state), timeout=120.0)
-        )
+    def set_state(
+        self, address: str, token: str, state: Literal["running", "drained"], config: RunnerConfig | None = None
+    ) -> StateResponse:
+        """Activate a standby driver, drain one at a batch boundary, resume a drained one (on `config`, when
+        given); SwapRefused when it is stopping (409) or a query did not start (422, the driver staying as it
+        was)."""
+        request = StateRequest(state=state, config=config)
+        # config only when given: a driver of an earlier image knows no such field
+        omit = {"config"} if config is None else None
+        text = self._write(f"{address}/v1/state", token, request, timeout=120.0, exclude=omit)
+        return StateResponse.model_validate_json(text)
 
     def delete_checkpoints(self, address: str, token: str, folders: list[str]) -> CheckpointsDeleted:
         """SwapRefused (nothing deleted) when the driver's revision still needs one of them."""
@@ -79,13 +85,21 @@ class DriverClient:
         text = self._write(f"{address}/v1/checkpoints", token, request, timeout=60.0, method="DELETE")
         return CheckpointsDeleted.model_validate_json(text)
 
-    def _write(self, url: str, token: str, request: BaseModel, timeout: float, method: str = "PUT") -> str:
+    def _write(
+        self,
+        url: str,
+        token: str,
+        request: BaseModel,
+        timeout: float,
+        method: str = "PUT",
+        exclude: set[str] | None = None,
+    ) -> str:
         """A token-guarded write; SwapRefused with the driver's own error for 409 and 422."""
         try:
             response = self.http.request(
                 method,
                 url,
-                content=request.model_dump_json(),
+                content=request.model_dump_json(exclude=exclude),
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
                 timeout=timeout,
             )

@@ -624,7 +624,14 @@ class Reconciler:
                     # restart meanwhile does not start its queries beside the resumed one.
                     back = StartDriver(action.driver, rollout.toRevision, standby=True, steps=())
                     self._start_driver(owner, back, specs, stable_checkpoints, decision, recorded_driver, submit=False)
-                answer = self._set_driver_state(namespace, app, action.driver, wanted, drivers, events)
+                config = None
+                if isinstance(action, Resume) and action.revision is not None:
+                    spec = self._revision_spec(namespace, app, action.revision, specs)
+                    if spec is None:
+                        continue  # the ConfigMap of the stable revision is applied first (ApplyRevision)
+                    folders = revision_checkpoints(action.revision, stable_checkpoints, rollout)
+                    config = ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace), *folders)
+                answer = self._set_driver_state(namespace, app, action.driver, wanted, drivers, events, config)
                 if answer is not None:
                     started = tuple(QueryFacts(name=q, revision=answer.revision, active=True) for q in answer.started)
                     changed = with_driver_state(changed or observed, action.driver, answer.state, started)
@@ -634,7 +641,8 @@ class Reconciler:
                     self._delete_driver(namespace, action.driver)
             elif isinstance(action, ReleaseRevision):  # the revision's ConfigMap is pruned with the children
                 if action.retired_folders:
-                    self._delete_checkpoints(namespace, app, action.retired_folders, obs, events)
+                    address = drivers.addresses.get(app_driver(rollout, recorded_driver), obs.driver_address)
+                    self._delete_checkpoints(namespace, app, action.retired_folders, address, events)
             else:
                 log.warning("%s/%s: %s is not carried out by this operator", namespace, app, action)
         return changed
@@ -677,8 +685,10 @@ class Reconciler:
         wanted: Literal["running", "drained"],
         drivers: _Drivers,
         events: list[tuple[str, str, str]],
+        config: RunnerConfig | None = None,
     ) -> StateResponse | None:
-        """Ask the driver to run or drain, unless it does already or does not answer yet; its answer, or None."""
+        """Ask the driver to run or drain, unless it does already or does not answer yet; its answer, or None.
+        `config`: what a drained driver resumes on (else what it ran)."""
         facts, address = drivers.facts.get(driver), drivers.addresses.get(driver)
         needed = ("standby", "drained") if wanted == "running" else ("running", "draining")
         if facts is None or address is None or facts.state not in needed:
@@ -688,7 +698,7 @@ class Reconciler:
             events.append(("Warning", "HandoverFailed", f"no control token in Secret {ch.control_secret_name(app)}"))
             return None
         try:
-            answer = self.driver_client.set_state(address, token, wanted)
+            answer = self.driver_client.set_state(address, token, wanted, config)
         except DriverUnavailable as exc:  # also a refusal: the rollout's deadline decides what follows
             self._tokens.pop((namespace, app), None)
             events.append(("Warning", "HandoverFailed", f"driver {driver}: {str(exc)[:1000]}"))
@@ -706,20 +716,20 @@ class Reconciler:
         namespace: str,
         app: str,
         folders: tuple[str, ...],
-        obs: Observation,
+        address: str | None,
         events: list[tuple[str, str, str]],
     ) -> None:
-        """Once, when a checkpoint migration ends: the driver deletes the folders it left behind (the operator
-        does not mount the checkpoint volume). Not deleted (no driver answering, or it still needs one), they
-        stay, and the event says which."""
+        """Once, when a checkpoint migration ends: the app's driver (at `address`) deletes the folders it left
+        behind (the operator does not mount the checkpoint volume). Not deleted (no driver answering, or it
+        still needs one), they stay, and the event says which."""
         listed = ", ".join(folders)
         token = self._control_token(namespace, app)
-        if obs.driver_address is None or token is None:
-            why = "no driver answers" if obs.driver_address is None else "no control token"
+        if address is None or token is None:
+            why = "no driver answers" if address is None else "no control token"
             events.append(("Warning", "CheckpointsKept", f"{why}: checkpoint folders {listed} stay"))
             return
         try:
-            answer = self.driver_client.delete_checkpoints(obs.driver_address, token, list(folders))
+            answer = self.driver_client.delete_checkpoints(address, token, list(folders))
         except DriverUnavailable as exc:
             events.append(("Warning", "CheckpointsKept", f"checkpoint folders {listed} stay: {str(exc)[:1000]}"))
             return

@@ -210,6 +210,12 @@ class StateRequest(Strict):
     handover's old driver). Asking for the state the driver is in changes nothing."""
 
     state: Literal["running", "drained"]
+    config: RunnerConfig | None = Field(
+        None,
+        description="running only: the config a drained driver resumes on, of the revision it ran (where its queries' "
+        "checkpoints are now and which take their output back from another: the rollback of a checkpoint migration "
+        "that ran in another driver). None: the config it ran.",
+    )
 
 
 class StateResponse(Strict):

@@ -29,7 +29,7 @@ from .plancheck import error_summary, java_message, sink_path, streaming_problem
 from .queries import WARM_UP_QUERY_PREFIX, UnsupportedTrigger, start_query, start_warm_up_query
 from .realtime import real_time_slot_problems
 from .sinks import release_kept_clients
-from .sinks.checkpoint_files import Handover, committed_batch, delete_folder
+from .sinks.checkpoint_files import Handover, OutputGrid, committed_batch, delete_folder
 from .spec import PipelineSpec
 from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
@@ -261,12 +261,14 @@ class PipelineRun:
     def state(self) -> RunState:
         return self._state
 
-    def set_state(self, state: Literal["running", "drained"]) -> StateResponse:
+    def set_state(self, state: Literal["running", "drained"], config: RunnerConfig | None = None) -> StateResponse:
         """running: start the queries of a standby or drained run (on their checkpoints, which another driver
         may have advanced meanwhile); drained: stop every query at a batch boundary and release the exactly-once
         sinks' producers, the run staying up (and answering) until it is stopped. The state it is in: nothing
         changes (a stopped run is drained: asked to drain while it stops, it answers once its queries stopped).
-        A query that fails to start stops the ones started with it: the run stays as it was."""
+        A query that fails to start stops the ones started with it: the run stays as it was. `config`: what a
+        drained run resumes on instead of the config it ran (the same app and revision; the checkpoints may have
+        moved and a query may take its output back from another checkpoint)."""
         began = time.monotonic()
         with self._changing:
             previous: RunState = self._state
@@ -274,14 +276,19 @@ class PipelineRun:
                 raise SwapRefused("the driver is stopping", "state")
             started: list[str] = []
             stopped: list[str] = []
+            if config is not None:
+                self._check_resume_config(state, previous, config)
             if state == "running" and previous != "running":
-                compiled = self._standby_plan or self._compile(self.config)
-                self._standby_plan = None
+                ran = self.config
                 try:
+                    self.config = config or self.config
+                    compiled = (None if config else self._standby_plan) or self._compile(self.config)
+                    self._standby_plan = None
                     started = self._start_all(compiled)
                 except BaseException:
                     for query in list(self.queries):
                         self._stop_query(query)
+                    self.config = ran
                     raise
                 self._state = "running"
             elif state == "drained" and previous != "drained":
@@ -300,6 +307,17 @@ class PipelineRun:
                 started=started,
                 stopped=stopped,
                 tookMs=took,
+            )
+
+    def _check_resume_config(self, state: str, previous: RunState, config: RunnerConfig) -> None:
+        if state != "running" or previous != "drained":
+            raise SwapRefused(f"a config is given only to resume a drained driver (this one is {previous})", "config")
+        ran = (self.config.namespace, self.config.app, self.config.revision)
+        if (config.namespace, config.app, config.revision) != ran:
+            raise SwapRefused(
+                f"config: a drained driver resumes revision {self.config.revision} of {'/'.join(ran[:2])}, not "
+                f"revision {config.revision} of {config.namespace}/{config.app} (a new revision is a swap)",
+                "config",
             )
 
     def _compile(self, config: RunnerConfig, starting_offsets: dict[str, str] | None = None) -> CompiledPipeline:
@@ -360,6 +378,8 @@ class PipelineRun:
         fresh = handover is not None and committed_batch(self.spark, config.checkpoint(plan.name)) is None
         if handover is not None and handover.startingOffsets and fresh:  # Spark reads them only before batch 0
             plan = next(p for p in self._compile(config, handover.startingOffsets).queries if p.name == plan.name)
+        if plan.final_grid_ms:
+            OutputGrid(plan.final_grid_ms).write(self.spark, config.checkpoint(plan.name))
         query = start_query(
             plan,
             checkpoint_root=config.checkpointRoot,

@@ -14,8 +14,10 @@ A fenced handover starts a second SparkApplication (`rollout.toDriver`, with a r
 standby; the app's driver drains at a batch boundary, the new one is activated on the same checkpoints, and
 once it is healthy it becomes the app's driver (status.driver) and the old one is deleted. Each driver's runner
 config says standby while it must not run queries, so a driver that restarts meanwhile waits too. A change
-that needs a new driver and a new checkpoint (a stateful change with a runtime change) is refused
-(StrategyNotAvailable) rather than replaced by a restart Spark would run with undefined results.
+that needs a new driver and a new checkpoint (a stateful change with a runtime change) is a checkpoint migration
+carried out the same way: the new driver's migrated queries start on checkpoints of the new revision, behind the
+drained driver's cut; rolled back, the drained driver resumes on a config whose restore steps take their output
+back from there.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 from sluice.pipelines.contract import DriverStatus, Migration, QueryStep
 
 from ..autoscaler.collect import format_time
-from ..model import RolloutStatus, Strategy
+from ..model import RolloutStatus
 from .diff import Change, Reason, SpecDiff
 from .plan import (
     DriverFacts,
@@ -41,7 +43,6 @@ from .plan import (
     step,
 )
 
-CARRIED_OUT: tuple[Strategy, ...] = ("hotSwap", "fencedHandover", "restart")
 SWAPPED_PHASES = ("Draining", "Starting", "Verifying", "Complete")  # the new revision's queries are (being) swapped in
 FAILED_SPARK_STATES = ("FAILED", "SUBMISSION_FAILED")
 
@@ -63,11 +64,11 @@ def decide(
     submitted_revision: str | None,
     stable_checkpoints: Mapping[str, str] | None = None,
 ) -> Decision:
-    """One pass of the rollout: plan.step with the strategies carried out here, a restart completed at once
+    """One pass of the rollout: plan.step, a restart completed at once
     (spark-operator resubmits the driver on the same checkpoints), and the revisions the driver is pinned to.
     `submitted_revision`: what the existing SparkApplication was submitted for (None: there is none).
     `stable_checkpoints`: status.checkpoints, which a new rollout records as where it moves queries from."""
-    result = step(app, rollout, stable_revision, replace(target, available=carried_out_strategies(target)), observed)
+    result = step(app, rollout, stable_revision, target, observed)
     planned = result.rollout
     fresh = planned is not None and not planned.terminal and (rollout is None or rollout.terminal)
     if fresh and planned is not None and stable_checkpoints:
@@ -98,15 +99,10 @@ def decide(
     return Decision(result, runner, submitted_revision or runner, kept_revisions(result, target.revision))
 
 
-def carried_out_strategies(target: Target) -> tuple[Strategy, ...]:
-    """A checkpoint migration runs in the driver when the runtime stays (a runtime change needs a new driver)."""
-    runtime_changes = target.diff is not None and bool(target.diff.runtime)
-    return CARRIED_OUT if runtime_changes else (*CARRIED_OUT, "checkpointMigration")
-
-
 def is_handover(rollout: RolloutStatus | None) -> bool:
-    """The rollout runs the new revision in a second driver that waits on standby (a fenced handover)."""
-    return rollout is not None and rollout.newDriver and rollout.strategy == "fencedHandover"
+    """The rollout runs the new revision in a second driver that waits on standby (a fenced handover, or a
+    checkpoint migration together with a runtime change)."""
+    return rollout is not None and rollout.newDriver and rollout.strategy in ("fencedHandover", "checkpointMigration")
 
 
 def app_driver(rollout: RolloutStatus | None, recorded: str) -> str:

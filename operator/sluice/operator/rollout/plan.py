@@ -127,9 +127,12 @@ class Drain:
 
 @dataclass(frozen=True)
 class Resume:
-    """A drained driver starts its queries again on their checkpoints."""
+    """A drained driver starts its queries again on their checkpoints. `revision` (the one it ran): it resumes on
+    that revision's config as the rollout now places its checkpoints, the `restore` steps' queries taking their
+    output back from the checkpoints a migration in the other driver made (None: on the config it ran)."""
 
     driver: str
+    revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -686,7 +689,10 @@ def _ensure_back(view: _View) -> Iterator[Action]:
     if processing:
         return  # the stable revision resumes once the new driver wrote its last batch
     old = view.backward_drivers()
-    yield from (Resume(d.name) for d in old if d.state in ("draining", "drained"))
+    restores = any(s.action == "restore" for s in back)
+    yield from (
+        Resume(d.name, rollout.fromRevision if restores else None) for d in old if d.state in ("draining", "drained")
+    )
     if not old:
         yield StartDriver(view.stable_name, rollout.fromRevision, standby=False, steps=back)
 

@@ -190,7 +190,7 @@ class ControlApi:
 
         request = self._authorized(StateRequest, environ, '{"state": "running" | "drained"}')
         try:
-            return respond_model(start_response, self.run.set_state(request.state))
+            return respond_model(start_response, self.run.set_state(request.state, request.config))
         except SwapRefused as exc:
             raise ApiFailure(409, str(exc), field=exc.field) from None
         except PipelineInvalid as exc:
