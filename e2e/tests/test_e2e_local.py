@@ -143,6 +143,7 @@ def test_step(suite: E2ESuite, step: str) -> None:
             "fenced_handover",
             "handover_rolled_back",
             "checkpoint_migration",
+            "migration_in_new_driver",
         ):
             reports[rollout_step] = rollout
         reports["driver_killed"] = (DRIVER_KILL_REPORT, suite.driver_kill_report)
