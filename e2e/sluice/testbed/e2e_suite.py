@@ -883,11 +883,21 @@ class E2ESuite:
         ).stdout
         return json.loads(raw)
 
+    def driver_log(self, app: str | None = None) -> list[str]:
+        """The lines the app's driver logged so far."""
+        pod = f"{self.driver_name(app)}-driver"
+        return self.target.kubectl("logs", "-n", self.apps_namespace, pod, check=False).stdout.splitlines()
+
     def driver_log_lines(self, logger: str, app: str | None = None) -> list[str]:
         """The driver's log lines from one of its Python loggers (the swap's and first batches' timings)."""
-        pod = f"{self.driver_name(app)}-driver"
-        text = self.target.kubectl("logs", "-n", self.apps_namespace, pod, check=False).stdout
-        return [line for line in text.splitlines() if f" {logger} " in line]
+        return [line for line in self.driver_log(app) if f" {logger} " in line]
+
+    def wait_spark_application_deleted(self, name: str, what: str) -> None:
+        wait_for(
+            lambda: self.target.get("sparkapplication", name, self.apps_namespace) is None,
+            timeout=120,
+            what=f"{what}'s SparkApplication {name} deleted",
+        )
 
     def driver_identity(self, app: str | None = None) -> dict[str, Any]:
         """What a restart would change: the driver pod, spark-operator's submissions, the queries' runs."""
@@ -1268,11 +1278,7 @@ class E2ESuite:
         assert done["strategy"] == "fencedHandover", done
         new_driver = self.driver_name()
         assert new_driver == done["toDriver"] != old_driver, (new_driver, done)
-        wait_for(
-            lambda: self.target.get("sparkapplication", old_driver, self.apps_namespace) is None,
-            timeout=120,
-            what=f"the old driver's SparkApplication {old_driver} deleted",
-        )
+        self.wait_spark_application_deleted(old_driver, "the old driver")
         wait_for(lambda: len(self.driver_pods()) == 1, timeout=180, what="the old driver pod gone")
         after = self.driver_identity()
         assert after["driver_uid"] != before["driver_uid"] and self.driver_pod()["spec"]["containers"][0][
@@ -1333,11 +1339,7 @@ class E2ESuite:
         new_driver = rolled["toDriver"]
         status = self.status()
         assert (status["stableRevision"], self.driver_name()) == (stable, old_driver), status
-        wait_for(
-            lambda: self.target.get("sparkapplication", new_driver, self.apps_namespace) is None,
-            timeout=120,
-            what=f"the new driver's SparkApplication {new_driver} deleted",
-        )
+        self.wait_spark_application_deleted(new_driver, "the new driver")
         wait_for(lambda: len(self.driver_pods()) == 1, timeout=180, what="the new driver pod gone")
         assert self.driver_pod()["metadata"]["uid"] == old_uid, "the drained driver resumes: it is not restarted"
         events = self.app_events()
@@ -1410,11 +1412,7 @@ class E2ESuite:
         image = self.images.spark if self.app["spec"]["spark"]["image"] != self.images.spark else self.images.spark_next
         done = self.migrate_window(("tau", "upsilon", "phi"), 10_000, 5_000, "migrationInNewDriver", image=image)
         assert done["toDriver"] == self.driver_name() != old_driver, (done, self.driver_name())
-        wait_for(
-            lambda: self.target.get("sparkapplication", old_driver, self.apps_namespace) is None,
-            timeout=120,
-            what=f"the old driver's SparkApplication {old_driver} deleted",
-        )
+        self.wait_spark_application_deleted(old_driver, "the old driver")
         after = self.driver_identity()
         assert self.driver_pod()["spec"]["containers"][0]["image"].endswith(image)
         assert after["queries"]["seen"][0] == before["queries"]["seen"][0], "seen goes on on its checkpoint"
@@ -1500,8 +1498,7 @@ class E2ESuite:
     def assert_no_executor_killed(self) -> None:
         """The app's driver lost no executor to the kernel's OOM killer (its pod's memory limit) since it started:
         the driver that has run the most steps (a drain, a resume, swaps) holds the executors longest."""
-        log = self.target.kubectl("logs", "-n", self.apps_namespace, f"{self.driver_name()}-driver", check=False)
-        killed = [line.strip() for line in log.stdout.splitlines() if "OOMKilled" in line or "OOM is detected" in line]
+        killed = [line.strip() for line in self.driver_log() if "OOMKilled" in line or "OOM is detected" in line]
         assert not killed, f"an executor went past its pod's memory limit: {killed[:3]}"
 
     def driver_killed(self) -> None:
@@ -1579,11 +1576,7 @@ class E2ESuite:
         self.target.kubectl(
             "delete", "streamingapp", self.app_name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
         )
-        wait_for(
-            lambda: self.target.get("sparkapplication", driver, self.apps_namespace) is None,
-            timeout=120,
-            what=f"the driver {driver} to be collected",
-        )
+        self.wait_spark_application_deleted(driver, "the app's driver")
         self.target.helm("uninstall", self.release, "--namespace", self.release_namespace, "--wait")
         assert self.target.get("deployment", self.release, self.release_namespace) is None
         # Helm leaves CRDs in place: apps elsewhere survive an uninstall.

@@ -626,11 +626,10 @@ class Reconciler:
                     self._start_driver(owner, back, specs, stable_checkpoints, decision, recorded_driver, submit=False)
                 config = None
                 if isinstance(action, Resume) and action.revision is not None:
-                    spec = self._revision_spec(namespace, app, action.revision, specs)
-                    if spec is None:
-                        continue  # the ConfigMap of the stable revision is applied first (ApplyRevision)
                     folders = revision_checkpoints(action.revision, stable_checkpoints, rollout)
-                    config = ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace), *folders)
+                    config = self._revision_config(namespace, app, action.revision, specs, folders)
+                    if config is None:
+                        continue  # the ConfigMap of the stable revision is applied first (ApplyRevision)
                 answer = self._set_driver_state(namespace, app, action.driver, wanted, drivers, events, config)
                 if answer is not None:
                     started = tuple(QueryFacts(name=q, revision=answer.revision, active=True) for q in answer.started)
@@ -766,14 +765,13 @@ class Reconciler:
         steps = pending_swap(action, facts)
         if steps is None:
             return None
-        spec = self._revision_spec(namespace, app, action.revision, specs)
-        if spec is None:
+        config = self._revision_config(namespace, app, action.revision, specs, folders)
+        if config is None:
             return f"the spec of revision {action.revision} is gone (its ConfigMap was deleted)"
         token = self._control_token(namespace, app)
         if token is None:
             events.append(("Warning", "SwapFailed", f"no control token in Secret {ch.control_secret_name(app)}"))
             return None
-        config = ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace), *folders)
         try:
             answer = self.driver_client.swap(obs.driver_address, token, SwapRequest(config=config, steps=list(steps)))
         except SwapRefused as exc:
@@ -805,6 +803,21 @@ class Reconciler:
             )
         )
         return None
+
+    def _revision_config(
+        self,
+        namespace: str,
+        app: str,
+        revision: str,
+        specs: dict[str, StreamingAppSpec],
+        folders: tuple[dict[str, str], dict[str, Migration]],
+    ) -> RunnerConfig | None:
+        """What a driver runs for `revision` with its queries' checkpoints at `folders` (revision_checkpoints);
+        None when the revision's spec is gone."""
+        spec = self._revision_spec(namespace, app, revision, specs)
+        return (
+            None if spec is None else ch.runner_config(app, namespace, spec, bootstrap_for(spec, namespace), *folders)
+        )
 
     def _revision_spec(
         self, namespace: str, app: str, revision: str, specs: dict[str, StreamingAppSpec]

@@ -282,7 +282,8 @@ class PipelineRun:
                 ran = self.config
                 try:
                     self.config = config or self.config
-                    compiled = (None if config else self._standby_plan) or self._compile(self.config)
+                    # a standby run's plan was compiled from the config it ran
+                    compiled = self._compile(config) if config else self._standby_plan or self._compile(self.config)
                     self._standby_plan = None
                     started = self._start_all(compiled)
                 except BaseException:
