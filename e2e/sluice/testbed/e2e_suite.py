@@ -1208,11 +1208,13 @@ class E2ESuite:
 
     def rollback(self) -> None:
         """A filter naming a column that does not exist: the driver refuses it, the operator rolls back to the
-        stable revision (nothing of the driver changes), says why, and the old pipeline goes on counting."""
+        stable revision (nothing of the driver changes), says why, and the old pipeline goes on counting. The
+        operator is killed right after the change: its replacement carries the rollback out."""
         before = self.driver_identity()
         stable = self.status()["stableRevision"]
         started = time.monotonic()
         self.patch_pipeline("non-empty", filter="word != '' AND nope != 'zeta'")
+        self.kill_operator()
         rolled = self.rollout_completed(stable, "the rollback", phase="RolledBack")
         took = time.monotonic() - started
         assert "spec.pipeline.nodes[2].filter" in (rolled.get("message") or "") and "nope" in rolled["message"], rolled
@@ -1312,10 +1314,12 @@ class E2ESuite:
         )
 
     def handover_rolled_back(self) -> None:
-        """An image change with a filter that fails every batch with data (it compiles, so the new driver starts
-        on standby and is activated): its queries fail, the operator drains or deletes the new driver and the
-        drained one resumes on the same checkpoints (RolledBack, the status says why). Every count exact, every
-        streamed word once in the stateless output."""
+        """An image change with a new window (a checkpoint migration in a new driver) and a filter that fails
+        every batch with data (it compiles, so the new driver starts on standby and is activated): its queries
+        fail, the operator drains or deletes the new driver and the drained one resumes on the stable revision's
+        checkpoints, `out` restored behind the cut the new checkpoint started from (RolledBack, the status says
+        why). Every count exact and every window once, every streamed word once in the stateless output. The
+        operator is killed right after the change: its replacement carries the handover and its rollback out."""
         old_driver, stable = self.driver_name(), self.status()["stableRevision"]
         old_uid = self.driver_pod()["metadata"]["uid"]
         stable_spec = {"spark": {"image": self.app["spec"]["spark"]["image"]}, "pipeline": self.app["spec"]["pipeline"]}
@@ -1328,14 +1332,18 @@ class E2ESuite:
             for node in nodes:
                 if node["name"] == "non-empty":
                     node["filter"] += " AND IF(length(word) > 0, raise_error('fails by design'), TRUE)"
+                if node["name"] == "counts":
+                    node["aggregate"] = {**node["aggregate"], "window": {"tumbling": "10s"}}
             self.patch_spec({"spark": {"image": self.images.spark}, "pipeline": {"nodes": nodes}})
+            self.kill_operator()
             rolled = self.rollout_completed(stable, "the handover's rollback", phase="RolledBack")
             took = time.monotonic() - started
             time.sleep(15)
         finally:
             sent = load.stop()
         self.expected.update(sent)
-        assert rolled["strategy"] == "fencedHandover" and "fails by design" in (rolled.get("message") or ""), rolled
+        assert rolled["strategy"] == "checkpointMigration" and rolled.get("newDriver"), rolled
+        assert "fails by design" in (rolled.get("message") or ""), rolled
         new_driver = rolled["toDriver"]
         status = self.status()
         assert (status["stableRevision"], self.driver_name()) == (stable, old_driver), status
