@@ -42,7 +42,9 @@ def test_a_stateful_query_commits_the_keys_it_changed(spark_session: SparkSessio
         )
         query.awaitTermination(120)
         assert query.exception() is None
-    partitions = int(spark_session.conf.get("spark.sql.shuffle.partitions") or 0)
-    for partition in range(partitions):
-        files = {p.name for p in (checkpoint / "state" / "0" / str(partition)).iterdir()}
+    partitions = sorted(p.name for p in (checkpoint / "state" / "0").iterdir() if p.name.isdigit())
+    assert partitions == [str(n) for n in range(int(spark_session.conf.get("spark.sql.shuffle.partitions") or 0))]
+    assert partitions, "the query kept no state"
+    for partition in partitions:
+        files = {p.name for p in (checkpoint / "state" / "0" / partition).iterdir()}
         assert {"1.changelog", "2.changelog", "3.changelog"} <= files, (partition, sorted(files))
