@@ -19,6 +19,7 @@ from .model import StreamingAppSpec, TopicSpec
 from .settings import ClaimDefaults
 
 MANAGED_BY = "sluice-operator"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 APP_LABEL = "sluice.dev/app"
 REVISION_LABEL = "sluice.dev/revision"
 SUBMITTED_EXECUTORS_ANNOTATION = "sluice.dev/submitted-executors"
@@ -46,7 +47,7 @@ def labels(app: str, component: str) -> dict[str, str]:
         "app.kubernetes.io/name": "sluice-app",
         "app.kubernetes.io/instance": app,
         "app.kubernetes.io/component": component,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        MANAGED_BY_LABEL: MANAGED_BY,
         APP_LABEL: app,
     }
 

@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 
 from . import metrics
-from .children import APP_LABEL, MANAGED_BY
+from .children import APP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from .memory import TRIMMER
 from .model import GROUP, PLURAL, TERMINAL_PHASES, VERSION
 from .reconciler import Outcome, Reconciler
@@ -50,6 +50,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.execution.max_workers = SETTINGS.workers
+    for kind in CHILD_KINDS:  # only ours: the API server filters, so kopf keeps nothing of the others
+        settings.watching.label_selectors[kind] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     memo.reconciler = Reconciler()
     memo.apps = set()  # apps this replica has handled: child events of others wait for their handler
 
@@ -140,25 +142,30 @@ def forget_deleted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: 
         metrics.forget_app(meta["namespace"], meta["name"])
 
 
-def _child_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A child was edited or deleted (by hand, or by its controller): bring its app back to the spec."""
-    if event["type"] not in ("MODIFIED", "DELETED"):
-        return
+def _drifted(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> bool:
+    """A child of an app this replica handles was edited or deleted. Checked in the event loop, so the burst of
+    creations (ours) never waits for a worker thread."""
     meta = body["metadata"]
-    app = (meta.get("labels") or {}).get(APP_LABEL)
-    if app and (meta["namespace"], app) in memo.apps:
-        with metrics.RECONCILE_SECONDS.labels("child").time():
-            outcome = memo.reconciler.reconcile_by_name(meta["namespace"], app)
-        if outcome is not None:
-            owner: kopf.RawBody = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "StreamingApp",
-                "metadata": {"namespace": meta["namespace"], "name": app},
-            }
-            uid = _owner_uid(meta, app)
-            if uid is not None:  # else the event names the app without it
-                owner["metadata"]["uid"] = uid
-            _record("child", outcome, kopf.Body(owner))
+    app = meta.get("labels", {}).get(APP_LABEL)
+    return event["type"] in ("MODIFIED", "DELETED") and app is not None and (meta["namespace"], app) in memo.apps
+
+
+def _child_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A child was edited or deleted (by hand, or by its controller): bring its app back to the spec."""
+    meta = body["metadata"]
+    app = meta["labels"][APP_LABEL]
+    with metrics.RECONCILE_SECONDS.labels("child").time():
+        outcome = memo.reconciler.reconcile_by_name(meta["namespace"], app)
+    if outcome is not None:
+        owner: kopf.RawBody = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "StreamingApp",
+            "metadata": {"namespace": meta["namespace"], "name": app},
+        }
+        uid = _owner_uid(meta, app)
+        if uid is not None:  # else the event names the app without it
+            owner["metadata"]["uid"] = uid
+        _record("child", outcome, kopf.Body(owner))
 
 
 def _owner_uid(meta: dict[str, Any], app: str) -> str | None:
@@ -166,9 +173,7 @@ def _owner_uid(meta: dict[str, Any], app: str) -> str | None:
 
 
 for _group, _version, _plural in CHILD_KINDS:
-    kopf.on.event(
-        _group, _version, _plural, id=f"child-{_plural}", labels={"app.kubernetes.io/managed-by": MANAGED_BY}
-    )(_child_event)
+    kopf.on.event(_group, _version, _plural, id=f"child-{_plural}", when=_drifted)(_child_event)
 
 
 def _deletes_topics(spec: kopf.Spec, **_: Any) -> bool:
