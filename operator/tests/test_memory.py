@@ -22,6 +22,14 @@ def test_trims_once_more_when_the_passes_have_stopped():
     assert calls == [0, 0]
 
 
+def test_a_pass_that_trimmed_still_gets_the_trailing_trim():
+    calls: list[int] = []
+    trimmer = Trimmer(lambda pad: calls.append(pad) or 1, every=10)
+    assert trimmer.after_pass(now=100.0)
+    assert trimmer.trailing(now=110.0), "what the workers freed after the pass's own trim"
+    assert calls == [0, 0]
+
+
 def test_nothing_to_trim_without_glibc():
     trimmer = Trimmer(None)
     assert not trimmer.after_pass(now=100.0)

@@ -32,7 +32,8 @@ class Trimmer:
         self._every = every
         self._last_trim = float("-inf")
         self._last_pass = float("-inf")
-        self._untrimmed = False  # a pass ended after the last trim
+        self._untrimmed = False  # a pass ended since the last trailing trim (its own trim does not count: the
+        # workers free what they held after it)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
