@@ -18,7 +18,10 @@ from typing import Any
 
 import kopf
 
-from . import metrics
+from . import (
+    api_session,  # noqa: F401  (registers kopf's login: a bound on its concurrent requests)
+    metrics,
+)
 from .children import APP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from .memory import TRIMMER
 from .model import GROUP, PLURAL, TERMINAL_PHASES, VERSION
