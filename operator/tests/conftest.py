@@ -15,6 +15,7 @@ import pytest
 
 from sluice.operator.crd import CRD_FILE
 from sluice.testbed.common import free_ports, tail
+from sluice.testbed.operator_env import operator_env, operator_python
 
 RESYNC_SECONDS = 2
 HA_NAMESPACE_PREFIX = "ha-"
@@ -40,14 +41,19 @@ class OperatorProcess:
         resync_seconds: float = RESYNC_SECONDS,
         extra_args: tuple[str, ...] = (),
         scope: tuple[str, ...] = (),
+        as_deployed: bool = False,
     ) -> None:
+        """as_deployed: in an environment with only the operator image's packages (operator_env)."""
         self.metrics_port, self.health_port = free_ports(2)
         self.log = log
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": str(resync_seconds)}
+        python = Path(sys.executable)
+        if as_deployed:
+            python, env = operator_python(), operator_env(env)
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
+                    python,
                     "-m",
                     "sluice.operator",
                     "--log-format",

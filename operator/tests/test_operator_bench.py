@@ -198,7 +198,9 @@ def percentile(ordered: list[float], q: float) -> float:
 def test_operator_at_scale(crds_installed, tmp_path):
     namespace = "bench"
     crds_installed.kubectl("create", "namespace", namespace)
-    operator = OperatorProcess(crds_installed.kubeconfig, tmp_path / "operator.log", resync_seconds=RESYNC_S)
+    operator = OperatorProcess(
+        crds_installed.kubeconfig, tmp_path / "operator.log", resync_seconds=RESYNC_S, as_deployed=True
+    )
     names = [f"app-{i:04d}" for i in range(APPS)]
     burst, timed = names[: APPS - TIMED_APPS], names[APPS - TIMED_APPS :]
     try:

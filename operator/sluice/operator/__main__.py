@@ -13,26 +13,23 @@ from prometheus_client import start_http_server
 
 def ensure_peering(name: str, namespaces: list[str]) -> None:
     """kopf needs the peering object to exist; create it once (clusterwide, or in each namespace)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
+    from .kube import Kube, KubeError
 
-    from .reconciler import api_client
-
-    api = client.CustomObjectsApi(api_client())
-    body = {"apiVersion": "kopf.dev/v1", "metadata": {"name": name}}
+    api_version = "kopf.dev/v1"
+    peerings = [
+        {"apiVersion": api_version, "kind": "KopfPeering", "metadata": {"name": name, "namespace": namespace}}
+        for namespace in namespaces
+    ] or [{"apiVersion": api_version, "kind": "ClusterKopfPeering", "metadata": {"name": name}}]
+    kube = Kube()
     try:
-        if namespaces:
-            for namespace in namespaces:
-                api.create_namespaced_custom_object(
-                    "kopf.dev", "v1", namespace, "kopfpeerings", {**body, "kind": "KopfPeering"}
-                )
-        else:
-            api.create_cluster_custom_object(
-                "kopf.dev", "v1", "clusterkopfpeerings", {**body, "kind": "ClusterKopfPeering"}
-            )
-    except ApiException as exc:
-        if exc.status != 409:  # 409: it exists already
-            raise
+        for peering in peerings:
+            try:
+                kube.create(peering)
+            except KubeError as exc:
+                if exc.status != 409:  # 409: it exists already
+                    raise
+    finally:
+        kube.close()
 
 
 def main(argv: list[str] | None = None) -> int:

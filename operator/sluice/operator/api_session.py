@@ -1,4 +1,8 @@
-"""kopf's connection to the API server: kopf's own login, with a bound on its concurrent requests.
+"""The operator's login to the API server, and kopf's session with a bound on its concurrent requests.
+
+Login: the pod's service account, else the kubeconfig (KUBECONFIG or ~/.kube/config), with kopf's own two
+logins. A kubeconfig must hold the credentials (a token, a client certificate, a user and password): no exec
+plugin is run, so out of a cluster that needs one, get a token first.
 
 kopf's built-in session sets no connection limit. In a burst of apps on a busy API server its patches and
 event posts piled up: `make bench-operator` counted about 580 TLS connections open at once, each with a
@@ -10,6 +14,8 @@ could otherwise hold every slot and stop all other requests.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 from typing import Any
 
 import aiohttp
@@ -49,13 +55,19 @@ def session_for(info: kopf.ConnectionInfo, limit: int = MAX_CONCURRENT_REQUESTS)
     )
 
 
+def credentials(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
+    """The one login of the operator: kopf's session and the reconciler's client both start from it."""
+    settings = settings or kopf.OperatorSettings()
+    info = kopf.login_with_service_account(settings=settings)
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if info is not None and host and port:  # as client-go does in a pod: the service's address, no DNS lookup
+        info = dataclasses.replace(info, server=f"https://{f'[{host}]' if ':' in host else host}:{port}")
+    info = info or kopf.login_with_kubeconfig(settings=settings)
+    if info is None:
+        raise kopf.LoginError("no service account token in this pod and no kubeconfig (KUBECONFIG, ~/.kube/config)")
+    return info
+
+
 @kopf.on.login()
-async def login(**kwargs: Any) -> kopf.AiohttpSession | None:
-    """kopf's own logins in kopf's order (the Kubernetes client's config, then the pod's service account, then
-    the kubeconfig), and the bounded session from what they find."""
-    info = (
-        kopf.login_via_client(**kwargs)
-        or kopf.login_with_service_account(**kwargs)
-        or kopf.login_with_kubeconfig(**kwargs)
-    )
-    return session_for(info) if info is not None else None
+async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSession:
+    return session_for(credentials(settings))

@@ -17,16 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import kopf
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from sluice.pipelines.contract import DriverStatus, Migration, RunnerConfig, StateResponse, SwapRequest, in_app
 
 from . import children as ch
 from .driver_client import DriverClient, DriverUnavailable, SwapRefused
-from .model import GROUP, KIND, PLURAL, VERSION, RolloutStatus, StreamingAppSpec
+from .kube import KindNotServed, Kube, KubeError
+from .model import GROUP, KIND, VERSION, RolloutStatus, StreamingAppSpec
 from .planner import (
     DesiredState,
     Invalid,
@@ -78,26 +75,9 @@ FIELD_MANAGER = "sluice-operator"
 log = logging.getLogger("sluice.operator")
 
 
-def api_client() -> client.ApiClient:
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
-
-
 def _adopt(child: dict[str, Any], owner: dict[str, Any]) -> None:
     """kopf.adopt with the app as read (kopf reads its owner as a mapping; its types name its Body)."""
     kopf.adopt(child, owner=kopf.Body(cast(kopf.RawBody, owner)))
-
-
-def _api_message(exc: ApiException) -> str:
-    import json
-
-    try:
-        return json.loads(exc.body or "").get("message", str(exc.reason))
-    except (TypeError, ValueError):
-        return f"{exc.status} {exc.reason}"
 
 
 @dataclass
@@ -164,44 +144,26 @@ def submitted_executors(spark_app: dict[str, Any] | None, submitted: str) -> int
 class Reconciler:
     def __init__(
         self,
-        api: client.ApiClient | None = None,
+        kube: Kube | None = None,
         driver_client: DriverClient | None = None,
         settings: Settings = SETTINGS,
     ) -> None:
         self.settings = settings
-        self.api = api or api_client()
-        self.dynamic = DynamicClient(self.api)
-        self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.kube = kube or Kube()
         self.driver_client = driver_client or DriverClient()
         self._tokens: dict[tuple[str, str], str] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
     # ------------------------------------------------------------------------- kube helpers
-    def _resource(self, api_version: str, kind: str):
-        return self.dynamic.resources.get(api_version=api_version, kind=kind)
-
     def apply(self, body: dict[str, Any]) -> dict[str, Any]:
-        resource = self._resource(body["apiVersion"], body["kind"])
-        meta = body["metadata"]
-        return resource.server_side_apply(
-            body=body,
-            name=meta["name"],
-            namespace=meta.get("namespace"),
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
-        ).to_dict()
+        return self.kube.apply(body, FIELD_MANAGER)
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self._resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
-        except NotFoundError:
-            return None
+        return self.kube.get(api_version, kind, namespace, name)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        with contextlib.suppress(NotFoundError):
-            self._resource(api_version, kind).delete(name=name, namespace=namespace)
+        self.kube.delete(api_version, kind, namespace, name)
 
     # ---------------------------------------------------------------------------- reconcile
     def reconcile_by_name(
@@ -231,13 +193,9 @@ class Reconciler:
         if any(annotations.get(key) != value for key, value in outcome.annotations.items()):
             patch["metadata"] = {"annotations": outcome.annotations}
         if "status" in patch:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, {"status": outcome.status}
-            )
+            self.kube.patch(f"{GROUP}/{VERSION}", KIND, namespace, name, {"status": outcome.status}, "status")
         if "metadata" in patch:
-            self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, {"metadata": patch["metadata"]}
-            )
+            self.kube.patch(f"{GROUP}/{VERSION}", KIND, namespace, name, {"metadata": patch["metadata"]})
         return outcome
 
     def reconcile(
@@ -331,9 +289,9 @@ class Reconciler:
                 obs.topics_refused.update(plan.refused)
             for topic in desired.strimzi_topics:
                 self._ensure_kafka_topic(owner, desired, topic, obs)
-        except ApiException as exc:
-            obs.topics_error = f"KafkaTopic: {_api_message(exc)}"
-        except ResourceNotFoundError:
+        except KubeError as exc:
+            obs.topics_error = f"KafkaTopic: {exc}"
+        except KindNotServed:
             obs.topics_error = "the KafkaTopic CRD (kafka.strimzi.io) is not installed"
         except Exception as exc:  # Kafka unreachable, auth, ...: reported, retried on the next pass
             obs.topics_error = f"Kafka admin: {exc}"
@@ -368,9 +326,9 @@ class Reconciler:
                     continue
                 self.apply(child)
                 applied.append(child)
-            except ApiException as exc:
-                obs.apply_error = f"{child['kind']} {child['metadata']['name']}: {_api_message(exc)}"
-            except ResourceNotFoundError:
+            except KubeError as exc:
+                obs.apply_error = f"{child['kind']} {child['metadata']['name']}: {exc}"
+            except KindNotServed:
                 obs.apply_error = f"the {child['kind']} CRD ({child['apiVersion']}) is not installed"
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
         if desired.spec.suspend:
@@ -388,26 +346,26 @@ class Reconciler:
             return
         owners = meta.get("ownerReferences") or []
         if (current["metadata"].get("ownerReferences") or []) != owners:
-            self.core.patch_namespaced_persistent_volume_claim(
-                meta["name"], meta["namespace"], {"metadata": {"ownerReferences": owners or None}}
+            self.kube.patch(
+                "v1",
+                "PersistentVolumeClaim",
+                meta["namespace"],
+                meta["name"],
+                {"metadata": {"ownerReferences": owners or None}},
             )
 
-    def _pipeline_configmaps(self, namespace: str, app: str) -> list[Any]:
+    def _pipeline_configmaps(self, namespace: str, app: str) -> list[dict[str, Any]]:
         selector = f"{ch.APP_LABEL}={app},app.kubernetes.io/component=pipeline"
-        return self.core.list_namespaced_config_map(namespace, label_selector=selector).items
+        return self.kube.list("v1", "ConfigMap", namespace, selector)
 
     def _prune_pipeline_configmaps(self, namespace: str, app: str, keep: frozenset[str]) -> None:
         """Revisions no rollout needs any more (the stable one, and a rollout's two, are kept)."""
         for item in self._pipeline_configmaps(namespace, app):
-            meta = item.metadata
-            assert meta is not None and meta.name is not None  # a listed object has both
-            if (meta.labels or {}).get(ch.REVISION_LABEL) not in keep:
-                log.info("%s/%s: revision ConfigMap %s pruned (kept: %s)", namespace, app, meta.name, sorted(keep))
-                try:
-                    self.core.delete_namespaced_config_map(meta.name, namespace)
-                except ApiException as exc:
-                    if exc.status != 404:  # a concurrent pass (update handler vs resync) got there first
-                        raise
+            meta = item["metadata"]
+            if (meta.get("labels") or {}).get(ch.REVISION_LABEL) not in keep:
+                log.info("%s/%s: revision ConfigMap %s pruned (kept: %s)", namespace, app, meta["name"], sorted(keep))
+                # gone already: a concurrent pass (update handler vs resync) got there first
+                self.delete("v1", "ConfigMap", namespace, meta["name"])
 
     def _ensure_control_secret(self, owner: dict[str, Any]) -> None:
         """The control token is made once and kept (the driver mounts it; rotating it is deleting it)."""
@@ -416,9 +374,8 @@ class Reconciler:
             return
         secret = ch.control_secret(app, namespace, secrets.token_urlsafe(32))
         _adopt(secret, owner)
-        with contextlib.suppress(ApiException):  # 409: a concurrent pass created it
-            # The client serialises a dict body as it is; its types name only the V1Secret model.
-            self.core.create_namespaced_secret(namespace, secret)  # type: ignore[arg-type]
+        with contextlib.suppress(KubeError):  # 409: a concurrent pass created it
+            self.kube.create(secret)
         self._tokens.pop((namespace, app), None)
 
     def _control_token(self, namespace: str, app: str) -> str | None:
@@ -434,7 +391,7 @@ class Reconciler:
     def _spark_application(self, namespace: str, app: str) -> dict[str, Any] | None:
         try:
             return self.get(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, app)
-        except ResourceNotFoundError:
+        except KindNotServed:
             return None
 
     def _observe(self, spark_app: dict[str, Any] | None, namespace: str, obs: Observation) -> None:
@@ -496,7 +453,7 @@ class Reconciler:
         busy = base is not None or (recorded is not None and not recorded.terminal)
         revisions: set[str] = set()
         if busy:
-            labels = (item.metadata.labels or {} for item in self._pipeline_configmaps(namespace, app))
+            labels = (item["metadata"].get("labels") or {} for item in self._pipeline_configmaps(namespace, app))
             revisions = {rev for rev in (label.get(ch.REVISION_LABEL) for label in labels) if rev}
             if revision not in revisions:  # the new revision's ConfigMap first: a rollout starts in this pass
                 self._apply_revision(body, spec)

@@ -1,0 +1,90 @@
+"""The reconciler's Kubernetes client against a real kube-apiserver (the test bed's), logged in from the
+kubeconfig as the operator is out of a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sluice.operator.kube import KindNotServed, Kube, KubeError
+from sluice.operator.model import GROUP, KIND, VERSION
+
+MANAGER = "sluice-test"
+
+
+@pytest.fixture
+def kube(crds_installed, monkeypatch) -> Iterator[Kube]:
+    monkeypatch.setenv("KUBECONFIG", str(crds_installed.kubeconfig))
+    client = Kube()
+    yield client
+    client.close()
+
+
+def config_map(namespace: str, data: dict[str, str], labels: dict[str, str] | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cm", "namespace": namespace, "labels": labels or {"team": "a"}},
+        "data": data,
+    }
+
+
+def test_apply_get_list_patch_delete(kube: Kube, namespace: str) -> None:
+    assert kube.get("v1", "ConfigMap", namespace, "cm") is None
+    created = kube.apply(config_map(namespace, {"k": "1"}), MANAGER)
+    assert created["data"] == {"k": "1"}
+    kube.apply(config_map(namespace, {"k": "2"}), MANAGER)  # applied again: updated in place
+    got = kube.get("v1", "ConfigMap", namespace, "cm")
+    assert got is not None and got["data"] == {"k": "2"}
+    assert got["metadata"]["uid"] == created["metadata"]["uid"]
+    assert any(m["manager"] == MANAGER and m["operation"] == "Apply" for m in got["metadata"]["managedFields"])
+
+    assert [i["metadata"]["name"] for i in kube.list("v1", "ConfigMap", namespace, "team=a")] == ["cm"]
+    assert kube.list("v1", "ConfigMap", namespace, "team=b") == []
+
+    kube.patch("v1", "ConfigMap", namespace, "cm", {"metadata": {"labels": {"team": None, "tier": "x"}}})
+    got = kube.get("v1", "ConfigMap", namespace, "cm")
+    assert got is not None and got["metadata"]["labels"] == {"tier": "x"}  # null removed the label
+
+    with pytest.raises(KubeError) as exists:
+        kube.create(config_map(namespace, {"k": "3"}))
+    assert exists.value.status == 409
+    assert "already exists" in str(exists.value)  # the API server's own message
+
+    kube.delete("v1", "ConfigMap", namespace, "cm")
+    kube.delete("v1", "ConfigMap", namespace, "cm")  # gone already: fine
+    assert kube.get("v1", "ConfigMap", namespace, "cm") is None
+
+
+def test_status_subresource_and_refusals(kube: Kube, namespace: str) -> None:
+    app = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "app", "namespace": namespace},
+        "spec": {
+            "kafka": {"bootstrapServers": "kafka.invalid:9092"},
+            "topics": [{"name": "in", "management": "none"}],
+            "pipeline": {
+                "nodes": [
+                    {"name": "src", "fromKafka": {"topic": "in"}},
+                    {"name": "out", "inputs": ["src"], "toConsole": {}},
+                ]
+            },
+        },
+    }
+    kube.create(app)
+    kube.patch(f"{GROUP}/{VERSION}", KIND, namespace, "app", {"status": {"phase": "Pending"}}, "status")
+    got = kube.get(f"{GROUP}/{VERSION}", KIND, namespace, "app")
+    assert got is not None and got["status"]["phase"] == "Pending"
+
+    with pytest.raises(KubeError) as invalid:  # the CRD's schema refuses it: the API server's message says why
+        kube.patch(f"{GROUP}/{VERSION}", KIND, namespace, "app", {"spec": {"topics": "not a list"}})
+    assert invalid.value.status == 422 and "spec.topics" in str(invalid.value)
+
+
+def test_kinds_not_served(kube: Kube) -> None:
+    with pytest.raises(KindNotServed, match=r"no example\.invalid/v1"):
+        kube.get("example.invalid/v1", "Widget", "default", "w")
+    with pytest.raises(KindNotServed, match="no Widget in v1"):
+        kube.get("v1", "Widget", "default", "w")
