@@ -5,7 +5,8 @@ applied with kubectl one a second while the others exist, each timed from the ap
 (target: p99 <= 1 s). Then at rest for one resync period (SLUICE_BENCH_QUIET_SECONDS, default the operator's
 resync): its reconciles per second (its own counter), the API requests per app per minute (the kube-apiserver's
 apiserver_request_total, for the kinds the operator reads and writes) and its RSS (target <= 150 MB; the peak
-is reported too). No driver runs here (no spark-operator): the apps are Pending. Figures are printed and
+is reported too). The operator runs as its image runs it: with only the image's packages (operator_env). No
+driver runs here (no spark-operator): the apps are Pending. Figures are printed and
 written to .sluice/bench/operator.json; only correctness is asserted.
 """
 
