@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
 import time
 import urllib.request
@@ -32,7 +31,7 @@ from bench_workload import (
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from peer_workloads import Arrival, InputRecord, OutputState, Reference, Workload
 
-from sluice.pipelines.local.provision import ManagedProcess, cache_dir, locked, run, tail
+from sluice.pipelines.local.provision import ManagedProcess, cache_dir, locked, tail, virtualenv
 from sluice.testbed.common import REPO_ROOT
 
 PEERS_DIR = Path(__file__).parent / "peers"
@@ -51,18 +50,7 @@ class PeerEnv:
     requirements: tuple[str, ...]
 
     def python(self) -> Path:
-        root = cache_dir("bench-peers") / self.name
-        python = root / "bin" / "python"
-        done = root / ".complete"
-        with locked(root.parent / f".{self.name}.lock"):
-            if not done.exists():
-                shutil.rmtree(root, ignore_errors=True)
-                log = root.parent / f"{self.name}.install.log"
-                run([sys.executable, "-m", "venv", root], what=f"creating {root}", hint="", log=log)
-                pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *self.requirements]
-                run(pip, what=f"installing {' '.join(self.requirements)}", hint="PyPI must be reachable", log=log)
-                done.write_text("\n".join(self.requirements) + "\n")
-        return python
+        return virtualenv(cache_dir("bench-peers") / self.name, self.requirements)
 
 
 PYFLINK = PeerEnv("pyflink-2.0.2", ("apache-flink==2.0.2",))

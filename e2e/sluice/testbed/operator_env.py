@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from sluice.pipelines.local.provision import cache_dir, locked, run
+from sluice.pipelines.local.provision import cache_dir, virtualenv
 
 from .common import REPO_ROOT
 from .e2e_suite import image_builder
@@ -23,17 +23,9 @@ def operator_python() -> Path:
     """The environment's interpreter, made once per set of pinned requirements (under the sluice cache)."""
     requirements = image_builder().extra_requirements("operator")
     key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
-    root = cache_dir("operator-env") / f"py{sys.version_info.major}.{sys.version_info.minor}-{key}"
-    python = root / "bin" / "python"
-    done = root / ".complete"
-    with locked(root.parent / f".{root.name}.lock"):
-        if not done.exists():
-            log = root.parent / f"{root.name}.install.log"
-            run([sys.executable, "-m", "venv", "--clear", root], what=f"creating {root}", hint="", log=log)
-            pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *requirements]
-            run(pip, what="installing the operator's requirements", hint="PyPI must be reachable", log=log)
-            done.write_text("\n".join(requirements) + "\n")
-    return python
+    return virtualenv(
+        cache_dir("operator-env") / f"py{sys.version_info.major}.{sys.version_info.minor}-{key}", requirements
+    )
 
 
 def operator_env(env: dict[str, str]) -> dict[str, str]:

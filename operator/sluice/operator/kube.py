@@ -102,7 +102,7 @@ class Kube:
     # -------------------------------------------------------------------------- plumbing
     def _path(self, api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
         plural, namespaced = self._resource(api_version, kind)
-        root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        root = _root(api_version)
         path = f"{root}/namespaces/{namespace}/{plural}" if namespaced and namespace else f"{root}/{plural}"
         return f"{path}/{name}" if name else path
 
@@ -110,9 +110,8 @@ class Kube:
         """The kind's plural and scope, from the API server's discovery of its group version (cached)."""
         key = (api_version, kind)
         if key not in self._kinds:
-            root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
             try:
-                resources = self._request("GET", root).get("resources") or []
+                resources = self._request("GET", _root(api_version)).get("resources") or []
             except KubeError as exc:
                 if exc.status == 404:
                     raise KindNotServed(f"the API server serves no {api_version}") from exc
@@ -148,6 +147,11 @@ class Kube:
             if self._http is stale:  # else another thread did it already (a request may still be on the old one)
                 self._http = self._client(self._info or credentials())
             return self._http
+
+
+def _root(api_version: str) -> str:
+    """The API path of a group version (the core group's is /api/v1)."""
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
 
 
 def _message(response: httpx.Response) -> str:

@@ -74,6 +74,26 @@ def run(
         raise ProvisionError(f"{what} failed (exit {code}): {hint}; see {log}")
 
 
+def virtualenv(root: Path, requirements: Sequence[str]) -> Path:
+    """A virtualenv at `root` with these pip requirements, made once (a half-made one is made again); its
+    interpreter. Key `root` by the requirements' versions: a made one is not checked against them."""
+    python = root / "bin" / "python"
+    done = root / ".complete"
+    with locked(root.parent / f".{root.name}.lock"):
+        if not done.exists():
+            log = root.parent / f"{root.name}.install.log"
+            run([sys.executable, "-m", "venv", "--clear", root], what=f"creating {root}", hint="", log=log)
+            pip: list[str | os.PathLike[str]] = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+            run(
+                [*pip, *requirements],
+                what=f"installing {' '.join(requirements)}",
+                hint="PyPI must be reachable",
+                log=log,
+            )
+            done.write_text("\n".join(requirements) + "\n")
+    return python
+
+
 def read_record(path: Path) -> dict | None:
     """What an earlier start() recorded in a JSON file (ports, pids, addresses), or None when it is
     missing or torn."""
