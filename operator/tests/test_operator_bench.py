@@ -245,6 +245,13 @@ def test_operator_at_scale(crds_installed, tmp_path):
         rss.stop()
         rss_rest = statistics.median(rss.samples[quiet_from:])
         rss_peak = max(rss.samples)
+        apps = created.api.list_namespaced_custom_object("sluice.dev", "v1alpha1", namespace, "streamingapps")
+        phases = Counter(app.get("status", {}).get("phase") for app in apps["items"])
+        failed = {
+            app["metadata"]["name"]: app["status"].get("message")
+            for app in apps["items"]
+            if app.get("status", {}).get("phase") == "Failed"
+        }
     finally:
         operator.stop()
 
@@ -275,6 +282,7 @@ def test_operator_at_scale(crds_installed, tmp_path):
             "api_requests_per_app_per_min": per_app_minute,
             "api_requests_by_verb_resource": {f"{v} {r}": n for (v, r), n in sorted(requests.items()) if n},
         },
+        "app_phases": dict(phases),
         "operator_rss_mb": {"idle": rss_idle / 2**20, "peak": rss_peak / 2**20, "at_rest": rss_rest / 2**20},
         "operator_settings": {"resync_s": RESYNC_S, "tick_s": TICK_S},
         "targets": {"p99_s": 1.0, "rss_mb": 150},
@@ -290,6 +298,7 @@ def test_operator_at_scale(crds_installed, tmp_path):
         f"\nat rest ({quiet_s:.0f} s): {rest['reconciles_per_s']:.1f} reconciles/s, "
         f"{per_app_minute:.2f} API requests per app per minute"
         f"\noperator RSS: idle {rss_idle / 2**20:.0f} MB, peak {rss_peak / 2**20:.0f} MB, "
-        f"at rest {rss_rest / 2**20:.0f} MB (target <= 150 MB)\nwritten to {OUTPUT}"
+        f"at rest {rss_rest / 2**20:.0f} MB (target <= 150 MB)\napps by phase: {dict(phases)}\nwritten to {OUTPUT}"
     )
     assert set(names) <= set(created.seen)
+    assert not failed, f"{len(failed)} apps failed, e.g. {next(iter(failed.items()))}"

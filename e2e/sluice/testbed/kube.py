@@ -339,7 +339,7 @@ def prefetch_kubernetes() -> None:
 
 # --- PKI and kubeconfigs ---------------------------------------------------------------------------
 
-SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_CIDR = "10.0.0.0/16"  # room for a Service per app at 1,000 apps (make bench-operator)
 KUBERNETES_SERVICE_IP = "10.0.0.1"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
