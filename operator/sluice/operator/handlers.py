@@ -32,6 +32,11 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 RESYNC_SECONDS = SETTINGS.resync_seconds
 TICK_SECONDS = SETTINGS.tick_seconds
 WORKER_IDLE_SECONDS = 1.0
+# Per watched kind, kopf starts a worker for each object with events queued, by default without limit: in a
+# burst of 950 new apps (and their children's events) thousands held their bodies at once, and the heap they
+# fragmented stayed (RSS at rest 159 -> 128 MB at 1,000 apps with the limit). Four per reconciler thread keep
+# every thread busy.
+KOPF_WORKER_LIMIT = 4 * SETTINGS.workers
 CHILD_KINDS = [
     ("", "v1", "configmaps"),
     ("", "v1", "services"),
@@ -55,8 +60,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.server_timeout = 300
     # A watched object's worker exits this long after its last event (kopf's default is 5 s): after a burst
     # of thousands of objects, their workers and queues are freed sooner, so the heap peaks lower.
-    settings.batching.idle_timeout = WORKER_IDLE_SECONDS
+    settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     settings.execution.max_workers = SETTINGS.workers
+    settings.queueing.worker_limit = KOPF_WORKER_LIMIT
     for kind in CHILD_KINDS:  # only ours: the API server filters, so kopf keeps nothing of the others
         settings.watching.label_selectors[kind] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     memo.reconciler = Reconciler()
