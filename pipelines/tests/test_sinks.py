@@ -297,6 +297,24 @@ def test_a_replayed_batch_keeps_the_partition_count_of_its_first_run(target: Tar
         assert record.partition == kafka_partition(key.encode(), 3 if batch == "b0" else 5)
 
 
+def test_records_placed_in_the_stream_are_placed_again_when_the_topic_grew(target: Target) -> None:
+    """A streaming query's records come with their partition for the topic's partition count at the start (in
+    the streaming plan); a batch after the topic grew is placed again for the new count."""
+    sink = target.sink()
+    stream = target.spark.readStream.format("rate").load()
+    rows = stream.selectExpr("CAST(value AS STRING) AS k", "CAST(value AS STRING) AS v")
+    sink.stream_writer(sink.records(rows))  # finds 3 partitions: what its batches arrive placed for
+    as_streamed = lambda tag: with_kafka_partition(target.rows(sink, tag), 3)  # noqa: E731
+    sink.write_batch(as_streamed("b0"), 0)
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    admin.create_partitions([NewPartitions(target.topic, 5)])[target.topic].result(30)
+    sink.write_batch(as_streamed("b1"), 1)
+    assert target.values() == expected("b0") + expected("b1")
+    for record in target.output():
+        batch, key = (record.value or b"").decode().split(":")
+        assert record.partition == kafka_partition(key.encode(), 3 if batch == "b0" else 5)
+
+
 def test_a_batch_beyond_the_drivers_result_size_is_written_by_the_tasks(target: Target) -> None:
     """Spark refuses to collect more than spark.driver.maxResultSize: such a batch goes the executors' way (the
     same ids and markers), any other failure of the batch stays one."""

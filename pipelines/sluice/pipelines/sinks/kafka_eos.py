@@ -54,6 +54,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming import DataStreamWriter
 
 from ..spec import ToKafka
 from .base import SinkContext
@@ -203,12 +204,23 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         self._lock = threading.Lock()
         self.from_driver = config.writers == "driver" or (config.writers == "auto" and context.grouped)
         self.last_results: list[PartitionResult] = []
+        self._placed_in_stream: int | None = None  # the partition count the streaming plan places records for
+
+    def stream_writer(self, records: DataFrame) -> DataStreamWriter:
+        """The partition column is computed in the streaming plan, for the topic's partition count now: added
+        per micro-batch, Spark analysed its expression again each time (~55 ms a batch). A batch for another
+        count (the topic grew, or a replay pinned to the count it first had) is placed again in write_batch."""
+        try:
+            self._placed_in_stream = self._topic_partitions()
+        except (KafkaException, RuntimeError):  # no topic yet: the first batch says so, as without this
+            return super().stream_writer(records)
+        return super().stream_writer(with_kafka_partition(records, self._placed_in_stream))
 
     def write_batch(self, records: DataFrame, batch_id: int) -> None:
         spark = records.sparkSession
         with self._lock:
             job = self._batch_write(spark, batch_id)
-        placed = with_kafka_partition(records, job.partitions)
+        placed = self._placed(records, job.partitions)
         table = self._collected(placed, batch_id) if self.from_driver else None
         if table is not None:
             results = self._write_from_driver(job, table)
@@ -226,6 +238,13 @@ class ExactlyOnceKafkaSink(KafkaRecords):
                 self.config.topic,
                 skipped,
             )
+
+    def _placed(self, records: DataFrame, partitions: int) -> DataFrame:
+        if self._placed_in_stream is None or PARTITION_COLUMN not in records.columns:
+            return with_kafka_partition(records, partitions)
+        if partitions == self._placed_in_stream:
+            return records
+        return with_kafka_partition(records.drop(PARTITION_COLUMN), partitions)
 
     def _collected(self, records: DataFrame, batch_id: int) -> pa.Table | None:
         """The batch's records in the driver; None when they exceed spark.driver.maxResultSize (the tasks write
