@@ -66,6 +66,10 @@ class Target:
         frame = self.spark.createDataFrame([(k, f"{tag}:{k}") for k in keys], "k STRING, v STRING")
         return sink.records(frame)
 
+    def partitions(self) -> int:
+        topic = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(self.topic, timeout=30).topics
+        return len(topic[self.topic].partitions)
+
     def output(self) -> list[ConsumedRecord]:
         return read_committed(self.bootstrap, self.topic)
 
@@ -297,22 +301,37 @@ def test_a_replayed_batch_keeps_the_partition_count_of_its_first_run(target: Tar
         assert record.partition == kafka_partition(key.encode(), 3 if batch == "b0" else 5)
 
 
-def test_records_placed_in_the_stream_are_placed_again_when_the_topic_grew(target: Target) -> None:
-    """A streaming query's records come with their partition for the topic's partition count at the start (in
-    the streaming plan); a batch after the topic grew is placed again for the new count."""
-    sink = target.sink()
-    stream = target.spark.readStream.format("rate").load()
-    rows = stream.selectExpr("CAST(value AS STRING) AS k", "CAST(value AS STRING) AS v")
-    sink.stream_writer(sink.records(rows))  # finds 3 partitions: what its batches arrive placed for
-    as_streamed = lambda tag: with_kafka_partition(target.rows(sink, tag), 3)  # noqa: E731
-    sink.write_batch(as_streamed("b0"), 0)
+def test_records_placed_in_the_stream_are_placed_again_for_another_partition_count(target: Target) -> None:
+    """A streaming query's records come placed for the topic's partition count at its start (in the streaming
+    plan). A batch for another count is placed again: a replay pinned to the count it first had, or a batch after
+    the topic grew."""
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    rows = target.spark.readStream.format("rate").load()
+    rows = rows.selectExpr("CAST(value AS STRING) AS k", "CAST(value AS STRING) AS v")
+
+    def started() -> tuple[ExactlyOnceKafkaSink, int]:
+        """A run of the query: its sink, and the partition count its stream places records for."""
+        sink = target.sink()
+        sink.stream_writer(sink.records(rows))
+        return sink, target.partitions()
+
+    def as_streamed(sink: ExactlyOnceKafkaSink, tag: str, partitions: int) -> DataFrame:
+        return with_kafka_partition(target.rows(sink, tag), partitions)
+
+    sink, placed_for = started()
+    sink.write_batch(as_streamed(sink, "b0", placed_for), 0)
     admin.create_partitions([NewPartitions(target.topic, 5)])[target.topic].result(30)
-    sink.write_batch(as_streamed("b1"), 1)
-    assert target.values() == expected("b0") + expected("b1")
+    sink, placed_for = started()  # restarted after the topic grew: its stream places for 5
+    sink.write_batch(as_streamed(sink, "b0", placed_for), 0)  # a replay: written for 3 before
+    assert [r.skipped for r in sink.last_results] == [True, True, True]
+    sink.write_batch(as_streamed(sink, "b1", placed_for), 1)
+    admin.create_partitions([NewPartitions(target.topic, 7)])[target.topic].result(30)
+    sink.write_batch(as_streamed(sink, "b2", placed_for), 2)  # the topic grew while the query ran
+    assert target.values() == expected("b0") + expected("b1") + expected("b2")
+    counts = {"b0": 3, "b1": 5, "b2": 7}
     for record in target.output():
         batch, key = (record.value or b"").decode().split(":")
-        assert record.partition == kafka_partition(key.encode(), 3 if batch == "b0" else 5)
+        assert record.partition == kafka_partition(key.encode(), counts[batch])
 
 
 def test_a_batch_beyond_the_drivers_result_size_is_written_by_the_tasks(target: Target) -> None:

@@ -67,6 +67,8 @@ T = TypeVar("T")
 COMMIT_HEADER = "sluice.commit"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 300_000  # a partition's share of a batch must be written within it
 CLIENT_TIMEOUT_S = 60.0
+# A query's start waits this long at most for its topic's partition count (without it, its batches find it).
+STREAM_PLACEMENT_TIMEOUT_S = 5.0
 MAX_KEPT_PRODUCERS = 256  # per Python worker or driver
 # librdkafka logs errors only: its warnings are retries it makes by itself ("not coordinator: retrying" while a
 # new broker loads its transaction log), and what fails reaches the sink as an exception.
@@ -211,8 +213,8 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         per micro-batch, Spark analysed its expression again each time (~55 ms a batch). A batch for another
         count (the topic grew, or a replay pinned to the count it first had) is placed again in write_batch."""
         try:
-            self._placed_in_stream = self._topic_partitions()
-        except (KafkaException, RuntimeError):  # no topic yet: the first batch says so, as without this
+            self._placed_in_stream = self._topic_partitions(timeout=STREAM_PLACEMENT_TIMEOUT_S)
+        except (KafkaException, RuntimeError, KeyError):  # no topic or no Kafka yet: the first batch says so
             return super().stream_writer(records)
         return super().stream_writer(with_kafka_partition(records, self._placed_in_stream))
 
@@ -310,8 +312,8 @@ class ExactlyOnceKafkaSink(KafkaRecords):
             self._pinned = (batch_id, current)
         return current
 
-    def _topic_partitions(self) -> int:
-        metadata = self._new_admin().list_topics(self.config.topic, timeout=CLIENT_TIMEOUT_S).topics[self.config.topic]
+    def _topic_partitions(self, timeout: float = CLIENT_TIMEOUT_S) -> int:
+        metadata = self._new_admin().list_topics(self.config.topic, timeout=timeout).topics[self.config.topic]
         if metadata.error is not None:
             raise RuntimeError(
                 f"output topic {self.config.topic} at {self.bootstrap}: {metadata.error.str()} "
