@@ -31,12 +31,15 @@ from .settings import SETTINGS
 RESOURCE = (GROUP, VERSION, PLURAL)
 RESYNC_SECONDS = SETTINGS.resync_seconds
 TICK_SECONDS = SETTINGS.tick_seconds
-WORKER_IDLE_SECONDS = 1.0
-# Per watched kind, kopf starts a worker for each object with events queued, by default without limit: in a
-# burst of 950 new apps (and their children's events) thousands held their bodies at once, and the heap they
-# fragmented stayed (RSS at rest 159 -> 128 MB at 1,000 apps with the limit). Four per reconciler thread keep
-# every thread busy.
-KOPF_WORKER_LIMIT = 4 * SETTINGS.workers
+# Per watched kind (and namespace), kopf keeps a worker for each object with events to handle, by default without
+# limit: in a burst of 950 new apps (and their children's events) thousands held their bodies at once, and the
+# heap they fragmented stayed (RSS at rest 159 -> 129 MB at 1,000 apps with a limit). A worker keeps its slot
+# until its object has had no event for WORKER_IDLE_SECONDS, so a kind gets through about
+# KOPF_WORKER_LIMIT / WORKER_IDLE_SECONDS objects a second: 320, the status changes of 1,600 running apps
+# (one per tick each). Objects whose handler keeps failing keep their slots while kopf retries them; the
+# timers, outside the limit, still reconcile every app.
+WORKER_IDLE_SECONDS = 0.2
+KOPF_WORKER_LIMIT = 8 * SETTINGS.workers
 CHILD_KINDS = [
     ("", "v1", "configmaps"),
     ("", "v1", "services"),
@@ -58,9 +61,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
-    # A watched object's worker exits this long after its last event (kopf's default is 5 s): after a burst
-    # of thousands of objects, their workers and queues are freed sooner, so the heap peaks lower.
-    settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
+    settings.queueing.idle_timeout = WORKER_IDLE_SECONDS  # kopf's default: 5 s
     settings.execution.max_workers = SETTINGS.workers
     settings.queueing.worker_limit = KOPF_WORKER_LIMIT
     for kind in CHILD_KINDS:  # only ours: the API server filters, so kopf keeps nothing of the others
