@@ -23,6 +23,7 @@ from sluice.pipelines.sinks import SinkContext
 from sluice.pipelines.sinks.kafka_eos import (
     COMMIT_HEADER,
     PARTITION_COLUMN,
+    UNROLLED_BLOCKS,
     BatchWrite,
     ExactlyOnceKafkaSink,
     Marker,
@@ -30,6 +31,7 @@ from sluice.pipelines.sinks.kafka_eos import (
     routes,
     spark_hash_int,
     with_kafka_partition,
+    with_kafka_partition_in_stream,
 )
 from sluice.pipelines.spec import ToKafka
 
@@ -135,17 +137,20 @@ def batches(tag: str, partition: int, partitions: int) -> list[pa.RecordBatch]:
 def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, new_topic) -> None:
     """Spark's own Kafka sink (the Java producer's default partitioner) and the exactly-once sink put every key
     in the same partition: switching delivery keeps a key's records in one partition. Keys of every length
-    mod 4 and every byte value; a record without a key goes where its value would as a key."""
+    mod 4 and every byte value; a record without a key goes where its value would as a key. Both forms: the
+    streaming plan's unrolled one, and past its UNROLLED_BLOCKS the one-expression form it falls back on."""
     rng = random.Random(5)
-    keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40))) for _ in range(600)]
+    longest = 4 * UNROLLED_BLOCKS + 40
+    keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, longest))) for _ in range(900)]
     frame = spark_session.createDataFrame([(bytearray(k), bytearray(b"v")) for k in keys], "key BINARY, value BINARY")
     topic = new_topic(partitions=7)
     frame.write.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap).option("topic", topic).save()
     by_java = {r.key: r.partition for r in read_committed(kafka_bootstrap, topic)}
-    by_sql = {bytes(r.key): r[PARTITION_COLUMN] for r in with_kafka_partition(frame, 7).collect()}
-    assert by_sql == by_java == {k: kafka_partition(k, 7) for k in keys}
+    assert by_java == {k: kafka_partition(k, 7) for k in keys}
     unkeyed = spark_session.createDataFrame([(bytearray(k),) for k in keys], "value BINARY")
-    assert {bytes(r.value): r[PARTITION_COLUMN] for r in with_kafka_partition(unkeyed, 7).collect()} == by_java
+    for place in (with_kafka_partition, with_kafka_partition_in_stream):
+        assert {bytes(r.key): r[PARTITION_COLUMN] for r in place(frame, 7).collect()} == by_java, place.__name__
+        assert {bytes(r.value): r[PARTITION_COLUMN] for r in place(unkeyed, 7).collect()} == by_java, place.__name__
 
 
 # ------------------------------------------------------------------------------------------ replays

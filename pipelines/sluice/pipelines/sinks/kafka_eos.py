@@ -140,6 +140,59 @@ def with_kafka_partition(records: DataFrame, partitions: int) -> DataFrame:
     return records.withColumn(PARTITION_COLUMN, F.expr(_kafka_partition_sql(placed_by, partitions)))
 
 
+UNROLLED_BLOCKS = 10  # keys (or unkeyed values) of up to 40 bytes, a UUID among them, are placed by compiled code
+
+
+def _big_endian(position: str, count: int) -> str:
+    """The big-endian value of `count` bytes of _sluice_bytes from a 0-based position (fewer at its end): one
+    substring of the binary, not one per byte of a decoded string."""
+    return f"cast(conv(hex(substring(_sluice_bytes, ({position}) + 1, {count})), 16, 10) as bigint)"
+
+
+def _little_endian_block(index: int) -> str:
+    value = _big_endian(str(4 * index), 4)
+    return (
+        f"((({value}) & 255) * 16777216 + (shiftright({value}, 8) & 255) * 65536"
+        f" + (shiftright({value}, 16) & 255) * 256 + shiftright({value}, 24))"
+    )
+
+
+def with_kafka_partition_in_stream(records: DataFrame, partitions: int) -> DataFrame:
+    """with_kafka_partition for a plan analysed once (a streaming query's), 2.3x faster per record: murmur2
+    unrolled over the first UNROLLED_BLOCKS 4-byte blocks, all compiled (the lambdas of the one-expression form
+    run interpreted: 4.5 us a record on this machine's 2 cores). Longer keys take the one-expression form.
+    Slower to analyse (~250 ms against ~30), so the per-batch paths keep with_kafka_partition."""
+    placed_by = "coalesce(key, value)" if "key" in records.columns else "value"
+    columns = records.columns
+    staged = records.select("*", F.expr(f"CAST({placed_by} AS BINARY)").alias("_sluice_bytes"))
+    staged = staged.select("*", F.expr("length(_sluice_bytes)").alias("_sluice_length"))
+    mixed = [_mul32(_xorshift(_mul32(_little_endian_block(j)), 24)) for j in range(UNROLLED_BLOCKS)]
+    tail = _big_endian("(_sluice_length div 4) * 4", 3)  # the 0-3 bytes after the last block, big-endian
+    little_endian_tail = (
+        f"CASE _sluice_length % 4 WHEN 0 THEN 0 WHEN 1 THEN {tail}"
+        f" WHEN 2 THEN (({tail} & 255) * 256 + shiftright({tail}, 8))"
+        f" ELSE (({tail} & 255) * 65536 + ({tail} & 65280) + shiftright({tail}, 16)) END"
+    )
+    staged = staged.select(
+        "*",
+        F.expr(little_endian_tail).alias("_sluice_tail"),
+        *(F.expr(block).alias(f"_sluice_block{j}") for j, block in enumerate(mixed)),
+    )
+    # The hash after j blocks, for each j: the key's own block count picks one (the blocks after it are unused).
+    after = ["((2538058380 ^ _sluice_length) & 4294967295)"]
+    for j in range(UNROLLED_BLOCKS):
+        after.append(f"({_mul32(after[-1])} ^ _sluice_block{j})")
+    blocks = "CASE _sluice_length div 4 " + " ".join(f"WHEN {j} THEN {h}" for j, h in enumerate(after)) + " END"
+    hashed = f"IF(_sluice_length % 4 = 0, {blocks}, {_mul32(f'{blocks} ^ _sluice_tail')})"
+    staged = staged.select("*", F.expr(hashed).alias("_sluice_hash"))
+    final = _xorshift(_mul32(_xorshift("_sluice_hash", 13)), 15)
+    partition = (
+        f"CAST(IF(_sluice_bytes IS NULL, 0, IF(_sluice_length > {4 * UNROLLED_BLOCKS}, "
+        f"{_kafka_partition_sql(placed_by, partitions)}, pmod({final} & 2147483647, {partitions}))) AS INT)"
+    )
+    return staged.select(*columns, F.expr(partition).alias(PARTITION_COLUMN))
+
+
 def spark_hash_int(value: int, seed: int = 42) -> int:
     """Spark's hash() of an INT (Murmur3_x86_32.hashInt with Spark's seed 42), a signed 32-bit int."""
 
@@ -216,7 +269,9 @@ class ExactlyOnceKafkaSink(KafkaRecords):
             self._placed_in_stream = self._topic_partitions(timeout=STREAM_PLACEMENT_TIMEOUT_S)
         except (KafkaException, RuntimeError, KeyError):  # no topic or no Kafka yet: the first batch says so
             return super().stream_writer(records)
-        return super().stream_writer(with_kafka_partition(records, self._placed_in_stream))
+        # Driver writers get aggregations' groups (few rows a batch): the one-expression form analyses faster.
+        place = with_kafka_partition if self.from_driver else with_kafka_partition_in_stream
+        return super().stream_writer(place(records, self._placed_in_stream))
 
     def write_batch(self, records: DataFrame, batch_id: int) -> None:
         spark = records.sparkSession
