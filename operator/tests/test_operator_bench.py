@@ -37,10 +37,11 @@ from sluice.operator.settings import SETTINGS
 pytestmark = pytest.mark.bench
 
 APPS = int(os.environ.get("SLUICE_BENCH_APPS", "1000"))
-TIMED_APPS = min(50, APPS // 2)  # at rest, then as many while the statuses change
+TIMED_APPS = min(50, APPS // 3)  # at rest, then as many in each of the two status churns
 TIMED_INTERVAL_S = 1.0
 RESYNC_S = SETTINGS.resync_seconds  # the operator's defaults
 TICK_S = SETTINGS.tick_seconds
+FIGURES_S = SETTINGS.status_figures_seconds
 # At rest for one resync period: each app's resync lands in it once.
 QUIET_S = float(os.environ.get("SLUICE_BENCH_QUIET_SECONDS", str(RESYNC_S)))
 SETTLE_S = 10
@@ -132,8 +133,9 @@ class CreationWatch:
 
 
 class StatusChurn:
-    """Every app's status changed once per tick (status.observedAt), as a running app's tick changes it: the
-    operator's watch then carries APPS / TICK_S events a second that kopf's workers must get through."""
+    """Every app's status changed once per period (status.observedAt), as running apps' passes write theirs: a
+    running app's figures once per FIGURES_S, an autoscaled one's state annotation once per tick. The
+    operator's watch then carries APPS / period events a second that kopf's workers must get through."""
 
     def __init__(self, api: client.CustomObjectsApi, namespace: str, names: list[str], period_s: float) -> None:
         self.api, self.namespace, self.names, self.period_s = api, namespace, names, period_s
@@ -245,8 +247,10 @@ def test_operator_at_scale(crds_installed, tmp_path):
         crds_installed.kubeconfig, tmp_path / "operator.log", resync_seconds=RESYNC_S, as_deployed=True
     )
     names = [f"app-{i:04d}" for i in range(APPS)]
-    burst = names[: APPS - 2 * TIMED_APPS]
-    timed, timed_in_churn = names[APPS - 2 * TIMED_APPS : APPS - TIMED_APPS], names[APPS - TIMED_APPS :]
+    burst = names[: APPS - 3 * TIMED_APPS]
+    timed, timed_in_churn, timed_in_tick_churn = (
+        names[APPS - (3 - i) * TIMED_APPS : APPS - (2 - i) * TIMED_APPS or None] for i in range(3)
+    )
     try:
         operator.wait_alive()
         rss_idle = operator.rss_bytes()
@@ -276,10 +280,13 @@ def test_operator_at_scale(crds_installed, tmp_path):
             return taken
 
         latencies = timed_applies(timed)
-        # Then while every other app's status changes each tick, as if they all ran.
-        churn = StatusChurn(created.api, namespace, burst + timed, TICK_S).start()
+        # Then while every other app changes as if they all ran: their figures, then every tick (autoscaled).
+        churn = StatusChurn(created.api, namespace, burst + timed, FIGURES_S).start()
         latencies_in_churn = timed_applies(timed_in_churn)
         churn_rate = churn.stop()
+        tick_churn = StatusChurn(created.api, namespace, burst + timed + timed_in_churn, TICK_S).start()
+        latencies_in_tick_churn = timed_applies(timed_in_tick_churn)
+        tick_churn_rate = tick_churn.stop()
         created.stop()
 
         time.sleep(SETTLE_S)
@@ -331,6 +338,12 @@ def test_operator_at_scale(crds_installed, tmp_path):
         "apply_to_sparkapplication_while_statuses_change_s": {
             **figures(latencies_in_churn),
             "status_patches_per_s": churn_rate,
+            "each_app_every_s": FIGURES_S,
+        },
+        "apply_to_sparkapplication_while_apps_change_every_tick_s": {
+            **figures(latencies_in_tick_churn),
+            "status_patches_per_s": tick_churn_rate,
+            "each_app_every_s": TICK_S,
         },
         "at_rest": {
             "seconds": quiet_s,
@@ -341,20 +354,25 @@ def test_operator_at_scale(crds_installed, tmp_path):
         },
         "app_phases": dict(phases),
         "operator_rss_mb": {"idle": rss_idle / 2**20, "peak": rss_peak / 2**20, "at_rest": rss_rest / 2**20},
-        "operator_settings": {"resync_s": RESYNC_S, "tick_s": TICK_S},
+        "operator_settings": {"resync_s": RESYNC_S, "tick_s": TICK_S, "status_figures_s": FIGURES_S},
         "targets": {"p99_s": 1.0, "rss_mb": 150},
     }
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)
     OUTPUT.write_text(json.dumps(result, indent=2))
     timing, rest = result["apply_to_sparkapplication_s"], result["at_rest"]
     in_churn = result["apply_to_sparkapplication_while_statuses_change_s"]
+    in_tick_churn = result["apply_to_sparkapplication_while_apps_change_every_tick_s"]
     print(
         f"\n{APPS} apps; burst of {len(burst)}: {burst_s:.0f} s, {len(burst) / burst_s:.1f} apps/s, "
         f"{burst_reconciles / burst_s:.1f} reconciles/s; the operator at rest {burst_settle_s:.0f} s later"
         f"\napply -> SparkApplication over {len(timed)} apps, one a second: p50 {timing['p50']:.2f} s, "
         f"p99 {timing['p99']:.2f} s (target <= 1 s)"
-        f"\nthe same over {len(timed_in_churn)} more while every other app's status changes once per tick "
-        f"({churn_rate:.0f} patches/s): p50 {in_churn['p50']:.2f} s, p99 {in_churn['p99']:.2f} s"
+        f"\nthe same over {len(timed_in_churn)} more while every other app's status changes once per "
+        f"{FIGURES_S:.0f} s, as a running app's figures ({churn_rate:.0f} patches/s): p50 {in_churn['p50']:.2f} s, "
+        f"p99 {in_churn['p99']:.2f} s"
+        f"\nand {len(timed_in_tick_churn)} more while every other app changes once per {TICK_S:.0f} s tick, as an "
+        f"autoscaled app's state ({tick_churn_rate:.0f} patches/s): p50 {in_tick_churn['p50']:.2f} s, "
+        f"p99 {in_tick_churn['p99']:.2f} s"
         f"\nat rest ({quiet_s:.0f} s): {rest['reconciles_per_s']:.1f} reconciles/s, "
         f"{per_app_minute:.2f} API requests per app per minute"
         f"\noperator RSS: idle {rss_idle / 2**20:.0f} MB, peak {rss_peak / 2**20:.0f} MB, "

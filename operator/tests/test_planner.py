@@ -24,6 +24,7 @@ from sluice.operator.planner import (
     parse_spec,
     phase_of,
     status_for,
+    status_write_due,
 )
 from sluice.operator.reconciler import Reconciler, submitted_executors
 from sluice.operator.scaling import plan_scaling
@@ -145,9 +146,15 @@ def test_a_pod_local_checkpoint_is_refused_when_no_claims_may_be_made(raw_spec):
 
 def test_settings_resolve_from_the_environment():
     settings = Settings.from_env(
-        {"SLUICE_TICK_SECONDS": "2", "SLUICE_CHECKPOINT_CLAIMS": "false", "SLUICE_CHECKPOINT_STORAGE_CLASS": ""}
+        {
+            "SLUICE_TICK_SECONDS": "2",
+            "SLUICE_STATUS_FIGURES_SECONDS": "0",
+            "SLUICE_CHECKPOINT_CLAIMS": "false",
+            "SLUICE_CHECKPOINT_STORAGE_CLASS": "",
+        }
     )
     assert settings.tick_seconds == 2.0 and settings.resync_seconds == 300.0
+    assert settings.status_figures_seconds == 0.0 and Settings.from_env({}).status_figures_seconds == 30.0
     assert settings.checkpoints == ClaimDefaults(create=False, storage_class=None)
 
 
@@ -334,6 +341,54 @@ def test_a_stopped_driver_clears_its_figures():
         Observation(suspended=True), generation=1, revision="r", children=[], old_status=stale, now="t"
     )
     assert suspended["executors"] == 0 and suspended["lag"] is None
+
+
+def running_status(at: str, **changes: object) -> dict:
+    status = {
+        "phase": "Running",
+        "executors": 3,
+        "lag": 7,
+        "inputRate": "150.5/s",
+        "observedAt": at,
+        "autoscaler": {"desiredExecutors": 3, "backlog": 7, "ratePerExecutor": 50.0, "message": "hold at 3: ok"},
+    }
+    return {**status, **changes}
+
+
+def test_a_running_apps_figures_alone_are_written_every_figures_seconds():
+    stored = running_status("2026-11-22T10:00:00Z")
+    fresher = running_status(
+        "2026-11-22T10:00:25Z",
+        lag=900,
+        inputRate="99.0/s",
+        autoscaler={"desiredExecutors": 3, "backlog": 900, "ratePerExecutor": 61.0, "message": "hold at 3: 9 s left"},
+    )
+    assert not status_write_due(stored, fresher, figures_every=30)
+    assert status_write_due(stored, {**fresher, "observedAt": "2026-11-22T10:00:30Z"}, figures_every=30)
+    assert status_write_due(stored, fresher, figures_every=0)
+    assert not status_write_due(stored, dict(stored), figures_every=0)  # nothing changed: never a write
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"phase": "Failed"},
+        {"executors": 4},
+        {"autoscaler": {"desiredExecutors": 4, "backlog": 7, "ratePerExecutor": 50.0, "message": None}},
+        {"observedAt": None, "lag": None, "inputRate": None},  # the driver stopped: its figures go at once
+        {"conditions": [{"type": "Running", "status": "False"}]},
+    ],
+    ids=["phase", "executors", "autoscaler-decision", "figures-cleared", "condition"],
+)
+def test_anything_but_the_figures_is_written_at_once(change):
+    stored = running_status("2026-11-22T10:00:00Z")
+    assert status_write_due(stored, running_status("2026-11-22T10:00:05Z", **change), figures_every=30)
+
+
+def test_figures_appearing_or_an_unreadable_stored_time_are_written_at_once():
+    fresh = running_status("2026-11-22T10:00:05Z")
+    assert status_write_due(running_status(None, lag=None, inputRate=None), fresh, figures_every=30)
+    assert status_write_due(running_status("yesterday"), fresh, figures_every=30)
 
 
 def test_manual_scaling_asks_for_the_spec_count(raw_spec):

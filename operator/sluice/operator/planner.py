@@ -5,6 +5,7 @@ Nothing here talks to Kubernetes or Kafka; the reconciler feeds it what it obser
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from sluice.pipelines.sqlcheck import static_ddl_parser, static_sql_parser
 from sluice.pipelines.validation import Problem
 
 from . import children as ch
+from .autoscaler.collect import parse_time
 from .model import StreamingAppSpec, TopicSpec
 from .settings import ClaimDefaults
 
@@ -239,6 +241,37 @@ def driver_figures(driver: DriverStatus) -> dict[str, Any]:
         "inputRate": f"{sum(rate_by_topics.values()):.1f}/s",
         "observedAt": driver.observedAt,
     }
+
+
+# What a tick reads from a running driver: they change nearly every tick, so they alone are written at most every
+# status_figures_seconds (Settings). Everything else in the status (phase, conditions, the live executor count,
+# an autoscaler decision) is written as soon as it changes.
+STATUS_FIGURES = frozenset({"lag", "inputRate", "observedAt"})
+AUTOSCALER_FIGURES = frozenset({"backlog", "ratePerExecutor", "message"})
+
+
+def _beyond_figures(status: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    kept = {key: status.get(key) for key in keys if key not in STATUS_FIGURES}
+    if isinstance(kept.get("autoscaler"), dict):
+        kept["autoscaler"] = {k: v for k, v in kept["autoscaler"].items() if k not in AUTOSCALER_FIGURES}
+    return kept
+
+
+def status_write_due(old: dict[str, Any], new: dict[str, Any], figures_every: float) -> bool:
+    """Whether a pass's status is to be written over the stored one: at once when anything but the driver's
+    figures changed, or the figures appeared or went; figures alone once `figures_every` seconds have passed
+    between the stored and the new observedAt (the driver's clock)."""
+    if all(old.get(key) == value for key, value in new.items()):
+        return False
+    if _beyond_figures(old, new) != _beyond_figures(new, new):
+        return True
+    stored, observed = old.get("observedAt"), new.get("observedAt")
+    if stored is None or observed is None:
+        return True
+    try:
+        return parse_time(observed) - parse_time(stored) >= figures_every
+    except (TypeError, ValueError):  # a stored observedAt edited by hand
+        return True
 
 
 def status_for(

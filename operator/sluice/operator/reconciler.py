@@ -35,6 +35,7 @@ from .planner import (
     last_driver_failure,
     parse_spec,
     status_for,
+    status_write_due,
 )
 from .rollout import (
     Activate,
@@ -187,7 +188,7 @@ class Reconciler:
         outcome = self.reconcile(body, full=full, periodic=periodic)
         old = body.get("status") or {}
         patch: dict[str, Any] = {}
-        if any(old.get(key) != value for key, value in outcome.status.items()):
+        if status_write_due(old, outcome.status, self.settings.status_figures_seconds):
             patch["status"] = outcome.status
         annotations = body["metadata"].get("annotations") or {}
         if any(annotations.get(key) != value for key, value in outcome.annotations.items()):

@@ -20,6 +20,7 @@ class ClaimDefaults:
 class Settings:
     resync_seconds: float = 300.0
     tick_seconds: float = 5.0
+    status_figures_seconds: float = 30.0  # a running app's lag, inputRate and observedAt: written at most this often
     workers: int = 8
     checkpoints: ClaimDefaults = field(default_factory=ClaimDefaults)
 
@@ -29,6 +30,7 @@ class Settings:
         return cls(
             resync_seconds=float(env.get("SLUICE_RESYNC_SECONDS", "300")),
             tick_seconds=float(env.get("SLUICE_TICK_SECONDS", "5")),
+            status_figures_seconds=float(env.get("SLUICE_STATUS_FIGURES_SECONDS", "30")),
             workers=int(env.get("SLUICE_WORKERS", "8")),
             checkpoints=ClaimDefaults(
                 create=env.get("SLUICE_CHECKPOINT_CLAIMS", "true").lower() != "false",
