@@ -389,6 +389,16 @@ def test_figures_appearing_or_an_unreadable_stored_time_are_written_at_once():
     fresh = running_status("2026-11-22T10:00:05Z")
     assert status_write_due(running_status(None, lag=None, inputRate=None), fresh, figures_every=30)
     assert status_write_due(running_status("yesterday"), fresh, figures_every=30)
+    assert status_write_due(running_status("2026-11-22T10:01:00Z"), fresh, figures_every=30)  # a clock behind
+
+
+def test_nones_compare_as_the_merge_patch_stored_them():
+    """A None in the status deletes its key when written: stored without it, the next pass is no change."""
+    decided = {"desiredExecutors": 3, "lastDecision": None, "backlog": 7, "ratePerExecutor": None, "message": "m"}
+    stored = running_status("2026-11-22T10:00:00Z", autoscaler={"desiredExecutors": 3, "backlog": 7, "message": "m"})
+    stored.pop("lag")
+    assert not status_write_due(stored, running_status("2026-11-22T10:00:00Z", lag=None, autoscaler=decided), 30)
+    assert not status_write_due(stored, running_status("2026-11-22T10:00:05Z", autoscaler=decided), 30)
 
 
 def test_manual_scaling_asks_for_the_spec_count(raw_spec):

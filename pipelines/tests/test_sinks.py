@@ -148,9 +148,13 @@ def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, n
     by_java = {r.key: r.partition for r in read_committed(kafka_bootstrap, topic)}
     assert by_java == {k: kafka_partition(k, 7) for k in keys}
     unkeyed = spark_session.createDataFrame([(bytearray(k),) for k in keys], "value BINARY")
+    texts = ["", "é", "日本語のキー", "key-ü-" * 3, "🙂" * 11, "x" * 41]  # STRING keys: their UTF-8 bytes
+    strings = spark_session.createDataFrame([(t, "v") for t in texts], "key STRING, value STRING")
     for place in (with_kafka_partition, with_kafka_partition_in_stream):
         assert {bytes(r.key): r[PARTITION_COLUMN] for r in place(frame, 7).collect()} == by_java, place.__name__
         assert {bytes(r.value): r[PARTITION_COLUMN] for r in place(unkeyed, 7).collect()} == by_java, place.__name__
+        by_text = {r.key: r[PARTITION_COLUMN] for r in place(strings, 7).collect()}
+        assert by_text == {t: kafka_partition(t.encode(), 7) for t in texts}, place.__name__
 
 
 # ------------------------------------------------------------------------------------------ replays

@@ -250,8 +250,17 @@ STATUS_FIGURES = frozenset({"lag", "inputRate", "observedAt"})
 AUTOSCALER_FIGURES = frozenset({"backlog", "ratePerExecutor", "message"})
 
 
+def _as_stored(value: Any) -> Any:
+    """A value as a JSON merge patch leaves it: a None in a dict deletes its key."""
+    if isinstance(value, dict):
+        return {k: _as_stored(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_as_stored(v) for v in value]
+    return value
+
+
 def _beyond_figures(status: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
-    kept = {key: status.get(key) for key in keys if key not in STATUS_FIGURES}
+    kept = {key: _as_stored(status.get(key)) for key in keys if key not in STATUS_FIGURES}
     if isinstance(kept.get("autoscaler"), dict):
         kept["autoscaler"] = {k: v for k, v in kept["autoscaler"].items() if k not in AUTOSCALER_FIGURES}
     return kept
@@ -260,8 +269,9 @@ def _beyond_figures(status: dict[str, Any], keys: Iterable[str]) -> dict[str, An
 def status_write_due(old: dict[str, Any], new: dict[str, Any], figures_every: float) -> bool:
     """Whether a pass's status is to be written over the stored one: at once when anything but the driver's
     figures changed, or the figures appeared or went; figures alone once `figures_every` seconds have passed
-    between the stored and the new observedAt (the driver's clock)."""
-    if all(old.get(key) == value for key, value in new.items()):
+    between the stored and the new observedAt (the driver's clock: a new driver's clock behind the stored time
+    writes at once too)."""
+    if all(_as_stored(old.get(key)) == _as_stored(value) for key, value in new.items()):
         return False
     if _beyond_figures(old, new) != _beyond_figures(new, new):
         return True
@@ -269,9 +279,10 @@ def status_write_due(old: dict[str, Any], new: dict[str, Any], figures_every: fl
     if stored is None or observed is None:
         return True
     try:
-        return parse_time(observed) - parse_time(stored) >= figures_every
+        age = parse_time(observed) - parse_time(stored)
     except (TypeError, ValueError):  # a stored observedAt edited by hand
         return True
+    return age >= figures_every or age < 0
 
 
 def status_for(
