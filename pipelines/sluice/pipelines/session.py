@@ -29,7 +29,7 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.broadcastExchange.maxThreadThreshold": "16",
     # Spark's advice on HotSpot: a generated method over 8,000 bytes is never JIT-compiled and runs interpreted,
     # so such a stage runs operator by operator instead. It applies to every stage of an app; measured on the
-    # exactly-once sink's partition column (2.7x faster) and bench-peers' filter-projection; sparkConf overrides it.
+    # exactly-once sink's partition column (2.7x faster) and on bench-peers' filter-projection.
     "spark.sql.codegen.hugeMethodLimit": "8000",
 }
 
