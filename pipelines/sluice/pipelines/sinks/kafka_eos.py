@@ -97,6 +97,24 @@ def _xorshift(x: str, bits: int) -> str:
     return f"(({x}) ^ shiftright({x}, {bits}))"
 
 
+# murmur2's steps, shared by its two SQL forms: the seed for a length, a 4-byte block's mixing, the hash with a
+# mixed block, and the final mixing.
+def _seeded(length: str) -> str:
+    return f"((2538058380 ^ {length}) & 4294967295)"
+
+
+def _mixed(block: str) -> str:
+    return _mul32(_xorshift(_mul32(block), 24))
+
+
+def _with_block(hashed: str, mixed_block: str) -> str:
+    return f"({_mul32(hashed)} ^ {mixed_block})"
+
+
+def _finished(hashed: str) -> str:
+    return _xorshift(_mul32(_xorshift(hashed, 13)), 15)
+
+
 def _byte(at: str) -> str:
     """The byte at a 0-based position of _sluice_latin1 (the bytes read as ISO-8859-1: a character each)."""
     return f"cast(ascii(substring(_sluice_latin1, ({at}) + 1, 1)) as bigint)"
@@ -112,12 +130,10 @@ def _murmur2() -> str:
         f"h ^ IF(_sluice_length % 4 = 3, shiftleft({_byte(f'{base} + 2')}, 16), 0)"
         f" ^ IF(_sluice_length % 4 >= 2, shiftleft({_byte(f'{base} + 1')}, 8), 0) ^ {_byte(base)}"
     )
-    final = _xorshift(_mul32(_xorshift("t", 13)), 15)  # on a lambda variable: copies of it are cheap
+    final = _finished("t")  # on a lambda variable: copies of it are cheap
     with_tail = f"element_at(transform(array(IF(_sluice_length % 4 = 0, h, {_mul32(tail)})), t -> {final}), 1)"
-    return (
-        f"aggregate({blocks}, (2538058380 ^ _sluice_length) & 4294967295, "
-        f"(h, k) -> {_mul32('h')} ^ {_mul32(_xorshift(_mul32('k'), 24))}, h -> {with_tail})"
-    )
+    step = _with_block("h", _mixed("k"))
+    return f"aggregate({blocks}, {_seeded('_sluice_length')}, (h, k) -> {step}, h -> {with_tail})"
 
 
 def _let(name: str, value: str, body: str) -> str:
@@ -166,7 +182,6 @@ def with_kafka_partition_in_stream(records: DataFrame, partitions: int) -> DataF
     columns = records.columns
     staged = records.select("*", F.expr(f"CAST({placed_by} AS BINARY)").alias("_sluice_bytes"))
     staged = staged.select("*", F.expr("length(_sluice_bytes)").alias("_sluice_length"))
-    mixed = [_mul32(_xorshift(_mul32(_little_endian_block(j)), 24)) for j in range(UNROLLED_BLOCKS)]
     tail = _big_endian("(_sluice_length div 4) * 4", 3)  # the 0-3 bytes after the last block, big-endian
     little_endian_tail = (
         f"CASE _sluice_length % 4 WHEN 0 THEN 0 WHEN 1 THEN {tail}"
@@ -176,16 +191,16 @@ def with_kafka_partition_in_stream(records: DataFrame, partitions: int) -> DataF
     staged = staged.select(
         "*",
         F.expr(little_endian_tail).alias("_sluice_tail"),
-        *(F.expr(block).alias(f"_sluice_block{j}") for j, block in enumerate(mixed)),
+        *(F.expr(_mixed(_little_endian_block(j))).alias(f"_sluice_block{j}") for j in range(UNROLLED_BLOCKS)),
     )
     # The hash after j blocks, for each j: the key's own block count picks one (the blocks after it are unused).
-    after = ["((2538058380 ^ _sluice_length) & 4294967295)"]
+    after = [_seeded("_sluice_length")]
     for j in range(UNROLLED_BLOCKS):
-        after.append(f"({_mul32(after[-1])} ^ _sluice_block{j})")
+        after.append(_with_block(after[-1], f"_sluice_block{j}"))
     blocks = "CASE _sluice_length div 4 " + " ".join(f"WHEN {j} THEN {h}" for j, h in enumerate(after)) + " END"
     hashed = f"IF(_sluice_length % 4 = 0, {blocks}, {_mul32(f'{blocks} ^ _sluice_tail')})"
     staged = staged.select("*", F.expr(hashed).alias("_sluice_hash"))
-    final = _xorshift(_mul32(_xorshift("_sluice_hash", 13)), 15)
+    final = _finished("_sluice_hash")
     partition = (
         f"CAST(IF(_sluice_bytes IS NULL, 0, IF(_sluice_length > {4 * UNROLLED_BLOCKS}, "
         f"{_kafka_partition_sql(placed_by, partitions)}, pmod({final} & 2147483647, {partitions}))) AS INT)"
