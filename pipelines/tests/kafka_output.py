@@ -62,28 +62,3 @@ def read_committed(
     finally:
         consumer.close()
     return out
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2) as an unsigned 32-bit value: the
-    reference the sink's Spark SQL version is checked against."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    h = (0x9747B28C ^ len(data)) & mask
-    end = len(data) & ~3
-    for i in range(0, end, 4):
-        k = (int.from_bytes(data[i : i + 4], "little") * m) & mask
-        h = ((h * m) & mask) ^ (((k ^ (k >> 24)) * m) & mask)
-    tail = len(data) & 3
-    if tail == 3:
-        h ^= data[end + 2] << 16
-    if tail >= 2:
-        h ^= data[end + 1] << 8
-    if tail:
-        h = ((h ^ data[end]) * m) & mask
-    h = ((h ^ (h >> 13)) * m) & mask
-    return h ^ (h >> 15)
-
-
-def kafka_partition(key: bytes, partitions: int) -> int:
-    """The partition the Java client's default partitioner gives a key."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
-from kafka_output import kafka_partition, read_committed
+from kafka_output import read_committed
 from pydantic import ValidationError
 from pyspark.sql import DataFrame, SparkSession
 
@@ -28,9 +28,11 @@ from sluice.pipelines.sinks.kafka_eos import (
     ExactlyOnceKafkaSink,
     Marker,
     _Workers,
+    kafka_partition,
     routes,
     spark_hash_int,
     with_kafka_partition,
+    with_kafka_partition_in_driver,
     with_kafka_partition_in_stream,
 )
 from sluice.pipelines.spec import ToKafka
@@ -137,8 +139,9 @@ def batches(tag: str, partition: int, partitions: int) -> list[pa.RecordBatch]:
 def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, new_topic) -> None:
     """Spark's own Kafka sink (the Java producer's default partitioner) and the exactly-once sink put every key
     in the same partition: switching delivery keeps a key's records in one partition. Keys of every length
-    mod 4 and every byte value; a record without a key goes where its value would as a key. Both forms: the
-    streaming plan's unrolled one, and past its UNROLLED_BLOCKS the one-expression form it falls back on."""
+    mod 4 and every byte value; a record without a key goes where its value would as a key. Every form: the
+    streaming plan's unrolled one, past its UNROLLED_BLOCKS the one-expression form it falls back on, and the
+    driver's (Python, on the collected batch)."""
     rng = random.Random(5)
     longest = 4 * UNROLLED_BLOCKS + 40
     keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, longest))) for _ in range(900)]
@@ -155,6 +158,12 @@ def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, n
         assert {bytes(r.value): r[PARTITION_COLUMN] for r in place(unkeyed, 7).collect()} == by_java, place.__name__
         by_text = {r.key: r[PARTITION_COLUMN] for r in place(strings, 7).collect()}
         assert by_text == {t: kafka_partition(t.encode(), 7) for t in texts}, place.__name__
+    in_driver = [with_kafka_partition_in_driver(f.toArrow(), 7).to_pylist() for f in (frame, unkeyed, strings)]
+    assert {r["key"]: r[PARTITION_COLUMN] for r in in_driver[0]} == by_java
+    assert {r["value"]: r[PARTITION_COLUMN] for r in in_driver[1]} == by_java
+    assert {r["key"]: r[PARTITION_COLUMN] for r in in_driver[2]} == {t: kafka_partition(t.encode(), 7) for t in texts}
+    nothing = with_kafka_partition_in_driver(pa.table({"value": [None]}), 7)
+    assert nothing.column(PARTITION_COLUMN).to_pylist() == [0]
 
 
 # ------------------------------------------------------------------------------------------ replays
@@ -312,8 +321,8 @@ def test_a_replayed_batch_keeps_the_partition_count_of_its_first_run(target: Tar
 
 def test_records_placed_in_the_stream_are_placed_again_for_another_partition_count(target: Target) -> None:
     """A streaming query's records come placed for the topic's partition count at its start (in the streaming
-    plan). A batch for another count is placed again: a replay pinned to the count it first had, or a batch after
-    the topic grew."""
+    plan; driver writers place them in the driver). A batch for another count is placed again: a replay pinned to
+    the count it first had, or a batch after the topic grew."""
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
     rows = target.spark.readStream.format("rate").load()
     rows = rows.selectExpr("CAST(value AS STRING) AS k", "CAST(value AS STRING) AS v")
@@ -325,7 +334,8 @@ def test_records_placed_in_the_stream_are_placed_again_for_another_partition_cou
         return sink, target.partitions()
 
     def as_streamed(sink: ExactlyOnceKafkaSink, tag: str, partitions: int) -> DataFrame:
-        return with_kafka_partition(target.rows(sink, tag), partitions)
+        records = target.rows(sink, tag)
+        return records if sink.from_driver else with_kafka_partition(records, partitions)
 
     sink, placed_for = started()
     sink.write_batch(as_streamed(sink, "b0", placed_for), 0)

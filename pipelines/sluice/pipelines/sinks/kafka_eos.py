@@ -22,9 +22,10 @@ Spark replays a batch with the offsets recorded for it and the state of the batc
 batch holds the same records; non-deterministic pipelines (rand(), now()) are outside this promise.
 
 Where the transactions are written (`writers`): by default, when the rows are an aggregation's groups (a
-batch holds only the groups it changed or closed), the driver collects the batch and writes each partition's
-transaction itself, the partitions side by side; its producers live as long as the query. Otherwise Spark task
-p writes partition p, as below. Both use the same ids, markers and fencing.
+batch holds only the groups it changed or closed), the driver collects the batch, places its records itself (in
+Python, not in Spark SQL) and writes each partition's transaction, the partitions side by side; its producers
+live as long as the query. Otherwise Spark task p writes partition p, as above. Both use the same ids, markers
+and fencing.
 
 Producers are kept in the Python worker (or the driver) between batches, with the partition's last commit:
 what they read when they took the partition, then their own commits. That stays true until another producer takes the id
@@ -239,6 +240,48 @@ def routes(partitions: int) -> tuple[int, ...]:
     return tuple(found[p] for p in range(partitions))
 
 
+# ----------------------------------------------------------------------------- partitions (Python)
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2) as an unsigned 32-bit value."""
+    mask = 0xFFFFFFFF
+    h = (0x9747B28C ^ len(data)) & mask
+    end = len(data) & ~3
+    for i in range(0, end, 4):
+        k = (int.from_bytes(data[i : i + 4], "little") * _M) & mask
+        h = ((h * _M) & mask) ^ (((k ^ (k >> 24)) * _M) & mask)
+    tail = len(data) & 3
+    if tail == 3:
+        h ^= data[end + 2] << 16
+    if tail >= 2:
+        h ^= data[end + 1] << 8
+    if tail:
+        h = ((h ^ data[end]) * _M) & mask
+    h = ((h ^ (h >> 13)) * _M) & mask
+    return h ^ (h >> 15)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def kafka_partition(placed_by: str | bytes | None, partitions: int) -> int:
+    """The partition the Java client's default partitioner gives a key (a str: its UTF-8 bytes); 0 for none.
+    Kept per key: an aggregation's groups come back batch after batch."""
+    if placed_by is None:
+        return 0
+    data = placed_by.encode() if isinstance(placed_by, str) else placed_by
+    return (murmur2(data) & 0x7FFFFFFF) % partitions
+
+
+def with_kafka_partition_in_driver(table: pa.Table, partitions: int) -> pa.Table:
+    """with_kafka_partition for a batch the driver collected. Computed here, not in the plan: the SQL form's
+    lambdas cannot be compiled, so the aggregation's last stage ran interpreted, and planning it took ~60 ms a
+    batch (both measured on the windowed word count's batches)."""
+    values = table.column("value").to_pylist()
+    keys = table.column("key").to_pylist() if "key" in table.column_names else [None] * table.num_rows
+    placed = [kafka_partition(v if k is None else k, partitions) for k, v in zip(keys, values, strict=True)]
+    return table.append_column(PARTITION_COLUMN, pa.array(placed, pa.int32()))
+
+
 # ------------------------------------------------------------------------------------------ driver
 
 
@@ -280,23 +323,23 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         """The partition column is computed in the streaming plan, for the topic's partition count now: added
         per micro-batch, Spark analysed its expression again each time (~55 ms a batch). A batch for another
         count (the topic grew, or a replay pinned to the count it first had) is placed again in write_batch."""
+        if self.from_driver:  # placed in the driver (with_kafka_partition_in_driver)
+            return super().stream_writer(records)
         try:
             self._placed_in_stream = self._topic_partitions(timeout=STREAM_PLACEMENT_TIMEOUT_S)
         except (KafkaException, RuntimeError, KeyError):  # no topic or no Kafka yet: the first batch says so
             return super().stream_writer(records)
-        # Driver writers get aggregations' groups (few rows a batch): the one-expression form analyses faster.
-        place = with_kafka_partition if self.from_driver else with_kafka_partition_in_stream
-        return super().stream_writer(place(records, self._placed_in_stream))
+        return super().stream_writer(with_kafka_partition_in_stream(records, self._placed_in_stream))
 
     def write_batch(self, records: DataFrame, batch_id: int) -> None:
         spark = records.sparkSession
         with self._lock:
             job = self._batch_write(spark, batch_id)
-        placed = self._placed(records, job.partitions)
-        table = self._collected(placed, batch_id) if self.from_driver else None
+        table = self._collected(records, batch_id) if self.from_driver else None
         if table is not None:
-            results = self._write_from_driver(job, table)
+            results = self._write_from_driver(job, with_kafka_partition_in_driver(table, job.partitions))
         else:
+            placed = self._placed(records, job.partitions)
             route = F.element_at(F.array(*map(F.lit, routes(job.partitions))), F.col(PARTITION_COLUMN) + 1)
             written = placed.repartition(job.partitions, route).mapInArrow(job.write_task, RESULT_TYPE).collect()
             results = [PartitionResult(*row) for row in written]
