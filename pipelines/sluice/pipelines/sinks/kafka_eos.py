@@ -7,9 +7,10 @@ How (per micro-batch B, in foreachBatch):
   be a replay) uses the pinned N: a replayed batch sends every record where its first attempt did.
 - Each record goes to partition murmur2(key) mod N, the Java client's default partitioner, so keys land
   where Spark's own Kafka sink (atLeastOnce) and Java producers put them; a record without a key is
-  placed by its value. The partition is computed in Spark SQL and the records are shuffled by the JVM so
-  that Spark task p holds exactly partition p's records (one Python stage per batch: the writing, which reads
-  the records as Arrow batches, column by column; a Row per record made that stage ~8x slower).
+  placed by its value (a topic of one partition: partition 0, no hash). The partition is computed in Spark
+  SQL and the records are shuffled by the JVM so that Spark task p holds exactly partition p's records (one
+  Python stage per batch: the writing, which reads the records as Arrow batches, column by column; a Row
+  per record made that stage ~8x slower).
 - Task p owns partition p through a transactional producer with the stable id `sluice/<app>/<sink>/<p>`.
   Initialising it fences every older producer with that id (a task of a dead driver, a retried task's
   earlier attempt) and aborts or completes their open transaction.
@@ -153,6 +154,8 @@ def with_kafka_partition(records: DataFrame, partitions: int) -> DataFrame:
     """The records with the partition Kafka's default partitioner gives their key, murmur2(key) mod N (a record
     without a key: by its value), in PARTITION_COLUMN. Computed in the JVM (no Python stage before the shuffle),
     in one projection: each DataFrame step makes Spark analyse the micro-batch's whole plan again."""
+    if partitions == 1:
+        return records.withColumn(PARTITION_COLUMN, F.lit(0))
     placed_by = "coalesce(key, value)" if "key" in records.columns else "value"
     return records.withColumn(PARTITION_COLUMN, F.expr(_kafka_partition_sql(placed_by, partitions)))
 
@@ -178,7 +181,11 @@ def with_kafka_partition_in_stream(records: DataFrame, partitions: int) -> DataF
     """with_kafka_partition for a plan analysed once (a streaming query's): murmur2 unrolled over the first
     UNROLLED_BLOCKS 4-byte blocks, all compiled (the lambdas of the one-expression form run interpreted). 3M
     records on 2 cores: 11-byte keys 6.7 -> 2.7 s, UUIDs 16.9 -> 3.6 s. Longer keys take the one-expression
-    form. Slower to analyse (~200-260 ms against ~30-40), so the per-batch paths keep with_kafka_partition."""
+    form. Slower to analyse (~200-260 ms against ~30-40), so the per-batch paths keep with_kafka_partition.
+    A topic of one partition needs no hash: its expression cost ~40 ms of executor CPU per task and batch (the
+    stage is too large for whole-stage code, so each task generates its projection's code again)."""
+    if partitions == 1:
+        return records.withColumn(PARTITION_COLUMN, F.lit(0))
     placed_by = "coalesce(key, value)" if "key" in records.columns else "value"
     columns = records.columns
     staged = records.select("*", F.expr(f"CAST({placed_by} AS BINARY)").alias("_sluice_bytes"))
@@ -276,6 +283,8 @@ def with_kafka_partition_in_driver(table: pa.Table, partitions: int) -> pa.Table
     """with_kafka_partition for a batch the driver collected. Computed here, not in the plan: the SQL form's
     lambdas cannot be compiled, so the aggregation's last stage ran interpreted, and planning it took ~60 ms a
     batch (both measured on the windowed word count's batches)."""
+    if partitions == 1:
+        return table.append_column(PARTITION_COLUMN, pa.array([0] * table.num_rows, pa.int32()))
     values = table.column("value").to_pylist()
     keys = table.column("key").to_pylist() if "key" in table.column_names else [None] * table.num_rows
     placed = [kafka_partition(v if k is None else k, partitions) for k, v in zip(keys, values, strict=True)]
