@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pyspark
 from pyspark.sql import SparkSession
 
-from sluice.pipelines.session import local_conf
+from sluice.pipelines.session import BASE_CONF, local_conf
 
 
 def test_local_shuffle_partitions_are_the_cores_unless_set() -> None:
@@ -48,3 +51,30 @@ def test_a_stateful_query_commits_the_keys_it_changed(spark_session: SparkSessio
     for partition in partitions:
         files = {p.name for p in (checkpoint / "state" / "0" / partition).iterdir()}
         assert {"1.changelog", "2.changelog", "3.changelog"} <= files, (partition, sorted(files))
+
+
+def test_spark_submit_settings_override_sluices_own(tmp_path: Path) -> None:
+    """The runner on a cluster runs under spark-submit, which carries the app's sparkConf: a setting there wins
+    over sluice's BASE_CONF (a session builder's setting would override it); the others stay sluice's."""
+    provider, changelog = (
+        "spark.sql.streaming.stateStore.providerClass",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+    )
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    script = tmp_path / "settings.py"
+    script.write_text(
+        "import json\n"
+        "from sluice.pipelines.session import build_session\n"
+        "spark = build_session('settings', {})\n"
+        f"keys = {[provider, changelog, 'spark.sql.session.timeZone']!r}\n"
+        "print(json.dumps({key: spark.conf.get(key) for key in keys}))\n"
+        "spark.stop()\n"
+    )
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    settings = {provider: hdfs, "spark.sql.session.timeZone": "Europe/Paris", "spark.ui.enabled": "false"}
+    command = [str(submit), "--master", "local[1]", *(f"--conf={k}={v}" for k, v in settings.items()), str(script)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {provider: hdfs, changelog: BASE_CONF[changelog], "spark.sql.session.timeZone": "Europe/Paris"}

@@ -101,7 +101,8 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    conf = {**BASE_CONF, **conf}
+    launched = _launch_settings()
+    conf = {**{key: value for key, value in BASE_CONF.items() if key not in launched}, **conf}
     if log_file is not None:
         conf |= _quiet_conf(log_file, conf)
     for key, value in conf.items():
@@ -114,6 +115,18 @@ def build_session(
         _query_errors_logged_to(log_file)
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def _launch_settings() -> set[str]:
+    """What spark-submit set for the JVM this process runs under (on a cluster: the app's sparkConf, which
+    overrides sluice's BASE_CONF; a builder's setting would override it). None when the JVM starts with the
+    session (local runs: the session's settings are its launch settings)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it runs
+        return set()
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+    return {key for key, _ in SparkConf().getAll()}
 
 
 def local_conf(
