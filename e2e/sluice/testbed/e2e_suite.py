@@ -437,10 +437,12 @@ def wordcount_app(
 
 
 AUTOSCALE_WORDS, AUTOSCALE_COUNTS = "autoscale-words", "autoscale-weighed"
-# Per-record CPU work the optimizer cannot fold away (it depends on the record), so one executor capped at a
-# quarter core has a small, measurable capacity the paced load can exceed.
-# ~15 ms of one core per record (measured with local Spark), ~60 ms under the executors' 250m limit: the
-# records' cost, not each batch's fixed cost, decides what one executor can do.
+# Per-record CPU work the optimizer cannot fold away (it depends on the record), so one executor capped at
+# half a core has a small, measurable capacity the paced load can exceed.
+# ~15 ms of one core per record (measured with local Spark), ~30 ms under the executors' 500m limit: the
+# records' cost, not each batch's fixed cost, decides what one executor can do. At a quarter core, on a day
+# this machine ran 2x slower, the fixed work took ~7 s of each 10 s batch: one executor was too few at any
+# load (0.38 rec/s per executor measured at 0.32 rec/s), so the base load never came back to one.
 RECORD_COST = "aggregate(sequence(1, 100000 + length(value)), 0L, (acc, x) -> acc + x)"
 AUTOSCALING: dict[str, Any] = {
     "enabled": True,
@@ -457,9 +459,9 @@ AUTOSCALING: dict[str, Any] = {
 
 
 def autoscale_app(namespace: str, images: Images, kafka: dict[str, Any], checkpoint_claim: str) -> dict[str, Any]:
-    """Words weighed by a per-record cost and passed on (stateless: a quarter core's fixed cost per batch stays
-    small beside the records' cost), one executor capped at 250m to start with, up to 3, autoscaled."""
-    quarter = {"cores": 1, "memory": "512m", "coreLimit": "250m"}
+    """Words weighed by a per-record cost and passed on (stateless: the fixed cost per batch stays small
+    beside the records' cost), one executor capped at 500m to start with, up to 3, autoscaled."""
+    half = {"cores": 1, "memory": "512m", "coreLimit": "500m"}
     return {
         "apiVersion": "sluice.dev/v1alpha1",
         "kind": "StreamingApp",
@@ -472,14 +474,14 @@ def autoscale_app(namespace: str, images: Images, kafka: dict[str, Any], checkpo
             "spark": {
                 "image": images.spark,
                 "driver": {"cores": 1, "memory": "512m"},
-                "executor": quarter,
+                "executor": half,
                 "sparkConf": {
                     "spark.kubernetes.driver.request.cores": "250m",
                     "spark.kubernetes.executor.request.cores": "250m",
                 },
             },
             "checkpoint": {"location": "/checkpoints", "volumeClaim": checkpoint_claim},
-            # A quarter core spends ~2.4 s of fixed work per micro-batch (measured here): a 10 s trigger
+            # A quarter core spent ~2.4 s of fixed work per micro-batch (measured here): a 10 s trigger
             # keeps that a smaller share of the busy time, which is what the autoscaler measures.
             "pipeline": {
                 "trigger": {"processingTime": "10s"},
