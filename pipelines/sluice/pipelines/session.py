@@ -119,7 +119,7 @@ def build_session(
 
 def _launch_settings() -> set[str]:
     """What spark-submit set for the JVM this process runs under (on a cluster: the app's sparkConf, which
-    overrides sluice's BASE_CONF; a builder's setting would override it). None when the JVM starts with the
+    overrides sluice's BASE_CONF; a builder's setting would override it). Empty when the JVM starts with the
     session (local runs: the session's settings are its launch settings)."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it runs
         return set()

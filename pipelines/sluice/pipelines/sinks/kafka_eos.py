@@ -185,7 +185,7 @@ def with_kafka_partition_in_stream(records: DataFrame, partitions: int) -> DataF
     A topic of one partition needs no hash: its expression cost ~40 ms of executor CPU per task and batch (the
     stage is too large for whole-stage code, so each task generates its projection's code again)."""
     if partitions == 1:
-        return records.withColumn(PARTITION_COLUMN, F.lit(0))
+        return with_kafka_partition(records, partitions)
     placed_by = "coalesce(key, value)" if "key" in records.columns else "value"
     columns = records.columns
     staged = records.select("*", F.expr(f"CAST({placed_by} AS BINARY)").alias("_sluice_bytes"))
@@ -284,7 +284,7 @@ def with_kafka_partition_in_driver(table: pa.Table, partitions: int) -> pa.Table
     lambdas cannot be compiled, so the aggregation's last stage ran interpreted, and planning it took ~60 ms a
     batch (both measured on the windowed word count's batches)."""
     if partitions == 1:
-        return table.append_column(PARTITION_COLUMN, pa.array([0] * table.num_rows, pa.int32()))
+        return table.append_column(PARTITION_COLUMN, pa.repeat(pa.scalar(0, pa.int32()), table.num_rows))
     values = table.column("value").to_pylist()
     keys = table.column("key").to_pylist() if "key" in table.column_names else [None] * table.num_rows
     placed = [kafka_partition(v if k is None else k, partitions) for k, v in zip(keys, values, strict=True)]
