@@ -254,6 +254,7 @@ def start_query(
             app_id or plan.app,
             dead_letters=plan.dead_letter_source is not None,
             grouped=plan.grouped,
+            stateful=plan.stateful,
         ),
     )
     if plan.dead_letter_source is None and not plan.batch_steps:
