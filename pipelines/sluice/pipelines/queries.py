@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from .compiler import LateRule, QueryPlan, reach_column
+from .session import STATELESS_POOL
 from .sinks import Sink, SinkContext, create_sink
 from .sinks.checkpoint_files import OffsetLog, running_query_at
 from .spec import ProcessingTime, duration_to_spark
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 # sluice starts runs without it; the query keeps its own copy of the session's conf (StreamExecution clones the
 # session in start()), so the session is changed only around start().
 STREAMING_QUERY_CONF: dict[str, str] = {"spark.sql.exchange.reuse": "false"}
+POOL_PROPERTY, DEFAULT_POOL = "spark.scheduler.pool", "default"  # Spark's name for its root pool's default
 _CONF_LOCK = threading.Lock()  # queries start from several threads at once (a hot swap's pool)
 _warned: set[str] = set()
 
@@ -266,8 +268,26 @@ def start_query(
         )
     writer = writer.queryName(query_name).outputMode(plan.output_mode).option("checkpointLocation", checkpoint)
     writer = apply_trigger(writer, trigger, spark_version)
-    with query_conf(plan.df.sparkSession, STREAMING_QUERY_CONF):
+    with query_conf(plan.df.sparkSession, STREAMING_QUERY_CONF), scheduler_pool(plan.df.sparkSession, pool_of(plan)):
         return writer.start()
+
+
+def pool_of(plan: QueryPlan) -> str:
+    """The scheduler pool a query's jobs run in: a stateless query's batches are short and wait for a core
+    first (session.STATELESS_POOL); stateful and dead-letter queries run in Spark's default pool."""
+    return STATELESS_POOL if not plan.stateful and plan.dead_letter_source is None else DEFAULT_POOL
+
+
+@contextmanager
+def scheduler_pool(spark: SparkSession, pool: str) -> Iterator[None]:
+    """Queries started meanwhile from this thread run their jobs in `pool`: a query's thread inherits the local
+    properties of the thread that starts it (named for the default pool too: never a pool the thread had)."""
+    context = spark.sparkContext
+    context.setLocalProperty(POOL_PROPERTY, pool)
+    try:
+        yield
+    finally:
+        context.setLocalProperty(POOL_PROPERTY, None)  # type: ignore[arg-type]  # None unsets it
 
 
 WARM_UP_QUERY_PREFIX = "sluice-warm-up-"
