@@ -19,6 +19,7 @@ from kafka_output import read_committed
 from pyspark.sql import SparkSession
 
 from sluice.pipelines.local.kafka_io import produce
+from sluice.pipelines.queries import JOIN_STATE_FORMAT
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.sinks.checkpoint_files import OffsetLog, running_query_at
 from sluice.pipelines.validation import document_from
@@ -239,6 +240,9 @@ def test_join_of_two_sources(
     assert sorted(dead_ids) == sorted((e.source, e.id) for e in late)
     assert_partition({(e.source, e.id) for phase in phases for e in phase}, counted, dead_ids)
     assert dropped_by_watermark(run, pairs) == len(late)  # the join drops late rows of either side one by one
+    # The join's state in one RocksDB store per partition (sluice's default; Spark keeps a checkpoint's first).
+    first_batch = (tmp_path / "checkpoints" / "out" / "offsets" / "0").read_text().splitlines()
+    assert json.loads(first_batch[1])["conf"][JOIN_STATE_FORMAT] == "3", first_batch[1]
 
 
 def test_offset_log_and_running_query(

@@ -12,7 +12,8 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
-from sluice.pipelines.session import BASE_CONF, local_conf
+from sluice.pipelines.queries import JOIN_STATE_FORMAT, streaming_query_conf
+from sluice.pipelines.session import BASE_CONF, STATE_STORE_PROVIDER, local_conf
 
 
 def test_local_shuffle_partitions_are_the_cores_unless_set() -> None:
@@ -78,3 +79,21 @@ def test_spark_submit_settings_override_sluices_own(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {provider: hdfs, changelog: BASE_CONF[changelog], "spark.sql.session.timeZone": "Europe/Paris"}
+
+
+def test_joins_keep_their_state_in_one_rocksdb_store_unless_the_app_says_otherwise(spark_session: SparkSession) -> None:
+    """Join state format 3 (one RocksDB store per join partition) for the queries of a session whose state is in
+    RocksDB; nothing where the app set the format or another state store (format 3 needs RocksDB)."""
+    assert streaming_query_conf(spark_session)[JOIN_STATE_FORMAT] == "3"
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    for key, value in ((JOIN_STATE_FORMAT, "2"), (STATE_STORE_PROVIDER, hdfs)):
+        before = spark_session.conf.get(key, None)
+        spark_session.conf.set(key, value)
+        try:
+            assert JOIN_STATE_FORMAT not in streaming_query_conf(spark_session), key
+        finally:
+            if before is None:
+                spark_session.conf.unset(key)
+            else:
+                spark_session.conf.set(key, before)
+    assert streaming_query_conf(spark_session)[JOIN_STATE_FORMAT] == "3"

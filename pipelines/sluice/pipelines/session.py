@@ -14,10 +14,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 # Settings every sluice query relies on; sparkConf from the app can override them.
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 BASE_CONF: dict[str, str] = {
-    "spark.sql.streaming.stateStore.providerClass": (
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-    ),
+    STATE_STORE_PROVIDER: ROCKSDB_PROVIDER,
     # Each batch's commit writes the changed keys only (a snapshot now and then), not a snapshot of the store.
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
