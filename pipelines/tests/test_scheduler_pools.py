@@ -1,6 +1,6 @@
-"""How an app's queries share its cores, on real Kafka and Spark: Spark's fair scheduler, the stateless queries'
-jobs in sluice's pool (owed a core whenever a task of theirs waits), stateful and dead-letter queries' jobs in
-Spark's default pool."""
+"""How an app's queries share its cores: Spark's fair scheduler, the jobs of queries without a shuffle in
+sluice's pool (it takes the next free core while it runs no task), the others' and the dead-letter queries' in
+Spark's default pool (on real Kafka and Spark)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_stateless_queries_run_in_their_own_pool(
     assert context.getConf().get("spark.scheduler.mode") == "FAIR"
     pool = context._jsc.sc().getPoolForName(STATELESS_POOL).get()  # type: ignore[union-attr]
     assert (pool.minShare(), pool.weight()) == (1, 1)
-    source, dead_letters = new_topic(partitions=2), new_topic(partitions=1)
+    source, passed, dead_letters = new_topic(partitions=2), new_topic(partitions=1), new_topic(partitions=1)
     tag = uuid.uuid4().hex[:6]
     spec = PipelineSpec.model_validate(
         {
@@ -64,7 +64,7 @@ def test_stateless_queries_run_in_their_own_pool(
                     },
                 },
                 {"name": "kept", "inputs": [f"events-{tag}"], "filter": "word != ''"},
-                {"name": f"passed-{tag}", "inputs": ["kept"], "toMemory": {"table": f"passed_{tag}"}},
+                {"name": f"passed-{tag}", "inputs": ["kept"], "toKafka": {"topic": passed}},  # exactly once
                 {
                     "name": "counts",
                     "inputs": ["kept"],
@@ -95,6 +95,6 @@ def test_stateless_queries_run_in_their_own_pool(
     finally:
         run.stop()
     pools = stage_pools(spark_session)
-    assert pools[f"passed_{tag}"] == {STATELESS_POOL}, pools  # a memory sink's query is named after its table
+    assert pools[f"passed-{tag}"] == {STATELESS_POOL}, pools  # its writes too (foreachBatch)
     assert pools[f"counted_{tag}"] == {"default"}, pools
     assert pools[f"events-{tag}-dead-letters"] == {"default"}, pools

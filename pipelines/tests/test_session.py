@@ -81,19 +81,17 @@ def test_spark_submit_settings_override_sluices_own(tmp_path: Path) -> None:
     assert got == {provider: hdfs, changelog: BASE_CONF[changelog], "spark.sql.session.timeZone": "Europe/Paris"}
 
 
-def test_joins_keep_their_state_in_one_rocksdb_store_unless_the_app_says_otherwise(spark_session: SparkSession) -> None:
+def test_joins_keep_their_state_in_one_rocksdb_store_unless_the_app_says_otherwise() -> None:
     """Join state format 3 (one RocksDB store per join partition) for the queries of a session whose state is in
-    RocksDB; nothing where the app set the format or another state store (format 3 needs RocksDB)."""
-    assert streaming_query_conf(spark_session)[JOIN_STATE_FORMAT] == "3"
+    RocksDB, on Spark 4.1 and later; nothing where the app set the format or another state store (format 3
+    needs RocksDB). Exchange reuse stays off either way."""
+    rocksdb = {STATE_STORE_PROVIDER: BASE_CONF[STATE_STORE_PROVIDER]}
+    assert streaming_query_conf(rocksdb, "4.2.0") == {"spark.sql.exchange.reuse": "false", JOIN_STATE_FORMAT: "3"}
     hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-    for key, value in ((JOIN_STATE_FORMAT, "2"), (STATE_STORE_PROVIDER, hdfs)):
-        before = spark_session.conf.get(key, None)
-        spark_session.conf.set(key, value)
-        try:
-            assert JOIN_STATE_FORMAT not in streaming_query_conf(spark_session), key
-        finally:
-            if before is None:
-                spark_session.conf.unset(key)
-            else:
-                spark_session.conf.set(key, before)
-    assert streaming_query_conf(spark_session)[JOIN_STATE_FORMAT] == "3"
+    for session, version in (
+        ({**rocksdb, JOIN_STATE_FORMAT: "2"}, "4.2.0"),
+        ({STATE_STORE_PROVIDER: hdfs}, "4.2.0"),
+        ({}, "4.2.0"),  # Spark's default store: HDFS
+        (rocksdb, "4.0.1"),
+    ):
+        assert streaming_query_conf(session, version) == {"spark.sql.exchange.reuse": "false"}, (session, version)

@@ -183,25 +183,25 @@ def test_a_topic_of_one_partition_takes_every_record_without_hashing(spark_sessi
     assert in_driver.schema.field(PARTITION_COLUMN).type == pa.int32()
 
 
-def test_a_stateless_query_writes_a_topic_of_one_partition_from_the_stage_that_reads(
+def test_a_query_without_a_shuffle_writes_a_topic_of_one_partition_from_the_stage_that_reads(
     spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
-    """One task a batch and no shuffle for a stateless query's records bound for one partition (a shuffle took a
-    task per source partition and one more to write); a stateful query's last stage keeps its tasks (they hold
-    its state stores). Either way every record is written once, with its batch's commit marker."""
+    """One task a batch and no shuffle for the records bound for one partition of a query without a shuffle (a
+    shuffle took a task per source partition and one more to write); after a shuffle the last stage keeps its
+    tasks (they may hold state stores). Either way every record is written once, with its batch's marker."""
     frame = spark_session.createDataFrame([(k, f"b0:{k}") for k in KEYS], "k STRING, v STRING").repartition(4)
-    for stateful in (False, True):
-        target = Target(spark_session, kafka_bootstrap, new_topic(partitions=1), tmp_path / str(stateful), "executors")
+    for shuffled in (False, True):
+        target = Target(spark_session, kafka_bootstrap, new_topic(partitions=1), tmp_path / str(shuffled), "executors")
         config = ToKafka(topic=target.topic, key="k", value="v", writers="executors")
-        context = SinkContext("out", target.checkpoint, target.bootstrap, target.app_id, stateful=stateful)
+        context = SinkContext("out", target.checkpoint, target.bootstrap, target.app_id, shuffled=shuffled)
         sink = ExactlyOnceKafkaSink(config, context)
         placed = sink._by_partition(with_kafka_partition(sink.records(frame), 1), 1)
         plan = placed._jdf.queryExecution().executedPlan().toString()
         assert placed.rdd.getNumPartitions() == 1
-        assert ("Exchange SinglePartition" in plan) == stateful, plan
+        assert ("Exchange SinglePartition" in plan) == shuffled, plan
         sink.write_batch(sink.records(frame), 0)
         assert [(r.partition, r.records, r.skipped) for r in sink.last_results] == [(0, len(KEYS), False)]
-        assert target.values() == expected("b0"), stateful
+        assert target.values() == expected("b0"), shuffled
         assert [Marker.of(r.headers) for r in target.output()][-1] == Marker(sink.writer, sink._query_id or "", 0)
 
 

@@ -59,6 +59,8 @@ class Stream:
     aggregated: bool = False  # a streaming aggregation without a window: needs update/complete mode
     grouped: bool = False  # an aggregation's groups (or fewer rows): a batch holds at most the groups it touched
     stateful: bool = False  # a stateful operation (aggregation, join, dedupe) upstream
+    # A shuffle upstream: a stateful operation's, a lookup's without broadcast, or maybe a python step's.
+    shuffled: bool = False
     batch_steps: tuple[BatchStep, ...] = ()  # applied per micro-batch (after top-N)
 
     def then(self, step: BatchStep, **changes: Any) -> Stream:
@@ -95,6 +97,7 @@ class QueryPlan:
     final_time: str | None = None
     final_grid_ms: int | None = None  # the windows behind final_time end on multiples of it (None: unknown)
     stateful: bool = False  # state of its own in the checkpoint (aggregation, join, dedupe)
+    shuffled: bool = True  # a shuffle upstream (see Stream.shuffled)
 
 
 @dataclass(frozen=True)
@@ -330,7 +333,8 @@ class Compiler:
                 raise self.fail(node, f"{cfg.function} returned {type(out).__name__}, not a DataFrame")
             return out
 
-        return self._stateless(stream, step, grouped=False)  # any number of rows per row
+        # any number of rows per row, and any operation (a shuffle among them)
+        return self._stateless(stream, step, grouped=False, shuffled=True)
 
     def _stateless(self, stream: Stream, step: BatchStep, **changes: Any) -> Stream:
         out = stream.then(step, **changes)
@@ -373,8 +377,9 @@ class Compiler:
                     window_grid_ms=stream.window_grid_ms,
                     grouped=True,
                     stateful=True,
+                    shuffled=True,
                 )
-            return Stream(aggregated, aggregated=True, grouped=True, stateful=True)
+            return Stream(aggregated, aggregated=True, grouped=True, stateful=True, shuffled=True)
         others = [c for c in aggregated.columns if c != "window"]
         # window_time (the window's last instant, end - 1µs) keeps the watermark: the event time of what follows.
         flat = aggregated.select(
@@ -393,6 +398,7 @@ class Compiler:
             aggregated=not stream.watermarked,
             grouped=True,
             stateful=True,
+            shuffled=True,
         )
 
     def _check_chained(self, node: Node, cfg, stream: Stream, by_time: bool) -> None:
@@ -470,7 +476,7 @@ class Compiler:
                 *[F.col(f"{rq}.`{c}`").alias(f"{prefix}_{c}" if c in taken else c) for c in right.df.columns],
             )
         event_time = left.event_time if left.event_time in out.columns else None
-        return Stream(out, event_time=event_time, watermarked=event_time is not None, stateful=True)
+        return Stream(out, event_time=event_time, watermarked=event_time is not None, stateful=True, shuffled=True)
 
     def _timestamp_column(self, node: Node, df: DataFrame, column: str, path: tuple[str, ...]) -> None:
         kinds = {f.name: f.dataType for f in df.schema.fields}
@@ -496,12 +502,14 @@ class Compiler:
                 "keys",
             )
         table = F.broadcast(table) if cfg.broadcast else table
-        return stream.then(lambda df: df.join(table, on=list(cfg.keys), how=cfg.type), grouped=False)  # 1:n
+        joined = stream.then(lambda df: df.join(table, on=list(cfg.keys), how=cfg.type), grouped=False)  # 1:n
+        return joined if cfg.broadcast else replace(joined, shuffled=True)
 
     def _op_dedupe(self, node: Node, cfg, stream: Stream) -> Stream:
         if not stream.watermarked or stream.batch_steps:
             raise self.fail(node, "needs a watermarked input (set eventTime and watermark on the source)")
-        return replace(stream, df=stream.df.dropDuplicatesWithinWatermark(list(cfg.keys)), stateful=True)
+        deduped = stream.df.dropDuplicatesWithinWatermark(list(cfg.keys))
+        return replace(stream, df=deduped, stateful=True, shuffled=True)
 
     def _op_union(self, node: Node, cfg, *streams: Stream) -> Stream:
         if any(s.batch_steps for s in streams):
@@ -516,6 +524,7 @@ class Compiler:
             event_time=event_time,
             watermarked=event_time is not None and all(s.watermarked for s in streams),
             stateful=any(s.stateful for s in streams),
+            shuffled=any(s.shuffled for s in streams),
         )
 
     def _op_topN(self, node: Node, cfg, stream: Stream) -> Stream:
@@ -564,6 +573,7 @@ class Compiler:
             final_time=stream.event_time if stream.windowed and mode == "append" else None,
             final_grid_ms=stream.window_grid_ms if stream.windowed and mode == "append" else None,
             stateful=stream.stateful,
+            shuffled=stream.shuffled,
         )
 
     def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:
@@ -604,6 +614,7 @@ class Compiler:
             late_rules=late,
             dead_letter_source=name,
             app=self.app_name,
+            shuffled=False,
         )
 
     def _late_rules(self, source: str) -> tuple[LateRule, ...]:

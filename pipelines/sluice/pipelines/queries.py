@@ -29,28 +29,37 @@ log = logging.getLogger(__name__)
 # sluice starts runs without it; the query keeps its own copy of the session's conf (StreamExecution clones the
 # session in start()), so the session is changed only around start().
 STREAMING_QUERY_CONF: dict[str, str] = {"spark.sql.exchange.reuse": "false"}
-POOL_PROPERTY, DEFAULT_POOL = "spark.scheduler.pool", "default"  # Spark's name for its root pool's default
+POOL_PROPERTY = "spark.scheduler.pool"
+DEFAULT_POOL = "default"  # Spark's name for the pool of jobs that name none
 JOIN_STATE_FORMAT = "spark.sql.streaming.join.stateFormatVersion"
 _CONF_LOCK = threading.Lock()  # queries start from several threads at once (a hot swap's pool)
 _warned: set[str] = set()
 
 
-def streaming_query_conf(spark: SparkSession) -> dict[str, str]:
-    """What a streaming query starts with: STREAMING_QUERY_CONF, and where the state is in RocksDB and the app
-    left the join's state format to sluice, format 3: a stream-stream join keeps its state in one store per
-    partition (column families) instead of four, one commit each a batch instead of four (the latency-correlation
-    example's join: 140-170 ms of commits a batch instead of 500). Spark keeps a checkpoint's first format."""
+def minor_version(spark_version: str) -> tuple[int, int]:
+    major, minor = (int(x) for x in spark_version.split(".")[:2])
+    return major, minor
+
+
+def streaming_query_conf(session_conf: Mapping[str, str], spark_version: str) -> dict[str, str]:
+    """What a streaming query starts with, given what the session sets: STREAMING_QUERY_CONF, and where the
+    state is in RocksDB and the app left the join's state format to sluice, format 3 (Spark 4.1 on): a
+    stream-stream join keeps its state in one store per partition instead of four (pipelines/README.md, state
+    stores). Spark keeps a checkpoint's first format."""
     conf = dict(STREAMING_QUERY_CONF)
-    if spark.conf.get(STATE_STORE_PROVIDER, None) == ROCKSDB_PROVIDER and JOIN_STATE_FORMAT not in spark.conf.getAll:
+    rocksdb = session_conf.get(STATE_STORE_PROVIDER) == ROCKSDB_PROVIDER
+    if rocksdb and JOIN_STATE_FORMAT not in session_conf and minor_version(spark_version) >= (4, 1):
         conf[JOIN_STATE_FORMAT] = "3"
     return conf
 
 
 @contextmanager
-def query_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
-    """`conf` set on the session for the start of one query, then restored (unset when it was not set)."""
+def query_conf(spark: SparkSession) -> Iterator[None]:
+    """streaming_query_conf set on the session for the start of one query, then restored (unset when it was not
+    set). Decided under the lock: another thread's start changes the session meanwhile."""
     with _CONF_LOCK:
         before = spark.conf.getAll  # only what is set (the app's sparkConf, conf.set), not defaults
+        conf = streaming_query_conf(before, spark.version)
         for key, value in conf.items():
             if key in before and before[key] != value and key not in _warned:
                 _warned.add(key)
@@ -82,8 +91,7 @@ def apply_trigger(writer: DataStreamWriter, trigger: ProcessingTime, spark_versi
     if trigger.availableNow:
         return writer.trigger(availableNow=True)
     if trigger.realTime:
-        major, minor = (int(x) for x in spark_version.split(".")[:2])
-        if (major, minor) < (4, 1):
+        if minor_version(spark_version) < (4, 1):
             raise UnsupportedTrigger(
                 f"trigger.realTime needs Spark >= 4.1 (this is Spark {spark_version}); use processingTime"
             )
@@ -268,7 +276,7 @@ def start_query(
             app_id or plan.app,
             dead_letters=plan.dead_letter_source is not None,
             grouped=plan.grouped,
-            stateful=plan.stateful,
+            shuffled=plan.shuffled,
         ),
     )
     if plan.dead_letter_source is None and not plan.batch_steps:
@@ -281,26 +289,29 @@ def start_query(
     writer = writer.queryName(query_name).outputMode(plan.output_mode).option("checkpointLocation", checkpoint)
     writer = apply_trigger(writer, trigger, spark_version)
     spark = plan.df.sparkSession
-    with query_conf(spark, streaming_query_conf(spark)), scheduler_pool(spark, pool_of(plan)):
+    with query_conf(spark), scheduler_pool(spark, pool_of(plan)):
         return writer.start()
 
 
 def pool_of(plan: QueryPlan) -> str:
-    """The scheduler pool a query's jobs run in: a stateless query's batches are short and wait for a core
-    first (session.STATELESS_POOL); stateful and dead-letter queries run in Spark's default pool."""
-    return STATELESS_POOL if not plan.stateful and plan.dead_letter_source is None else DEFAULT_POOL
+    """The scheduler pool a query's jobs run in: the batches of a query without a shuffle (a stage each) are
+    short and take the next free core first (session.STATELESS_POOL); the others run in Spark's default pool,
+    dead-letter queries too (they wait for the queries they check anyway)."""
+    return STATELESS_POOL if not plan.shuffled and plan.dead_letter_source is None else DEFAULT_POOL
 
 
 @contextmanager
 def scheduler_pool(spark: SparkSession, pool: str) -> Iterator[None]:
     """Queries started meanwhile from this thread run their jobs in `pool`: a query's thread inherits the local
-    properties of the thread that starts it (named for the default pool too: never a pool the thread had)."""
+    properties of the thread that starts it (set even for the default pool, so that a query never inherits a
+    pool its starting thread had); the thread's own pool is restored after."""
     context = spark.sparkContext
+    before = context.getLocalProperty(POOL_PROPERTY)
     context.setLocalProperty(POOL_PROPERTY, pool)
     try:
         yield
     finally:
-        context.setLocalProperty(POOL_PROPERTY, None)  # type: ignore[arg-type]  # None unsets it
+        context.setLocalProperty(POOL_PROPERTY, before)  # type: ignore[arg-type]  # None unsets it
 
 
 WARM_UP_QUERY_PREFIX = "sluice-warm-up-"
@@ -317,7 +328,7 @@ def start_warm_up_query(plan: QueryPlan, checkpoint: str) -> StreamingQuery:
         .outputMode(plan.output_mode)
         .option("checkpointLocation", checkpoint)
     )
-    with query_conf(plan.df.sparkSession, streaming_query_conf(plan.df.sparkSession)):
+    with query_conf(plan.df.sparkSession):
         return writer.start()
 
 

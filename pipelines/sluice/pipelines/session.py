@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -33,11 +36,11 @@ BASE_CONF: dict[str, str] = {
     # exactly-once sink's partition column (2.7x faster) and on bench-peers' filter-projection.
     "spark.sql.codegen.hugeMethodLimit": "8000",
     # An app's queries share the executors' cores. In FIFO order every task of a job runs before any task of a
-    # job submitted after it, so a stateless query's one-task batch waited behind a stateful query's stages
-    # (the e2e app's stateless output paused 4 s across a hot swap, behind the windowed query's first batch).
-    # Fair pools: the stateless queries' pool (STATELESS_POOL) is owed a core whenever a task of theirs waits.
+    # job submitted after it, so a stateless query's one-task batch waited behind a stateful query's stages.
+    # In fair mode STATELESS_POOL takes the next free core while it runs no task (pipelines/README.md).
     "spark.scheduler.mode": "FAIR",
 }
+POOLS_FILE = "spark.scheduler.allocation.file"
 STATELESS_POOL = "sluice-stateless"
 SCHEDULER_POOLS = f"""<?xml version="1.0"?>
 <allocations>
@@ -118,8 +121,9 @@ def build_session(
     if master:
         builder = builder.master(master)
     launched = _launch_settings()
-    defaults = {**BASE_CONF, "spark.scheduler.allocation.file": str(_scheduler_pools_file())}
-    conf = {**{key: value for key, value in defaults.items() if key not in launched}, **conf}
+    conf = {**{key: value for key, value in BASE_CONF.items() if key not in launched}, **conf}
+    if POOLS_FILE not in launched and POOLS_FILE not in conf:
+        conf[POOLS_FILE] = scheduler_pools_file().as_uri()  # a path without a scheme would be on fs.defaultFS
     if log_file is not None:
         conf |= _quiet_conf(log_file, conf)
     for key, value in conf.items():
@@ -134,9 +138,12 @@ def build_session(
     return session
 
 
-def _scheduler_pools_file() -> Path:
-    """SCHEDULER_POOLS in a file, as Spark reads them (a fresh temporary folder per process)."""
-    path = Path(tempfile.mkdtemp(prefix="sluice-spark-")) / "scheduler-pools.xml"
+@functools.cache
+def scheduler_pools_file() -> Path:
+    """SCHEDULER_POOLS in a file, as Spark reads them: one per process, removed when it exits."""
+    folder = tempfile.mkdtemp(prefix="sluice-spark-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = Path(folder) / "scheduler-pools.xml"
     path.write_text(SCHEDULER_POOLS)
     return path
 

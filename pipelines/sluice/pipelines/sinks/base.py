@@ -20,7 +20,7 @@ class SinkContext:
     app_id: str  # names the app across a Kafka cluster (namespace/app); prefixes transactional ids
     dead_letters: bool = False  # rows are dead letters (source, error, topic, partition, offset, key, value)
     grouped: bool = False  # rows are an aggregation's groups: a batch holds those it changed or closed
-    stateful: bool = False  # a stateful operation (aggregation, join, dedupe) upstream: its tasks hold state
+    shuffled: bool = True  # a shuffle upstream (a stateful operation's: its last stage's tasks hold state)
 
 
 class Sink(ABC):

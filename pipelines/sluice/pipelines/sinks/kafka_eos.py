@@ -10,7 +10,8 @@ How (per micro-batch B, in foreachBatch):
   placed by its value (a topic of one partition: partition 0, no hash). The partition is computed in Spark
   SQL and the records are shuffled by the JVM so that Spark task p holds exactly partition p's records (one
   Python stage per batch: the writing, which reads the records as Arrow batches, column by column; a Row
-  per record made that stage ~8x slower).
+  per record made that stage ~8x slower). A query without a shuffle writing one partition needs none: the
+  task that reads the batch writes it.
 - Task p owns partition p through a transactional producer with the stable id `sluice/<app>/<sink>/<p>`.
   Initialising it fences every older producer with that id (a task of a dead driver, a retried task's
   earlier attempt) and aborts or completes their open transaction.
@@ -370,12 +371,11 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         return with_kafka_partition(records.drop(PARTITION_COLUMN), partitions)
 
     def _by_partition(self, placed: DataFrame, partitions: int) -> DataFrame:
-        """Spark partition p holding exactly Kafka partition p's records. A stateless query's records for a topic
-        of one partition stay in the stage that reads them, in one task: no shuffle, and one task a batch where
-        the shuffle took one per source partition and one more to write (their queueing for a shared executor
-        core kept such an output 1.3-1.9 s a batch at a few records/s). A stateful query's last stage keeps its
-        tasks: they hold its state stores."""
-        if partitions == 1 and not self.context.stateful:
+        """Spark partition p holding exactly Kafka partition p's records. Records for a topic of one partition,
+        from a query without a shuffle, stay in the stage that reads them, in one task: one task a batch where
+        the shuffle took one per source partition and one more (pipelines/README.md, delivery). After a shuffle
+        the last stage keeps its tasks: they may hold state stores, or a parallelism the app asked for."""
+        if partitions == 1 and not self.context.shuffled:
             return placed.coalesce(1)
         route = F.element_at(F.array(*map(F.lit, routes(partitions))), F.col(PARTITION_COLUMN) + 1)
         return placed.repartition(partitions, route)
@@ -565,8 +565,8 @@ class BatchWrite:
         return Marker(self.writer, self.query_id, self.batch_id)
 
     def write_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """A Spark task's write (mapInArrow): routed by routes(), Spark partition p holds Kafka partition p's
-        records."""
+        """A Spark task's write (mapInArrow): Spark partition p holds Kafka partition p's records (routed by
+        routes(), or the one partition of a batch written where it is read)."""
         context = TaskContext.get()
         assert context is not None  # in a Spark task
         for result in self.write(context.partitionId(), batches):
