@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-source-fetch bench-autoscaler bench-operator faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
+.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-source-fetch bench-join-floor bench-autoscaler bench-operator faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
 	operator crds clean
 
 help:
@@ -61,6 +61,9 @@ faults: $(STAMP) ## the long fault runs (20 driver SIGKILLs, executor kills in c
 
 bench-source-fetch: $(STAMP) ## a Kafka source's batch read time at a live topic's end, sluice's fetch wait vs Java's default: .sluice/bench/source-fetch.json
 	$(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_source_fetch.py
+
+bench-join-floor: $(STAMP) ## a stream-stream join's per-batch floor (latency-correlation), join state in 1 vs 4 RocksDB stores: .sluice/bench/join-floor.json
+	flock /tmp/sluice-bench.lock $(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_join_floor.py
 
 bench-peers: $(STAMP) ## sluice beside hand-written/hand-tuned PySpark, PyFlink, Quix Streams, Bytewax and raw consumers on 3 workloads: .sluice/bench/peers.json, peers.png, docs/benchmarks.md
 	flock /tmp/sluice-bench.lock $(PY) -m pytest -m bench -p no:cacheprovider -s $(PYTEST_ARGS) pipelines/bench/test_peers.py
