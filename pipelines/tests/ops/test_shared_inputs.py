@@ -213,12 +213,12 @@ def test_the_setting_holds_for_a_query_start_only_and_overrides_the_session_with
     try:
         with caplog.at_level(logging.WARNING, logger=sluice_queries.__name__):
             for _ in range(2):
-                with query_conf(spark_session, {key: "false"}):
+                with query_conf(spark_session):
                     assert spark_session.conf.get(key) == "false"
                 assert spark_session.conf.get(key) == "true"
     finally:
         spark_session.conf.unset(key)
     assert [r.levelname for r in caplog.records if key in r.getMessage()] == ["WARNING"]  # once
-    with query_conf(spark_session, {key: "false"}):
+    with query_conf(spark_session):
         pass
     assert key not in spark_session.conf.getAll  # unset again, as it was
