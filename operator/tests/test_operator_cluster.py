@@ -131,7 +131,8 @@ def test_update_makes_a_new_revision_without_resubmitting_and_drift_is_repaired(
     status = app["status"]
     assert status["revision"] == config.revision and status["observedGeneration"] == app["metadata"]["generation"]
     assert (status["rollout"]["strategy"], status["rollout"]["phase"]) == ("restart", "Complete")
-    assert "no driver runs" in status["rollout"]["message"]
+    # Submitted, not answering (no spark-operator here): a driver is starting, restarted if it read revision `old`.
+    assert "a driver is starting: it runs this revision" in status["rollout"]["message"]
     assert condition(app, "Rollout")["status"] == "True"
     spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
     assert spark["spec"] == first["spec"], f"no resubmission (executors go live, the pipeline by ConfigMap): {status}"

@@ -32,6 +32,7 @@ from sluice.operator.rollout import (
 from sluice.operator.rollout.inplace import (
     app_driver,
     decide,
+    driver_behind,
     driver_facts,
     handover_driver,
     on_standby,
@@ -173,7 +174,9 @@ def test_without_a_running_driver_the_next_driver_starts_the_new_revision() -> N
         result = decide(APP, None, "r1", target(FILTER), observed(*drivers), submitted_revision="r1")
         rollout = result.step.rollout
         assert rollout is not None and (rollout.strategy, rollout.phase) == ("restart", "Complete"), drivers
-        assert "no driver runs" in (rollout.message or "")
+        starting = bool(drivers) and drivers[0].state == "pending"
+        said = "a driver is starting: it runs this revision (restarted if" if starting else "no driver runs"
+        assert said in (rollout.message or ""), rollout.message
         assert result.step.stable_revision == "r2" and not result.step.actions
         assert (result.runner_revision, result.submitted_revision) == ("r2", "r1"), "nothing to resubmit"
         # What a driver could not run on its checkpoints: the next driver hands the query over as it starts it.
@@ -185,6 +188,35 @@ def test_without_a_running_driver_the_next_driver_starts_the_new_revision() -> N
         assert folders == {"out": "out@r2"} and migrations["out"].fromCheckpoint == "out"
     first = decide(APP, None, None, target(to="r1"), observed(), submitted_revision=None)
     assert first.step.stable_revision == "r1" and (first.runner_revision, first.submitted_revision) == ("r1", "r1")
+
+
+def test_a_driver_that_started_on_the_revision_before_a_completed_rollout_is_found_behind() -> None:
+    """The lost update: a change applied while the driver starts completes at once (no driver runs yet), but the
+    starting driver had read the revision before; once it answers, it is found running r1 where r2 is claimed."""
+    starting = driver(state="pending", running=())
+    done = decide(APP, None, "r1", target(FILTER), observed(starting), submitted_revision="r1").step.rollout
+    assert done is not None and done.phase == "Complete" and done.toRevision == "r2"
+    came_up_on_r1 = driver_facts(APP, "r1", "RUNNING", 0, status("r1"))
+    assert came_up_on_r1.runs == "r1"
+    assert driver_behind(done, came_up_on_r1, "r2") == "r1"
+    assert driver_behind(None, came_up_on_r1, "r2") == "r1", "a restart on a stale mount, no rollout recorded"
+    assert driver_behind(done, driver_facts(APP, "r1", "RUNNING", 0, status("r2")), "r2") is None, "converged"
+    assert driver_behind(done, driver_facts(APP, "r1", "SUBMITTED", 0, None), "r2") is None, "not answering yet"
+    in_progress = done.model_copy(update={"phase": "Verifying", "finishedAt": None})
+    assert driver_behind(in_progress, came_up_on_r1, "r2") is None, "a rollout in progress owns the difference"
+    failed = done.model_copy(update={"phase": "Failed"})
+    assert driver_behind(failed, came_up_on_r1, "r2") is None, "a failed rollout's driver is not restarted onto it"
+    rolled_back = done.model_copy(update={"phase": "RolledBack"})
+    assert driver_behind(rolled_back, driver_facts(APP, "r1", "RUNNING", 0, status("r2")), "r1") == "r2"
+
+
+def status(revision: str) -> DriverStatus:
+    return DriverStatus(
+        app=APP,
+        revision=revision,
+        observedAt="2026-11-28T00:00:00Z",
+        queries=[QueryStatus(name="out", active=True, revision=revision)],
+    )
 
 
 def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the_new_revision() -> None:

@@ -13,7 +13,7 @@ import logging
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import kopf
@@ -57,6 +57,7 @@ from .rollout.inplace import (
     Decision,
     app_driver,
     decide,
+    driver_behind,
     driver_facts,
     handover_driver,
     lost_base,
@@ -65,6 +66,7 @@ from .rollout.inplace import (
     retired_drivers,
     revision_checkpoints,
     rollout_condition,
+    runner_revision,
     with_driver_state,
     with_refused_swap,
 )
@@ -124,6 +126,14 @@ class _Drivers:
     addresses: dict[str, str] = field(default_factory=dict)
 
 
+def _replaced(pod: dict[str, Any] | None, submitted: str | None) -> bool:
+    """A driver pod on its way out: being deleted, or started for another submission than the SparkApplication's
+    (spark-operator is replacing it)."""
+    meta = (pod or {}).get("metadata") or {}
+    ran = (meta.get("annotations") or {}).get(ch.SUBMITTED_REVISION_ANNOTATION)
+    return bool(meta.get("deletionTimestamp")) or (ran is not None and submitted is not None and ran != submitted)
+
+
 def submitted_revision(spark_app: dict[str, Any] | None) -> str | None:
     """The revision a SparkApplication was submitted for (None: none, or one made before rollouts)."""
     if spark_app is None:
@@ -153,6 +163,7 @@ class Reconciler:
         self.kube = kube or Kube()
         self.driver_client = driver_client or DriverClient()
         self._tokens: dict[tuple[str, str], str] = {}
+        self._pipelines_differ_cache: dict[tuple[str, str, str, str], bool] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -406,22 +417,23 @@ class Reconciler:
             obs.executors = sum(1 for s in executors.values() if s == "RUNNING")
         if not (status.get("driverInfo") or {}).get("podName"):
             return
-        pod, answer, address, obs.driver_error = self._ask_driver(namespace, status)
+        pod, answer, address, obs.driver_error = self._ask_driver(namespace, status, submitted_revision(spark_app))
         if answer is not None:
             obs.driver, obs.driver_address = answer, address
             return
         obs.driver_failure = driver_failure(pod)  # not answering: failed at start, or its pod restarted
 
     def _ask_driver(
-        self, namespace: str, spark_status: dict[str, Any]
+        self, namespace: str, spark_status: dict[str, Any], submitted: str | None
     ) -> tuple[dict[str, Any] | None, DriverStatus | None, str | None, str | None]:
         """A SparkApplication's driver pod and, while spark-operator says it runs, its /v1/status: (pod, status,
-        control address, why it did not answer)."""
+        control address, why it did not answer). `submitted`: the revision the SparkApplication is submitted for;
+        a pod of an earlier submission (being replaced) or one being deleted is not asked."""
         pod_name = (spark_status.get("driverInfo") or {}).get("podName")
         pod = self.get("v1", "Pod", namespace, pod_name) if pod_name else None
         pod_ip = ((pod or {}).get("status") or {}).get("podIP")
         state = (spark_status.get("applicationState") or {}).get("state")
-        if (state or "").upper() != "RUNNING" or not pod_ip:
+        if (state or "").upper() != "RUNNING" or not pod_ip or _replaced(pod, submitted):
             return pod, None, None, None
         address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
         try:
@@ -469,6 +481,14 @@ class Reconciler:
         submitted = submitted_revision(spark_app)
         restarts = int(((spark_app or {}).get("status") or {}).get("executionAttempts") or 0)
         facts = driver_facts(recorded_driver, submitted or "", obs.spark_state, restarts, obs.driver)
+        events: list[tuple[str, str, str]] = []
+        claimed = runner_revision(recorded, stable, revision)  # what the status says the driver runs
+        behind = driver_behind(recorded, facts if spark_app else None, claimed)
+        if behind is not None:
+            restarted = self._restart_behind_driver(namespace, app, spark_app, behind, claimed, specs)
+            if restarted is not None:
+                events.append(restarted)
+                facts = replace(facts, state="pending", queries=(), runs=None)  # what spark-operator starts next
         drivers = _Drivers()
         if spark_app is not None:
             drivers.facts[recorded_driver] = facts
@@ -482,7 +502,9 @@ class Reconciler:
         observed = Observed(clock, frozenset(revisions), tuple(drivers.facts.values()))
         stable_checkpoints = status.get("checkpoints") or {}
         decision = decide(app, recorded, stable, target, observed, submitted, stable_checkpoints)
-        events: list[tuple[str, str, str]] = [(e.type, e.reason, e.message) for e in decision.step.events]
+        if facts.runs is not None:  # the spec the driver runs stays readable: what it is compared with
+            decision = replace(decision, keep=decision.keep | {facts.runs})
+        events += [(e.type, e.reason, e.message) for e in decision.step.events]
         for _ in range(4):
             answered = self._carry_out(
                 body, decision, specs, obs, facts, observed, events, stable_checkpoints, drivers, recorded_driver
@@ -531,13 +553,55 @@ class Reconciler:
             moved=rollout != recorded or (rollout is not None and not rollout.terminal),
         )
 
+    def _restart_behind_driver(
+        self,
+        namespace: str,
+        app: str,
+        spark_app: dict[str, Any] | None,
+        runs: str,
+        claimed: str,
+        specs: dict[str, StreamingAppSpec],
+    ) -> tuple[str, str, str] | None:
+        """The app's driver runs revision `runs` where its runner config says `claimed`, and no rollout explains
+        it (rollout.inplace.driver_behind): its pod is deleted, and spark-operator starts it again on `claimed`
+        (on the same checkpoints; migrated queries hand over as they start). Nothing is done when the two run the
+        same pipeline (a change only outside it, adopted without a rollout). Returns the event."""
+        if not self._pipelines_differ(namespace, app, runs, claimed, specs):
+            return None
+        pod = (((spark_app or {}).get("status") or {}).get("driverInfo") or {}).get("podName")
+        if not pod:
+            return None
+        self.delete("v1", "Pod", namespace, pod)
+        message = (
+            f"driver pod {pod} runs revision {runs}, not {claimed} (it read its config before {claimed} was "
+            f"written): deleted, spark-operator starts it again on revision {claimed}"
+        )
+        log.warning("%s/%s: %s", namespace, app, message)
+        return ("Warning", "DriverRestarted", message)
+
+    def _pipelines_differ(
+        self, namespace: str, app: str, before: str, after: str, specs: dict[str, StreamingAppSpec]
+    ) -> bool:
+        """Whether a driver running revision `before` runs something other than `after` (a rollout would be due
+        between them). Revisions are hashes of what they hold, so the answer is kept. A spec that is gone counts
+        as different."""
+        key = (namespace, app, before, after)
+        if key not in self._pipelines_differ_cache:
+            old = self._revision_spec(namespace, app, before, specs)
+            new = self._revision_spec(namespace, app, after, specs)
+            differ = old is None or new is None or classify(old, new).needs_rollout
+            if len(self._pipelines_differ_cache) > 10_000:
+                self._pipelines_differ_cache.clear()
+            self._pipelines_differ_cache[key] = differ
+        return self._pipelines_differ_cache[key]
+
     def _observe_driver(self, namespace: str, name: str, spark_app: dict[str, Any] | None, drivers: _Drivers) -> None:
         """A handover's second driver, as the rollout sees it (the app's own is observed with the status)."""
         if spark_app is None:
             return
         status = spark_app.get("status") or {}
         state = (status.get("applicationState") or {}).get("state")
-        pod, answer, address, _ = self._ask_driver(namespace, status)
+        pod, answer, address, _ = self._ask_driver(namespace, status, submitted_revision(spark_app))
         if address is not None:
             drivers.addresses[name] = address
         restarts = int(status.get("executionAttempts") or 0)

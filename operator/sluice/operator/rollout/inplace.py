@@ -78,8 +78,16 @@ def decide(
     if fresh and planned is not None and (planned.strategy == "restart" or not running):
         # A restart is spark-operator's (a new submitted revision); with no driver running (suspended, pending,
         # failed) the next driver to start runs the new revision, as a restart would (a migrating one hands its
-        # queries over as it starts them: the revision's config says from where).
-        how = "spark-operator resubmits the driver" if running else "no driver runs: the next one starts it"
+        # queries over as it starts them: the revision's config says from where). A driver starting now may have
+        # read the config before: once it answers, driver_behind finds it and the operator restarts it.
+        starting = any(d.state == "pending" for d in observed.drivers)
+        how = (
+            "spark-operator resubmits the driver"
+            if running
+            else "a driver is starting: it runs this revision (restarted if it read the one before)"
+            if starting
+            else "no driver runs: the next one starts it"
+        )
         migrating = planned.strategy == "checkpointMigration"
         where = "; migrated queries hand over as it starts them" if migrating else ", on the same checkpoints"
         done = planned.model_copy(
@@ -237,7 +245,18 @@ def driver_facts(
         )
         for q in status.queries
     )
-    return DriverFacts(name, submitted_revision, state, restarts, queries, failure)
+    return DriverFacts(name, submitted_revision, state, restarts, queries, failure, runs=status.revision)
+
+
+def driver_behind(rollout: RolloutStatus | None, driver: DriverFacts | None, runs: str) -> str | None:
+    """The revision the app's driver runs when no rollout explains why it is not `runs` (what its runner config
+    says, which the status claims): it read its config before a change was written (it was starting when a
+    rollout completed at once, or it restarted on a stale mount). None: it runs `runs`, does not answer yet, or
+    a rollout in progress or one that failed owns the difference."""
+    settled = rollout is None or rollout.phase in ("Complete", "RolledBack")
+    if not settled or driver is None or driver.state != "running" or driver.runs in (None, runs):
+        return None
+    return driver.runs
 
 
 def with_driver_state(observed: Observed, driver: str, state: DriverState, started: tuple[QueryFacts, ...]) -> Observed:

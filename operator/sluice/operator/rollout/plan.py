@@ -62,6 +62,7 @@ class DriverFacts:
     restarts: int = 0  # spark-operator's restarts of it
     queries: tuple[QueryFacts, ...] = ()
     failure: str | None = None  # what its container's last run left as its termination message, if seen
+    runs: str | None = None  # the revision of the config it answers it runs (None: it does not answer)
 
 
 @dataclass(frozen=True)
