@@ -677,11 +677,13 @@ class E2ESuite:
         "operator_killed_mid_rollout",
         "autoscale",
         "driver_killed",
+        "change_while_driver_starts",
         "suspend_resume",
         "fenced_handover",  # after the steps that name the app's driver after the app
         "handover_rolled_back",
         "checkpoint_migration",
         "migration_in_new_driver",
+        "idle_app_migration",
         "uninstall",
     )
 
@@ -694,6 +696,7 @@ class E2ESuite:
     rollout_report: dict[str, Any] = field(default_factory=dict)  # hot swap and rollback figures
     driver_kill_report: dict[str, Any] = field(default_factory=dict)
     driver_kills: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_DRIVER_KILLS", "2")))
+    start_changes: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_START_CHANGES", "2")))
 
     def run(self, step: str) -> None:
         try:
@@ -1491,6 +1494,73 @@ class E2ESuite:
         assert emitted == dict(expected), (cut, sorted(set(emitted.items()) ^ set(expected.items())))
         return done
 
+    IDLE_APP = "idle-count"
+
+    def idle_app_migration(self) -> None:
+        """A new app whose input never had a record (#31): its window from 5 s to 10 s is a checkpoint migration
+        with nothing at or after the rewind time; it starts from what is there and completes (no rollback). The
+        words sent afterwards come out in 10 s windows, once each, with the exact count."""
+        name, lines, counts = self.IDLE_APP, f"{self.IDLE_APP}-lines", f"{self.IDLE_APP}-counts"
+        app = wordcount_app(
+            self.apps_namespace, self.images, self.kafka.app_kafka(), checkpoint_claim=self.CHECKPOINT_CLAIM
+        )
+        app = json.loads(json.dumps(app).replace('"wordcount-', f'"{name}-'))  # topics of its own
+        app["metadata"]["name"] = name
+        self.target.apply(app)
+        wait_for(
+            lambda: self.app_status(name).get("phase") == "Running" and self.driver_status(name),
+            timeout=self.timeout,
+            what=f"{name} running",
+            interval=3,
+        )
+        time.sleep(15)  # its queries' first (empty) batches
+        stable = self.app_status(name)["stableRevision"]
+        nodes = app["spec"]["pipeline"]["nodes"]
+        window = next(n for n in nodes if n["name"] == "counts")["aggregate"]
+        window["window"] = {"tumbling": "10s"}
+        self.target.kubectl(
+            "patch",
+            "streamingapp",
+            name,
+            "-n",
+            self.apps_namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"pipeline": {"nodes": nodes}}}),
+        )
+        done = wait_for(
+            lambda: (
+                (r := self.app_status(name).get("rollout"))
+                and r["fromRevision"] == stable
+                and r["phase"] in ("Complete", "RolledBack", "Failed")
+                and r
+            ),
+            timeout=self.timeout,
+            what=f"{name}'s window change to end",
+            interval=1,
+        )
+        self.rollout_report["idleMigration"] = {"message": done.get("message"), "phase": done["phase"]}
+        assert (done["strategy"], done["phase"]) == ("checkpointMigration", "Complete"), done
+        words = ("chi", "psi")
+        self.kafka.produce(lines, [" ".join(words)] * 20)
+
+        def counted() -> dict[WindowResult, list[int]] | None:
+            self.kafka.produce(lines, ["flush"])
+            got = results_by_window(self.kafka.consume(counts), words)
+            totals = Counter({word: sum(n[0] for (_, _, w), n in got.items() if w == word) for word in words})
+            return got if all(totals[w] >= 20 for w in words) else None
+
+        got = wait_for(counted, timeout=self.timeout, what=f"{name}'s counts", interval=3)
+        assert {w: n for w, n in got.items() if len(n) > 1} == {}, "a window written twice"
+        assert {size for size, _, _ in got} == {10_000}, sorted(got)
+        assert {word: sum(n[0] for (_, _, w), n in got.items() if w == word) for word in words} == dict.fromkeys(
+            words, 20
+        )
+        self.target.kubectl(
+            "delete", "streamingapp", name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
+        )
+        self.wait_spark_application_deleted(name, name)
+
     def assert_folder_deleted(self, folder: str) -> None:
         """The event on the checkpoint folder a migration left: deleted by the app's driver."""
         told = wait_for(
@@ -1564,13 +1634,81 @@ class E2ESuite:
         """Until the driver's queries are all active and each has completed a batch in its current run."""
 
         def processing() -> bool:
-            try:
-                queries = self.driver_api("/v1/status")["queries"]
-            except (AssertionError, RuntimeError, json.JSONDecodeError, KeyError):
-                return False  # no single running driver yet, or its API not up
+            queries = (self.driver_status() or {}).get("queries") or []
             return bool(queries) and all(q["active"] and q["runBatches"] > 0 for q in queries)
 
         wait_for(processing, timeout=self.timeout, what="the driver's queries processing", interval=2)
+
+    def change_while_driver_starts(self) -> None:
+        """A filter change applied while the app's driver starts (its pod deleted first): the first time as soon as
+        the new pod runs (it mounted the runner config of the revision before, and reads it as it starts), then at
+        random moments after the kill. Each time the rollout completes, the driver ends up on the revision the
+        status claims (restarted by the operator if it started on the one before), the new filter applies, and
+        every count is exact."""
+        rng = random.Random(self.start_changes)
+        base = next(n["filter"] for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "non-empty")
+        changes: list[dict[str, Any]] = []
+        for attempt in range(self.start_changes):
+            drops_quebec = attempt % 2 == 0
+            self._wait_processing()
+            stable = self.status()["stableRevision"]
+            self.send(["alpha", "bravo"])  # read by this driver or the next: no filter change drops these
+            victim = self.driver_pod()["metadata"]
+            self.target.kubectl(
+                "delete", "pod", victim["name"], "-n", self.apps_namespace, "--grace-period=0", "--force"
+            )
+            killed = time.monotonic()
+            if attempt == 0:
+                self._wait_driver_replaced(victim["uid"])  # its volumes are mounted: it reads the old revision
+            else:
+                time.sleep(rng.uniform(0, 25))
+            moment = round(time.monotonic() - killed, 1)
+            self.patch_pipeline("non-empty", filter=f"{base} AND word != 'quebec'" if drops_quebec else base)
+            changed = time.monotonic()
+            done = self.rollout_completed(stable, what="the change's rollout to complete")
+            claimed = done["toRevision"]
+            self._wait_driver_on(claimed)
+            status = self.status()
+            assert status["stableRevision"] == claimed == status["revision"], status
+            restarted = [
+                e["message"]
+                for e in self.app_events()
+                if e.get("reason") == "DriverRestarted" and claimed in e.get("message", "")
+            ]
+            changes.append(
+                {
+                    "change_after_kill_s": moment,
+                    "strategy": done["strategy"],
+                    "restarted_by_operator": bool(restarted),
+                    "change_to_driver_on_revision_s": round(time.monotonic() - changed, 1),
+                }
+            )
+            self.send(["alpha", "quebec"])  # the new filter reads these
+            if drops_quebec:
+                self.expected["quebec"] -= 20
+            self.assert_counts()  # read before the next kill, under the filter the status claims
+        self.rollout_report["changeWhileStarting"] = changes
+        if self.start_changes % 2:  # back to the filter the later steps expect
+            stable = self.status()["stableRevision"]
+            self.patch_pipeline("non-empty", filter=base)
+            self.rollout_completed(stable, what="the filter back to the one before")
+
+    def driver_status(self, app: str | None = None) -> dict[str, Any] | None:
+        """The app's driver's /v1/status; None while there is no single running driver or its API is not up."""
+        try:
+            return self.driver_api("/v1/status", app)
+        except (AssertionError, RuntimeError, json.JSONDecodeError, KeyError):
+            return None
+
+    def _wait_driver_on(self, revision: str) -> None:
+        """Until the app's one running driver answers that it runs `revision`, every query active."""
+
+        def on_revision() -> bool:
+            answer = self.driver_status()
+            queries = (answer or {}).get("queries") or []
+            return (answer or {}).get("revision") == revision and bool(queries) and all(q["active"] for q in queries)
+
+        wait_for(on_revision, timeout=self.timeout, what=f"the driver on revision {revision}", interval=2)
 
     def suspend_resume(self) -> None:
         self.patch_spec({"suspend": True})
