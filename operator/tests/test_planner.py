@@ -11,6 +11,7 @@ import yaml
 from pydantic import create_model
 
 from sluice.operator import children as ch
+from sluice.operator.autoscaler.plan import plan_scaling
 from sluice.operator.driver_client import DriverUnavailable
 from sluice.operator.model import CheckpointSpec, TopicSpec
 from sluice.operator.planner import (
@@ -27,7 +28,6 @@ from sluice.operator.planner import (
     status_write_due,
 )
 from sluice.operator.reconciler import Reconciler, submitted_executors
-from sluice.operator.scaling import plan_scaling
 from sluice.operator.settings import ClaimDefaults, Settings
 from sluice.operator.topics import ExistingTopic, plan_topics
 from sluice.pipelines.contract import RUNNER_CONFIG_FILE, DriverStatus, ExecutorStatus, QueryStatus, RunnerConfig
@@ -494,8 +494,8 @@ class _Cluster:
     def status(self, address: str) -> DriverStatus:
         raise DriverUnavailable("connection refused")
 
-    def _ask_driver(self, namespace: str, spark_status: dict) -> tuple:
-        return Reconciler._ask_driver(self, namespace, spark_status)  # type: ignore[arg-type]
+    def _ask_driver(self, namespace: str, spark_status: dict, submitted: str | None) -> tuple:
+        return Reconciler._ask_driver(self, namespace, spark_status, submitted)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("state", ["FAILED", "FAILING", "RUNNING"])
