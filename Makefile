@@ -25,6 +25,8 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[operator,runner,cli,testbed,dev]'
+	@# The test bed is not in the wheel (no test code in an image): the virtualenv finds it in e2e/.
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "sluice-testbed.pth").write_text("$(CURDIR)/e2e\n")'
 	@touch $@
 
 venv: $(STAMP) ## create .venv with pinned dependencies

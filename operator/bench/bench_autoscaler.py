@@ -59,7 +59,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sluice.operator.autoscaler import Policy
-from sluice.operator.autoscaler.simulation import (
+from sluice.operator.model import AutoscalingSpec, ExecutorsSpec
+from sluice.testbed.autoscaler_plant import (
     InputRate,
     Plant,
     Timeline,
@@ -70,7 +71,6 @@ from sluice.operator.autoscaler.simulation import (
     sine,
     step,
 )
-from sluice.operator.model import AutoscalingSpec, ExecutorsSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FLAP_SECONDS = 300.0

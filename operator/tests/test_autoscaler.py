@@ -8,7 +8,9 @@ import math
 import pytest
 
 from sluice.operator.autoscaler import AutoscalerState, Policy, autoscaler_status, decide, evaluate, observe
-from sluice.operator.autoscaler.simulation import (
+from sluice.operator.autoscaler.state import DecisionRecord
+from sluice.operator.model import AutoscalingSpec, ExecutorsSpec
+from sluice.testbed.autoscaler_plant import (
     EPOCH,
     InputRate,
     Plant,
@@ -18,8 +20,6 @@ from sluice.operator.autoscaler.simulation import (
     simulate,
     step,
 )
-from sluice.operator.autoscaler.state import DecisionRecord
-from sluice.operator.model import AutoscalingSpec, ExecutorsSpec
 
 RATE_PER_EXECUTOR = 1000.0  # the plant's default: one core per executor, 1000 records/s per core
 LOAD = 1400.0  # 2 executors at the default 70% utilization

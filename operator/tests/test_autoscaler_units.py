@@ -23,10 +23,10 @@ from sluice.operator.autoscaler import (
     sample_between,
 )
 from sluice.operator.autoscaler.decide import compact, duration_text
-from sluice.operator.autoscaler.simulation import EPOCH, Plant, constant, noisy, simulate
 from sluice.operator.autoscaler.state import MAX_RECOMMENDATIONS, MAX_SAMPLES
 from sluice.operator.model import AutoscalingSpec, ExecutorsSpec
 from sluice.pipelines.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
+from sluice.testbed.autoscaler_plant import EPOCH, Plant, constant, noisy, simulate
 
 POLICY = Policy.from_spec(AutoscalingSpec())
 BOUNDS = ExecutorsSpec(instances=2, min=1, max=10)

@@ -1,4 +1,4 @@
-"""The operator's scaling step (sluice.operator.scaling / autoscaling): who sets the live count, and to what.
+"""The operator's scaling step (sluice.operator.autoscaler.plan): who sets the live count, and to what.
 Driven through the simulated plant's driver answers, with the autoscaler's state kept in annotations as on
 the resource."""
 
@@ -9,14 +9,14 @@ from pathlib import Path
 import yaml
 
 from sluice.operator.autoscaler import AutoscalerState, parse_time
-from sluice.operator.autoscaler.simulation import EPOCH, Plant, constant, step
-from sluice.operator.model import StreamingAppSpec
-from sluice.operator.scaling import (
+from sluice.operator.autoscaler.plan import (
     INSTANCES_ANNOTATION,
     SCALING_STATE_ANNOTATION,
     needs_executor_request,
     plan_scaling,
 )
+from sluice.operator.model import StreamingAppSpec
+from sluice.testbed.autoscaler_plant import EPOCH, Plant, constant, step
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "frequency-count.yaml"
 FAST = {

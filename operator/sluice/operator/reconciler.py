@@ -21,6 +21,7 @@ import kopf
 from sluice.pipelines.contract import DriverStatus, Migration, RunnerConfig, StateResponse, SwapRequest, in_app
 
 from . import children as ch
+from .autoscaler.plan import ScalingPlan, needs_executor_request, plan_scaling
 from .driver_client import DriverClient, DriverUnavailable, SwapRefused
 from .kube import KindNotServed, Kube, KubeError
 from .model import GROUP, KIND, VERSION, RolloutStatus, StreamingAppSpec
@@ -70,7 +71,6 @@ from .rollout.inplace import (
     with_driver_state,
     with_refused_swap,
 )
-from .scaling import ScalingPlan, needs_executor_request, plan_scaling
 from .settings import SETTINGS, Settings
 from .topics import AdminTopics, plan_topics
 

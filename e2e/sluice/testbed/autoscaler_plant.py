@@ -20,12 +20,11 @@ import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from sluice.operator.autoscaler.collect import format_time
+from sluice.operator.autoscaler.decide import Decision, decide, record
+from sluice.operator.autoscaler.policy import ExecutorBounds, Policy
+from sluice.operator.autoscaler.state import AutoscalerState, observe
 from sluice.pipelines.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
-
-from .collect import format_time
-from .decide import Decision, decide, record
-from .policy import ExecutorBounds, Policy
-from .state import AutoscalerState, observe
 
 InputRate = Callable[[float], float]  # records/s at a time (seconds since the start)
 
