@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sluice.operator.autoscaler import AutoscalerState, Policy, autoscaler_status, decide, evaluate, observe
+from sluice.operator.autoscaler import AutoscalerState, Policy, autoscaler_status, decide_scaling, evaluate, observe
 from sluice.operator.autoscaler.state import DecisionRecord
 from sluice.operator.model import AutoscalingSpec, ExecutorsSpec
 from sluice.testbed.autoscaler_plant import (
@@ -158,10 +158,10 @@ def test_executor_bounds_are_respected():
 def test_a_count_outside_the_bounds_is_corrected_at_once():
     policy = policy_of()
     just_scaled = AutoscalerState(last_change=DecisionRecord(EPOCH, 4, 6, "up", "4 → 6: ..."))
-    shrunk = decide(policy, ExecutorsSpec(instances=3, min=1, max=3), just_scaled, EPOCH + 10)
+    shrunk = decide_scaling(policy, ExecutorsSpec(instances=3, min=1, max=3), just_scaled, EPOCH + 10)
     assert (shrunk.from_executors, shrunk.target, shrunk.kind) == (6, 3, "down")
     assert shrunk.reason == "6 → 3: executors.max is 3"
-    grown = decide(policy, ExecutorsSpec(instances=1, min=2, max=10), AutoscalerState(), EPOCH)
+    grown = decide_scaling(policy, ExecutorsSpec(instances=1, min=2, max=10), AutoscalerState(), EPOCH)
     assert (grown.target, grown.reason) == (2, "1 → 2: executors.min is 2")
 
 
@@ -213,9 +213,9 @@ def test_a_spec_change_lifts_an_ineffective_scale_up_block():
     policy, bounds = policy_of(), ExecutorsSpec(instances=2, min=1, max=20)
     state = simulate(plant, policy, bounds, 2400).final_state
     assert state.scale_up_blocked
-    assert decide(policy, bounds, state, EPOCH + 2400).kind == "hold"
+    assert decide_scaling(policy, bounds, state, EPOCH + 2400).kind == "hold"
     wider = ExecutorsSpec(instances=2, min=1, max=30)
-    assert decide(policy, wider, state, EPOCH + 2400).kind == "up"
+    assert decide_scaling(policy, wider, state, EPOCH + 2400).kind == "up"
 
 
 def test_useful_tasks_cap_the_target_and_the_reason_names_the_source_partitions():

@@ -11,12 +11,12 @@ import pytest
 
 from sluice.operator.autoscaler import (
     AutoscalerState,
-    Decision,
     Policy,
     Sample,
+    ScalingDecision,
     add_sample,
     autoscaler_status,
-    decide,
+    decide_scaling,
     evaluate,
     observe,
     record,
@@ -192,10 +192,11 @@ def test_a_cold_start_is_no_measure_the_samples_of_the_warm_up_are_ignored():
     cold = [sample(time=EPOCH + t, input_rate=3000, processed_rate=500, busy=1.0) for t in range(10, 70, 10)]
     state = replace(state_with(cold), runs_since=EPOCH)
     assert (
-        decide(POLICY, BOUNDS, state, EPOCH + 50).reason == "hold at 2: warming up after the queries started (10s left)"
+        decide_scaling(POLICY, BOUNDS, state, EPOCH + 50).reason
+        == "hold at 2: warming up after the queries started (10s left)"
     )
-    assert "collecting samples (0s of 1m)" in decide(POLICY, BOUNDS, state, EPOCH + 60).reason
-    assert decide(POLICY, BOUNDS, state_with(cold), EPOCH + 60).kind == "up"  # the same samples, no start noted
+    assert "collecting samples (0s of 1m)" in decide_scaling(POLICY, BOUNDS, state, EPOCH + 60).reason
+    assert decide_scaling(POLICY, BOUNDS, state_with(cold), EPOCH + 60).kind == "up"  # the same samples, no start noted
 
 
 # --------------------------------------------------------------------------------------------- evaluate
@@ -342,10 +343,10 @@ def state_with(samples: list[Sample]) -> AutoscalerState:
 
 def test_no_decision_before_the_window_holds_enough_samples():
     busy = [sample(time=EPOCH + t, input_rate=3000, processed_rate=2000, busy=1.0) for t in (10, 20, 30)]
-    decision = decide(POLICY, BOUNDS, state_with(busy), EPOCH + 30)
+    decision = decide_scaling(POLICY, BOUNDS, state_with(busy), EPOCH + 30)
     assert (decision.kind, decision.reason) == ("hold", "hold at 2: collecting samples (30s of 1m)")
     full = [sample(time=EPOCH + t, input_rate=3000, processed_rate=2000, busy=1.0) for t in range(10, 70, 10)]
-    assert decide(POLICY, BOUNDS, state_with(full), EPOCH + 60).kind == "up"
+    assert decide_scaling(POLICY, BOUNDS, state_with(full), EPOCH + 60).kind == "up"
 
 
 def test_the_reason_gives_the_figures():
@@ -353,7 +354,7 @@ def test_the_reason_gives_the_figures():
         sample(time=EPOCH + t, input_rate=28_000, processed_rate=2000, busy=1.0, backlog=1_200_000)
         for t in range(10, 70, 10)
     ]
-    decision = decide(POLICY, ExecutorsSpec(instances=2, min=1, max=200), state_with(full), EPOCH + 60)
+    decision = decide_scaling(POLICY, ExecutorsSpec(instances=2, min=1, max=200), state_with(full), EPOCH + 60)
     assert decision.reason == (
         "2 → 6: input 28k rec/s, backlog 1.2M records, utilization 100%: need 80k rec/s, "
         "1k rec/s per executor (maxStep 4 toward 80)"
@@ -368,7 +369,7 @@ def test_catching_up_is_no_overload_when_the_input_needs_the_target_share_of_the
     # five minutes later took them away again.
     window = catching_up(backlog=120_000, running=0.0)
     bounds = ExecutorsSpec(instances=8, min=1, max=20)
-    decision = decide(POLICY, bounds, state_with([replace(s, time=EPOCH + s.time) for s in window]), EPOCH + 60)
+    decision = decide_scaling(POLICY, bounds, state_with([replace(s, time=EPOCH + s.time) for s in window]), EPOCH + 60)
     assert (decision.kind, decision.target) == ("hold", 8)  # was 8 → 9
     assert decision.reason.startswith("hold at 8: utilization 70% (input ÷ capacity) within 70% ± 10%, backlog 120k")
     evaluation = decision.evaluation
@@ -377,7 +378,9 @@ def test_catching_up_is_no_overload_when_the_input_needs_the_target_share_of_the
     assert evaluation.catch_up_seconds == pytest.approx((120_000 - 56_000) / 2_400)
     # Without the capacity to spare, the same busy executors are short: 6 of them for 5.6k rec/s is 93%.
     short = [replace(s, time=EPOCH + s.time, executors=6, processed_rate=s.processed_rate * 6 / 8) for s in window]
-    assert decide(POLICY, bounds.model_copy(update={"instances": 6}), state_with(short), EPOCH + 60).kind == "up"
+    assert (
+        decide_scaling(POLICY, bounds.model_copy(update={"instances": 6}), state_with(short), EPOCH + 60).kind == "up"
+    )
 
 
 def test_a_backlog_drained_before_added_executors_would_be_warm_adds_none():
@@ -386,16 +389,16 @@ def test_a_backlog_drained_before_added_executors_would_be_warm_adds_none():
     # (8 → 11) only meant taking them away again five minutes later.
     window = [replace(s, time=EPOCH + s.time) for s in catching_up(backlog=180_000, running=0.0)]
     bounds = ExecutorsSpec(instances=8, min=1, max=20)
-    decision = decide(POLICY, bounds, state_with(window), EPOCH + 60)
+    decision = decide_scaling(POLICY, bounds, state_with(window), EPOCH + 60)
     assert decision.evaluation is not None and decision.evaluation.catch_up_seconds == pytest.approx(124_000 / 2_400)
     assert (decision.kind, decision.target) == ("hold", 8)
     assert decision.reason.endswith("drains in 52s, before executors added now would be warm (1m)")
     # A backlog that outlasts the warm-up: more executors drain it sooner.
     later = [replace(s, backlog=300_000) for s in window]
-    assert decide(POLICY, bounds, state_with(later), EPOCH + 60).kind == "up"
+    assert decide_scaling(POLICY, bounds, state_with(later), EPOCH + 60).kind == "up"
     # So does one that outlasts the target lag when executors warm up sooner than that.
     quick = replace(POLICY, stabilization=20.0)
-    assert decide(quick, bounds, state_with(window), EPOCH + 60).kind == "up"
+    assert decide_scaling(quick, bounds, state_with(window), EPOCH + 60).kind == "up"
 
 
 def test_without_a_measured_rate_the_busy_share_stands_for_the_load():
@@ -406,23 +409,23 @@ def test_without_a_measured_rate_the_busy_share_stands_for_the_load():
 def test_samples_during_stabilization_are_ignored():
     full = [sample(time=EPOCH + t, input_rate=3000, processed_rate=2000, busy=1.0) for t in range(10, 70, 10)]
     state = state_with(full)
-    scaled = decide(POLICY, BOUNDS, state, EPOCH + 60)
+    scaled = decide_scaling(POLICY, BOUNDS, state, EPOCH + 60)
     state = record(state, scaled, POLICY)
-    assert decide(POLICY, BOUNDS, state, EPOCH + 100).reason == "hold at 5: stabilizing after 2 → 5 (20s left)"
-    assert "collecting samples (0s of 1m)" in decide(POLICY, BOUNDS, state, EPOCH + 130).reason
+    assert decide_scaling(POLICY, BOUNDS, state, EPOCH + 100).reason == "hold at 5: stabilizing after 2 → 5 (20s left)"
+    assert "collecting samples (0s of 1m)" in decide_scaling(POLICY, BOUNDS, state, EPOCH + 130).reason
 
 
 def test_a_scale_down_lifts_an_ineffective_scale_up_block():
     state = AutoscalerState(
         scale_up_blocked="2 → 5 raised capacity by 0 rec/s",
-        spec_key=decide(POLICY, BOUNDS, AutoscalerState(), EPOCH).spec_key,
+        spec_key=decide_scaling(POLICY, BOUNDS, AutoscalerState(), EPOCH).spec_key,
     )
     idle = [
         sample(time=EPOCH + t, input_rate=100, processed_rate=100, busy=0.05, executors=2) for t in range(10, 370, 10)
     ]
     for each in idle:
         state = add_sample(state, each, POLICY)
-        decision = decide(POLICY, BOUNDS, state, each.time)
+        decision = decide_scaling(POLICY, BOUNDS, state, each.time)
         state = record(state, decision, POLICY)
         if decision.kind != "hold":
             break
@@ -432,7 +435,7 @@ def test_a_scale_down_lifts_an_ineffective_scale_up_block():
 
 def test_status_of_a_decision():
     full = [sample(time=EPOCH + t, input_rate=3000, processed_rate=2000, busy=1.0) for t in range(10, 70, 10)]
-    decision = decide(POLICY, BOUNDS, state_with(full), EPOCH + 60)
+    decision = decide_scaling(POLICY, BOUNDS, state_with(full), EPOCH + 60)
     status = autoscaler_status(state_with(full), decision).model_dump(by_alias=True, exclude_none=True)
     assert status == {
         "desiredExecutors": 5,
@@ -582,7 +585,7 @@ def test_recommendations_stay_bounded_and_keep_the_largest():
     long_window = Policy.from_spec(AutoscalingSpec(scaleDownWindow="1h"))
     state = AutoscalerState()
     for index in range(200):  # strictly falling: none may be dropped as smaller than a later one
-        held = Decision(EPOCH + 10 * index, 300, 300, "hold", "hold at 300: ...", recommendation=300 - index)
+        held = ScalingDecision(EPOCH + 10 * index, 300, 300, "hold", "hold at 300: ...", recommendation=300 - index)
         state = record(state, held, long_window)
     assert len(state.recommendations) == MAX_RECOMMENDATIONS
     assert state.recommendations[0][1] == 300 and state.recommendations[-1] == (EPOCH + 1990, 101)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from sluice.operator.autoscaler.collect import format_time
-from sluice.operator.autoscaler.decide import Decision, decide, record
+from sluice.operator.autoscaler.decide import ScalingDecision, decide_scaling, record
 from sluice.operator.autoscaler.policy import ExecutorBounds, Policy
 from sluice.operator.autoscaler.state import AutoscalerState, observe
 from sluice.pipelines.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
@@ -212,7 +212,7 @@ class Moment:
     input_rate: float  # records/s arriving then
     backlog: int
     executors: int  # working
-    decision: Decision
+    decision: ScalingDecision
 
 
 @dataclass
@@ -241,7 +241,7 @@ def simulate(
         if now in restarts:
             state = AutoscalerState.from_json(state.to_json())
         state = observe(state, plant.status(), policy)
-        decision = decide(policy, bounds, state, EPOCH + now)
+        decision = decide_scaling(policy, bounds, state, EPOCH + now)
         if decision.changes:
             plant.set_executors(decision.target)
         state = record(state, decision, policy)

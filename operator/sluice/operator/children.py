@@ -146,8 +146,8 @@ def runner_config(
     standby: bool = False,
 ) -> RunnerConfig:
     """The one thing the driver is given: this revision of the app, with the Kafka address resolved, and where
-    its queries' checkpoints are (rollout.inplace.revision_checkpoints; default: a folder per query's name).
-    `standby`: the driver starts no query until asked (a fenced handover's drivers, as rollout.inplace says)."""
+    its queries' checkpoints are (rollout.decide.revision_checkpoints; default: a folder per query's name).
+    `standby`: the driver starts no query until asked (a fenced handover's drivers, as rollout.decide says)."""
     return RunnerConfig(
         app=app,
         namespace=namespace,

@@ -31,7 +31,7 @@ class DriverUnavailable(Exception):
     """The driver did not answer, or answered with an error; the message says which."""
 
 
-class SwapRefused(DriverUnavailable):
+class DriverRefused(DriverUnavailable):
     """The driver refused a hot swap or a state change and runs on as before: the new pipeline does not compile
     or a query did not start on it (422), or the request does not fit its queries (409). The message is the
     driver's."""
@@ -71,7 +71,7 @@ class DriverClient:
         self, address: str, token: str, state: Literal["running", "drained"], config: RunnerConfig | None = None
     ) -> StateResponse:
         """Activate a standby driver, drain one at a batch boundary, resume a drained one (on `config`, when
-        given); SwapRefused when it is stopping (409) or a query did not start (422, the driver staying as it
+        given); DriverRefused when it is stopping (409) or a query did not start (422, the driver staying as it
         was)."""
         request = StateRequest(state=state, config=config)
         # config only when given: a driver of an earlier image knows no such field
@@ -80,7 +80,7 @@ class DriverClient:
         return StateResponse.model_validate_json(text)
 
     def delete_checkpoints(self, address: str, token: str, folders: list[str]) -> CheckpointsDeleted:
-        """SwapRefused (nothing deleted) when the driver's revision still needs one of them."""
+        """DriverRefused (nothing deleted) when the driver's revision still needs one of them."""
         request = DeleteCheckpointsRequest(checkpoints=folders)
         text = self._write(f"{address}/v1/checkpoints", token, request, timeout=60.0, method="DELETE")
         return CheckpointsDeleted.model_validate_json(text)
@@ -94,7 +94,7 @@ class DriverClient:
         method: str = "PUT",
         exclude: set[str] | None = None,
     ) -> str:
-        """A token-guarded write; SwapRefused with the driver's own error for 409 and 422."""
+        """A token-guarded write; DriverRefused with the driver's own error for 409 and 422."""
         try:
             response = self.http.request(
                 method,
@@ -110,7 +110,7 @@ class DriverClient:
                 error = ApiError.model_validate_json(response.text).error
             except ValidationError:
                 error = response.text[:300].strip()
-            raise SwapRefused(error)
+            raise DriverRefused(error)
         if response.status_code >= 400:
             raise DriverUnavailable(f"{method} {url}: {response.status_code} {response.text[:300].strip()}")
         return response.text

@@ -48,7 +48,7 @@ class ChildRef(Strict):
     name: str
 
 
-class Decision(Strict):
+class DecisionStatus(Strict):
     time: str
     fromExecutors: int = Field(alias="from")
     to: int
@@ -57,7 +57,7 @@ class Decision(Strict):
 
 class AutoscalerStatus(Strict):
     desiredExecutors: int | None = None
-    lastDecision: Decision | None = None
+    lastDecision: DecisionStatus | None = None
     ratePerExecutor: float | None = Field(None, description="Records/s one executor processes when busy.")
     backlog: int | None = None
     message: str | None = Field(None, description="Why the autoscaler holds (e.g. an ineffective scale-up).")

@@ -22,7 +22,7 @@ from sluice.pipelines.contract import DriverStatus, Migration, RunnerConfig, Sta
 
 from . import children as ch
 from .autoscaler.plan import ScalingPlan, needs_executor_request, plan_scaling
-from .driver_client import DriverClient, DriverUnavailable, SwapRefused
+from .driver_client import DriverClient, DriverRefused, DriverUnavailable
 from .kube import KindNotServed, Kube, KubeError
 from .model import GROUP, KIND, VERSION, RolloutStatus, StreamingAppSpec
 from .planner import (
@@ -54,10 +54,10 @@ from .rollout import (
     classify,
     diff_base,
 )
-from .rollout.inplace import (
-    Decision,
+from .rollout.decide import (
+    RolloutDecision,
     app_driver,
-    decide,
+    decide_rollout,
     driver_behind,
     driver_facts,
     handover_driver,
@@ -87,7 +87,7 @@ def _adopt(child: dict[str, Any], owner: dict[str, Any]) -> None:
 class RolloutPass:
     """What a pass decided about the app's rollout, for the children and the status."""
 
-    decision: Decision
+    decision: RolloutDecision
     pin: ch.DriverPin
     runner: RunnerConfig  # what a starting driver runs (pin.runs)
     driver_spec: StreamingAppSpec  # what the SparkApplication is submitted with (pin.submitted's spec)
@@ -451,7 +451,7 @@ class Reconciler:
         obs: Observation,
         clock: float,
     ) -> RolloutPass:
-        """Decide this pass of the app's rollout (rollout.inplace) and carry out its actions: the revisions'
+        """Decide this pass of the app's rollout (rollout.decide) and carry out its actions: the revisions'
         ConfigMaps, the hot swap in the driver, a handover's second driver and the drivers' states. What a driver
         answered (a refused swap, a drain or an activation done) is what the same pass decides on next, so a
         handover's drain and activation follow each other without waiting for the next pass."""
@@ -501,7 +501,7 @@ class Reconciler:
             self._observe_driver(namespace, second, spark_apps[second], drivers)
         observed = Observed(clock, frozenset(revisions), tuple(drivers.facts.values()))
         stable_checkpoints = status.get("checkpoints") or {}
-        decision = decide(app, recorded, stable, target, observed, submitted, stable_checkpoints)
+        decision = decide_rollout(app, recorded, stable, target, observed, submitted, stable_checkpoints)
         if facts.runs is not None:  # the spec the driver runs stays readable: what it is compared with
             decision = replace(decision, keep=decision.keep | {facts.runs})
         events += [(e.type, e.reason, e.message) for e in decision.step.events]
@@ -513,7 +513,7 @@ class Reconciler:
                 break
             observed = answered
             rollout = decision.step.rollout
-            decision = decide(app, rollout, decision.step.stable_revision, target, observed, submitted)
+            decision = decide_rollout(app, rollout, decision.step.stable_revision, target, observed, submitted)
             events += [(e.type, e.reason, e.message) for e in decision.step.events]
         condition = rollout_condition(decision.step, revision)
         old: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Rollout"), {})
@@ -563,7 +563,7 @@ class Reconciler:
         specs: dict[str, StreamingAppSpec],
     ) -> tuple[str, str, str] | None:
         """The app's driver runs revision `runs` where its runner config says `claimed`, and no rollout explains
-        it (rollout.inplace.driver_behind): its pod is deleted, and spark-operator starts it again on `claimed`
+        it (rollout.decide.driver_behind): its pod is deleted, and spark-operator starts it again on `claimed`
         (on the same checkpoints; migrated queries hand over as they start). Nothing is done when the two run the
         same pipeline (a change only outside it, adopted without a rollout). Returns the event."""
         if not self._pipelines_differ(namespace, app, runs, claimed, specs):
@@ -611,7 +611,7 @@ class Reconciler:
     def _carry_out(
         self,
         owner: dict[str, Any],
-        decision: Decision,
+        decision: RolloutDecision,
         specs: dict[str, StreamingAppSpec],
         obs: Observation,
         facts: DriverFacts,
@@ -674,7 +674,7 @@ class Reconciler:
         action: StartDriver,
         specs: dict[str, StreamingAppSpec],
         stable_checkpoints: dict[str, str],
-        decision: Decision,
+        decision: RolloutDecision,
         recorded_driver: str,
         submit: bool = True,
     ) -> None:
@@ -796,7 +796,7 @@ class Reconciler:
             return None
         try:
             answer = self.driver_client.swap(obs.driver_address, token, SwapRequest(config=config, steps=list(steps)))
-        except SwapRefused as exc:
+        except DriverRefused as exc:
             return in_app(str(exc))
         except DriverUnavailable as exc:
             self._tokens.pop((namespace, app), None)

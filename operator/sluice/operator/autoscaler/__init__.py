@@ -5,7 +5,7 @@ Per poll of a driver::
     policy = Policy.from_spec(spec.autoscaling)
     state = AutoscalerState.from_json(annotation)            # a fresh state when missing or unreadable
     state = observe(state, driver_status, policy)             # the sample since the last reading
-    decision = decide(policy, spec.executors, state, time.time())
+    decision = decide_scaling(policy, spec.executors, state, time.time())
     if decision.changes: ...PUT /v1/executors {"target": decision.target}...
     state = record(state, decision, policy)
     annotation = state.to_json()
@@ -13,21 +13,21 @@ Per poll of a driver::
 """
 
 from .collect import Sample, format_time, parse_time, sample_between
-from .decide import Decision, autoscaler_status, decide, record
+from .decide import ScalingDecision, autoscaler_status, decide_scaling, record
 from .evaluate import Evaluation, evaluate
 from .policy import ExecutorBounds, Policy
 from .state import AutoscalerState, add_sample, observe
 
 __all__ = [
     "AutoscalerState",
-    "Decision",
     "Evaluation",
     "ExecutorBounds",
     "Policy",
     "Sample",
+    "ScalingDecision",
     "add_sample",
     "autoscaler_status",
-    "decide",
+    "decide_scaling",
     "evaluate",
     "format_time",
     "observe",

@@ -25,8 +25,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..model import AutoscalerStatus
-from ..model import Decision as StatusDecision
+from ..model import AutoscalerStatus, DecisionStatus
 from .collect import Sample, format_time
 from .evaluate import BUSY_FLOOR, Evaluation, evaluate
 from .policy import ExecutorBounds, Policy, spec_key
@@ -39,7 +38,7 @@ Kind = Literal["up", "down", "hold"]
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScalingDecision:
     time: float
     from_executors: int
     target: int
@@ -55,21 +54,21 @@ class Decision:
         return self.kind != "hold"
 
 
-def decide(policy: Policy, bounds: ExecutorBounds, state: AutoscalerState, now: float) -> Decision:
+def decide_scaling(policy: Policy, bounds: ExecutorBounds, state: AutoscalerState, now: float) -> ScalingDecision:
     key = spec_key(policy, bounds)
     current = current_executors(state, bounds)
     blocked = state.scale_up_blocked if state.spec_key == key else None
 
-    def hold(reason: str, evaluation: Evaluation | None = None, recommendation: int | None = None) -> Decision:
-        return Decision(
+    def hold(reason: str, evaluation: Evaluation | None = None, recommendation: int | None = None) -> ScalingDecision:
+        return ScalingDecision(
             now, current, current, "hold", f"hold at {current}: {reason}", recommendation, evaluation, blocked, key
         )
 
     def change(
         target: int, reason: str, evaluation: Evaluation | None = None, recommendation: int | None = None
-    ) -> Decision:
+    ) -> ScalingDecision:
         kind: Kind = "up" if target > current else "down"
-        return Decision(
+        return ScalingDecision(
             now,
             current,
             target,
@@ -108,7 +107,7 @@ def decide(policy: Policy, bounds: ExecutorBounds, state: AutoscalerState, now: 
     if recommendation is None:
         return hold(why, evaluation)
 
-    def wait(reason: str) -> Decision:
+    def wait(reason: str) -> ScalingDecision:
         return hold(f"{why}; {reason}", evaluation, recommendation)
 
     if recommendation > current:
@@ -148,7 +147,7 @@ def decide(policy: Policy, bounds: ExecutorBounds, state: AutoscalerState, now: 
     return hold(why, evaluation, recommendation)
 
 
-def record(state: AutoscalerState, decision: Decision, policy: Policy) -> AutoscalerState:
+def record(state: AutoscalerState, decision: ScalingDecision, policy: Policy) -> AutoscalerState:
     """The state after `decision` was realized (or, for a hold, simply made)."""
     recommendations, since = state.recommendations, state.recommending_since
     if decision.recommendation is not None:
@@ -187,7 +186,7 @@ def record(state: AutoscalerState, decision: Decision, policy: Policy) -> Autosc
     )
 
 
-def autoscaler_status(state: AutoscalerState, decision: Decision) -> AutoscalerStatus:
+def autoscaler_status(state: AutoscalerState, decision: ScalingDecision) -> AutoscalerStatus:
     """The StreamingApp's status.autoscaler for a decision (lastDecision: the latest change)."""
     last = state.last_change
     if decision.changes:
@@ -201,7 +200,7 @@ def autoscaler_status(state: AutoscalerState, decision: Decision) -> AutoscalerS
         desiredExecutors=decision.target,
         lastDecision=None
         if last is None
-        else StatusDecision(
+        else DecisionStatus(
             time=format_time(last.time), fromExecutors=last.from_executors, to=last.to, reason=last.reason
         ),
         ratePerExecutor=None if rate is None else round(rate, 1),

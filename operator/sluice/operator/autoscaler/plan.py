@@ -19,7 +19,7 @@ from sluice.pipelines.contract import DriverStatus
 
 from ..model import StreamingAppSpec
 from .collect import parse_time
-from .decide import Decision, autoscaler_status, current_executors, decide, record
+from .decide import ScalingDecision, autoscaler_status, current_executors, decide_scaling, record
 from .policy import Policy, spec_key
 from .state import AutoscalerState, observe
 
@@ -89,7 +89,7 @@ def autoscale(
         current = current_executors(state, bounds)
         target = min(max(bounds.instances, bounds.min), bounds.max)
         if target != current:
-            nudge = Decision(
+            nudge = ScalingDecision(
                 now,
                 current,
                 target,
@@ -103,7 +103,7 @@ def autoscale(
             kinds.append("manual")
     if driver is not None and _due(state, driver, policy):
         state = observe(state, driver, policy)
-    decision = decide(policy, bounds, state, now)
+    decision = decide_scaling(policy, bounds, state, now)
     if decision.changes:
         events.append(("Normal", "Scaled", decision.reason))
         kinds.append(decision.kind)
@@ -119,10 +119,10 @@ def _due(state: AutoscalerState, driver: DriverStatus, policy: Policy) -> bool:
     return parse_time(driver.observedAt) - state.counters.time >= policy.interval - policy.slack / 2
 
 
-def _status(desired: int, state: AutoscalerState, decision: Decision | None) -> dict:
+def _status(desired: int, state: AutoscalerState, decision: ScalingDecision | None) -> dict:
     if decision is None:
         last = state.last_decision
-        decision = Decision(
+        decision = ScalingDecision(
             last.time if last else 0.0,
             desired,
             desired,

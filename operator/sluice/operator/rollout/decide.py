@@ -48,14 +48,14 @@ FAILED_SPARK_STATES = ("FAILED", "SUBMISSION_FAILED")
 
 
 @dataclass(frozen=True)
-class Decision:
+class RolloutDecision:
     step: Step
     runner_revision: str  # what a driver that starts now runs (the runner ConfigMap)
     submitted_revision: str  # what the SparkApplication is submitted for: a change makes spark-operator resubmit
     keep: frozenset[str]  # the revisions whose pipeline ConfigMaps stay
 
 
-def decide(
+def decide_rollout(
     app: str,
     rollout: RolloutStatus | None,
     stable_revision: str | None,
@@ -63,7 +63,7 @@ def decide(
     observed: Observed,
     submitted_revision: str | None,
     stable_checkpoints: Mapping[str, str] | None = None,
-) -> Decision:
+) -> RolloutDecision:
     """One pass of the rollout: plan.step, a restart completed at once
     (spark-operator resubmits the driver on the same checkpoints), and the revisions the driver is pinned to.
     `submitted_revision`: what the existing SparkApplication was submitted for (None: there is none).
@@ -104,7 +104,7 @@ def decide(
         if planned.strategy == "restart" or planned.newDriver:  # a runtime change: a new SparkApplication spec
             submitted_revision = planned.toRevision
     runner = runner_revision(result.rollout, result.stable_revision, target.revision)
-    return Decision(result, runner, submitted_revision or runner, kept_revisions(result, target.revision))
+    return RolloutDecision(result, runner, submitted_revision or runner, kept_revisions(result, target.revision))
 
 
 def is_handover(rollout: RolloutStatus | None) -> bool:

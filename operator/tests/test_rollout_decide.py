@@ -29,9 +29,9 @@ from sluice.operator.rollout import (
     SwapQueries,
     Target,
 )
-from sluice.operator.rollout.inplace import (
+from sluice.operator.rollout.decide import (
     app_driver,
-    decide,
+    decide_rollout,
     driver_behind,
     driver_facts,
     handover_driver,
@@ -51,7 +51,7 @@ def target(*edits: str, type_: str = "auto", to: str = "r2") -> Target:
 
 
 def test_a_filter_change_is_swapped_in_the_running_driver_and_pins_the_new_revision_once_swapped() -> None:
-    planned = decide(APP, None, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
+    planned = decide_rollout(APP, None, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
     rollout = planned.step.rollout
     assert rollout is not None and rollout.strategy == "hotSwap" and not rollout.newDriver
     assert rollout.phase == "Draining"  # the ConfigMap of r2 is there: the swap is asked for at once
@@ -64,7 +64,7 @@ def test_a_filter_change_is_swapped_in_the_running_driver_and_pins_the_new_revis
 
     kept = queries("r1", batches=40, only=("lines-dead-letters",))  # never stopped: its run goes on
     swapped = driver(running=(*kept, *queries("r2", batches=3, only=("out",))))
-    done = decide(APP, rollout, "r1", target(), observed(swapped, at=T0 + 20), submitted_revision="r1")
+    done = decide_rollout(APP, rollout, "r1", target(), observed(swapped, at=T0 + 20), submitted_revision="r1")
     assert done.step.rollout is not None and done.step.rollout.phase == "Complete"
     assert done.step.stable_revision == "r2"
     assert (done.runner_revision, done.submitted_revision) == ("r2", "r1")
@@ -73,32 +73,36 @@ def test_a_filter_change_is_swapped_in_the_running_driver_and_pins_the_new_revis
 
 
 def test_a_refused_swap_rolls_back_at_once_and_the_driver_keeps_the_stable_revision() -> None:
-    planned = decide(APP, None, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
+    planned = decide_rollout(APP, None, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
     swap = next(a for a in planned.step.actions if isinstance(a, SwapQueries))
     error = "a query failed to start on revision r2: [UNRESOLVED_COLUMN] `nope` cannot be resolved"
     refused = with_refused_swap(observed(driver()), swap, error)
-    back = decide(APP, planned.step.rollout, "r1", target(), refused, submitted_revision="r1")
+    back = decide_rollout(APP, planned.step.rollout, "r1", target(), refused, submitted_revision="r1")
     assert back.step.rollout is not None and back.step.rollout.phase == "RollingBack"
     assert "UNRESOLVED_COLUMN" in (back.step.rollout.message or "")
     assert back.runner_revision == "r1"
     # The driver itself runs r1 untouched: nothing is left to swap back.
     back_swap = next(a for a in back.step.actions if isinstance(a, SwapQueries))
     assert back_swap.revision == "r1" and pending_swap(back_swap, driver()) is None
-    rolled = decide(APP, back.step.rollout, "r1", target(), observed(driver(), at=T0 + 5), submitted_revision="r1")
+    rolled = decide_rollout(
+        APP, back.step.rollout, "r1", target(), observed(driver(), at=T0 + 5), submitted_revision="r1"
+    )
     assert rolled.step.rollout is not None and rolled.step.rollout.phase == "RolledBack"
     assert rolled.step.stable_revision == "r1" and rolled.runner_revision == "r1"
     assert rollout_condition(rolled.step, "r2")[:2] == (False, "RolledBack")
     assert rollout_condition(rolled.step, "r1")[:2] == (True, "Stable"), "the spec back on the stable revision"
     # The same spec is not tried again; the next change rolls out normally.
-    again = decide(APP, rolled.step.rollout, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
+    again = decide_rollout(APP, rolled.step.rollout, "r1", target(FILTER), observed(driver()), submitted_revision="r1")
     assert again.step.rollout == rolled.step.rollout and not again.step.actions
     with_r3 = observed(driver(), revisions=("r1", "r3"))
-    nxt = decide(APP, rolled.step.rollout, "r1", target(FILTER, to="r3"), with_r3, submitted_revision="r1")
+    nxt = decide_rollout(APP, rolled.step.rollout, "r1", target(FILTER, to="r3"), with_r3, submitted_revision="r1")
     assert nxt.step.rollout is not None and (nxt.step.rollout.toRevision, nxt.step.rollout.phase) == ("r3", "Draining")
 
 
 def test_a_restart_asked_for_restarts_the_driver_through_spark_operator() -> None:
-    result = decide(APP, None, "r1", target(IMAGE, type_="restart"), observed(driver()), submitted_revision="r1")
+    result = decide_rollout(
+        APP, None, "r1", target(IMAGE, type_="restart"), observed(driver()), submitted_revision="r1"
+    )
     rollout = result.step.rollout
     assert rollout is not None and (rollout.strategy, rollout.phase) == ("restart", "Complete")
     assert result.step.stable_revision == "r2" and not result.step.actions
@@ -112,7 +116,7 @@ def test_a_stateful_change_with_an_image_change_migrates_in_a_new_driver_and_rol
     the old folder is retired. Rolled back, the drained driver resumes on r1's config as the rollback places
     it: the query takes its output back from the folder the migration made."""
     for type_ in ("checkpointMigration", "auto"):  # an explicit one migrates the compatible changes too
-        planned = decide(APP, None, "r1", target(WINDOW, IMAGE, type_=type_), observed(driver()), "r1")
+        planned = decide_rollout(APP, None, "r1", target(WINDOW, IMAGE, type_=type_), observed(driver()), "r1")
         assert planned.step.refusal is None, planned.step.refusal
         rollout = planned.step.rollout
         assert rollout is not None and (rollout.strategy, rollout.newDriver) == ("checkpointMigration", True)
@@ -126,32 +130,32 @@ def test_a_stateful_change_with_an_image_change_migrates_in_a_new_driver_and_rol
     assert revision_checkpoints("r1", {}, rollout) == ({}, {}), "the drained driver keeps its folders"
 
     standby = driver(new, "r2", state="standby", running=())
-    draining = decide(APP, rollout, "r1", target(), observed(driver(), standby), submitted_revision="r1")
+    draining = decide_rollout(APP, rollout, "r1", target(), observed(driver(), standby), submitted_revision="r1")
     assert draining.step.rollout is not None and Drain(APP) in draining.step.actions
     drained = with_driver_state(observed(driver(), standby), APP, "drained", ())
-    starting = decide(APP, draining.step.rollout, "r1", target(), drained, submitted_revision="r1")
+    starting = decide_rollout(APP, draining.step.rollout, "r1", target(), drained, submitted_revision="r1")
     assert starting.step.rollout is not None and Activate(new) in starting.step.actions
     active = with_driver_state(drained, new, "running", tuple(QueryFacts(q, "r2", active=True) for q in QUERIES))
-    verifying = decide(APP, starting.step.rollout, "r1", target(), active, submitted_revision="r1")
+    verifying = decide_rollout(APP, starting.step.rollout, "r1", target(), active, submitted_revision="r1")
     assert verifying.step.rollout is not None and verifying.step.rollout.phase == "Verifying"
     healthy = observed(driver(state="drained", running=()), driver(new, "r2", running=queries("r2", batches=3)))
-    done = decide(APP, verifying.step.rollout, "r1", target(), healthy, submitted_revision="r1")
+    done = decide_rollout(APP, verifying.step.rollout, "r1", target(), healthy, submitted_revision="r1")
     assert done.step.rollout is not None and done.step.rollout.phase == "Complete", done.step.rollout
     assert app_driver(done.step.rollout, APP) == new and done.runner_revision == "r2"
     assert DeleteDriver(APP) in done.step.actions
     assert ReleaseRevision("r1", ("out",), ("out",)) in done.step.actions, "the folder out moved from is retired"
 
     failing = driver(new, "r2", running=queries("r2", error="spec.pipeline.nodes[3]: boom"))
-    back = decide(
+    back = decide_rollout(
         APP, verifying.step.rollout, "r1", target(), observed(driver(state="drained", running=()), failing), "r1"
     )
     rolling_back = back.step.rollout
     assert rolling_back is not None and rolling_back.phase == "RollingBack" and Drain(new) in back.step.actions
     stopped = observed(driver(state="drained", running=()), driver(new, "r2", state="drained", running=()))
-    resumed = decide(APP, rolling_back, "r1", target(), stopped, submitted_revision="r1")
+    resumed = decide_rollout(APP, rolling_back, "r1", target(), stopped, submitted_revision="r1")
     assert Resume(APP, "r1") in resumed.step.actions, "resumed on r1 as the rollback places its checkpoints"
     assert revision_checkpoints("r1", {}, rolling_back) == ({}, {"out": Migration(fromCheckpoint="out@r2")})
-    rolled = decide(
+    rolled = decide_rollout(
         APP, rolling_back, "r1", target(), observed(driver(), driver(new, "r2", "drained", running=())), "r1"
     )
     assert rolled.step.rollout is not None and rolled.step.rollout.phase == "RolledBack"
@@ -160,7 +164,9 @@ def test_a_stateful_change_with_an_image_change_migrates_in_a_new_driver_and_rol
 
 
 def test_an_explicit_strategy_that_cannot_roll_out_the_change_is_refused_and_the_stable_revision_runs_on() -> None:
-    result = decide(APP, None, "r1", target(WINDOW, type_="hotSwap"), observed(driver()), submitted_revision="r1")
+    result = decide_rollout(
+        APP, None, "r1", target(WINDOW, type_="hotSwap"), observed(driver()), submitted_revision="r1"
+    )
     assert result.step.refusal is not None and result.step.refusal.reason == "UnsafeUpdateStrategy"
     assert result.step.rollout is None and result.step.stable_revision == "r1" and not result.step.actions
     assert (result.runner_revision, result.submitted_revision) == ("r1", "r1")
@@ -171,7 +177,7 @@ def test_an_explicit_strategy_that_cannot_roll_out_the_change_is_refused_and_the
 
 def test_without_a_running_driver_the_next_driver_starts_the_new_revision() -> None:
     for drivers in ((), (driver(state="pending", running=()),), (driver(state="failed", running=()),)):
-        result = decide(APP, None, "r1", target(FILTER), observed(*drivers), submitted_revision="r1")
+        result = decide_rollout(APP, None, "r1", target(FILTER), observed(*drivers), submitted_revision="r1")
         rollout = result.step.rollout
         assert rollout is not None and (rollout.strategy, rollout.phase) == ("restart", "Complete"), drivers
         starting = bool(drivers) and drivers[0].state == "pending"
@@ -180,13 +186,13 @@ def test_without_a_running_driver_the_next_driver_starts_the_new_revision() -> N
         assert result.step.stable_revision == "r2" and not result.step.actions
         assert (result.runner_revision, result.submitted_revision) == ("r2", "r1"), "nothing to resubmit"
         # What a driver could not run on its checkpoints: the next driver hands the query over as it starts it.
-        moved = decide(APP, None, "r1", target(WINDOW), observed(*drivers), submitted_revision="r1")
+        moved = decide_rollout(APP, None, "r1", target(WINDOW), observed(*drivers), submitted_revision="r1")
         migration = moved.step.rollout
         assert migration is not None and (migration.strategy, migration.phase) == ("checkpointMigration", "Complete")
         assert "hand over as it starts" in (migration.message or "") and moved.runner_revision == "r2"
         folders, migrations = revision_checkpoints("r2", {}, migration)
         assert folders == {"out": "out@r2"} and migrations["out"].fromCheckpoint == "out"
-    first = decide(APP, None, None, target(to="r1"), observed(), submitted_revision=None)
+    first = decide_rollout(APP, None, None, target(to="r1"), observed(), submitted_revision=None)
     assert first.step.stable_revision == "r1" and (first.runner_revision, first.submitted_revision) == ("r1", "r1")
 
 
@@ -194,7 +200,7 @@ def test_a_driver_that_started_on_the_revision_before_a_completed_rollout_is_fou
     """The lost update: a change applied while the driver starts completes at once (no driver runs yet), but the
     starting driver had read the revision before; once it answers, it is found running r1 where r2 is claimed."""
     starting = driver(state="pending", running=())
-    done = decide(APP, None, "r1", target(FILTER), observed(starting), submitted_revision="r1").step.rollout
+    done = decide_rollout(APP, None, "r1", target(FILTER), observed(starting), submitted_revision="r1").step.rollout
     assert done is not None and done.phase == "Complete" and done.toRevision == "r2"
     came_up_on_r1 = driver_facts(APP, "r1", "RUNNING", 0, status("r1"))
     assert came_up_on_r1.runs == "r1"
@@ -220,7 +226,7 @@ def status(revision: str) -> DriverStatus:
 
 
 def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the_new_revision() -> None:
-    planned = decide(APP, None, "r1", target(WINDOW), observed(driver()), submitted_revision="r1")
+    planned = decide_rollout(APP, None, "r1", target(WINDOW), observed(driver()), submitted_revision="r1")
     rollout = planned.step.rollout
     assert rollout is not None and (rollout.strategy, rollout.phase, rollout.newDriver) == (
         "checkpointMigration",
@@ -242,18 +248,18 @@ def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the
 
     # A refused migration (a query without final rows per window, say) rolls back like a refused swap.
     refused = with_refused_swap(observed(driver()), swap, "migrate of query 'out': its rows are not final")
-    back = decide(APP, rollout, "r1", target(), refused, submitted_revision="r1")
+    back = decide_rollout(APP, rollout, "r1", target(), refused, submitted_revision="r1")
     assert back.step.rollout is not None and back.step.rollout.phase == "RollingBack"
 
     migrated = driver(running=queries("r2", batches=3))
-    done = decide(APP, rollout, "r1", target(), observed(migrated, at=T0 + 20), submitted_revision="r1")
+    done = decide_rollout(APP, rollout, "r1", target(), observed(migrated, at=T0 + 20), submitted_revision="r1")
     assert done.step.rollout is not None and done.step.rollout.phase == "Complete" and done.step.stable_revision == "r2"
     stable = revision_checkpoints("r2", {}, done.step.rollout)[0]
     assert stable == {"out": "out@r2"}, "what status.checkpoints keeps"
 
     # Rolled back instead: the query goes back onto the checkpoint it left, behind the new one's cut.
     failing = driver(running=(*queries("r2", only=("lines-dead-letters",)), *queries("r2", only=("out",), error="x")))
-    rolling = decide(APP, rollout, "r1", target(), observed(failing, at=T0 + 5), submitted_revision="r1")
+    rolling = decide_rollout(APP, rollout, "r1", target(), observed(failing, at=T0 + 5), submitted_revision="r1")
     assert rolling.step.rollout is not None and rolling.step.rollout.phase == "RollingBack"
     back_swap = next(a for a in rolling.step.actions if isinstance(a, SwapQueries))
     assert back_swap.revision == "r1"
@@ -267,12 +273,12 @@ def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the
 
     # The next migration of the same query moves it from the checkpoint r2 gave it.
     r3 = observed(migrated, revisions=("r2", "r3"))
-    again = decide(APP, done.step.rollout, "r2", target(FILTER, WINDOW, to="r3"), r3, "r1", stable)
+    again = decide_rollout(APP, done.step.rollout, "r2", target(FILTER, WINDOW, to="r3"), r3, "r1", stable)
     assert again.step.rollout is not None and again.step.rollout.fromCheckpoints == stable
     folders, migrations = revision_checkpoints("r3", stable, again.step.rollout)
     assert folders == {"out": "out@r3"} and migrations["out"].fromCheckpoint == "out@r2"
     # ... and a change it restarts for keeps it on that checkpoint.
-    swapped = decide(APP, done.step.rollout, "r2", target(FILTER, to="r3"), r3, "r1", stable)
+    swapped = decide_rollout(APP, done.step.rollout, "r2", target(FILTER, to="r3"), r3, "r1", stable)
     assert swapped.step.rollout is not None and swapped.step.rollout.strategy == "hotSwap"
     assert revision_checkpoints("r3", stable, swapped.step.rollout) == ({"out": "out@r2"}, {})
 
@@ -331,7 +337,7 @@ def test_driver_facts_count_the_current_runs_batches_and_each_querys_topics_back
 
 
 def test_an_image_change_is_handed_over_to_a_second_driver_that_takes_over_as_the_apps_driver() -> None:
-    planned = decide(APP, None, "r1", target(IMAGE), observed(driver()), submitted_revision="r1")
+    planned = decide_rollout(APP, None, "r1", target(IMAGE), observed(driver()), submitted_revision="r1")
     rollout = planned.step.rollout
     assert rollout is not None and (rollout.strategy, rollout.phase, rollout.newDriver) == (
         "fencedHandover",
@@ -349,7 +355,7 @@ def test_an_image_change_is_handed_over_to_a_second_driver_that_takes_over_as_th
     assert (on_standby(rollout, new, APP, True), on_standby(rollout, APP, APP, True)) == (True, False)
 
     standby = driver(new, "r2", state="standby", running=())
-    draining = decide(APP, rollout, "r1", target(), observed(driver(), standby), submitted_revision="r1")
+    draining = decide_rollout(APP, rollout, "r1", target(), observed(driver(), standby), submitted_revision="r1")
     rollout = draining.step.rollout
     assert rollout is not None and rollout.phase == "Draining"
     assert Drain(APP) in draining.step.actions and not [a for a in draining.step.actions if isinstance(a, Activate)]
@@ -357,19 +363,19 @@ def test_an_image_change_is_handed_over_to_a_second_driver_that_takes_over_as_th
 
     # The drain answered: the same pass decides on what the drivers said, and activates the new one.
     drained = with_driver_state(observed(driver(), standby), APP, "drained", ())
-    starting = decide(APP, rollout, "r1", target(), drained, submitted_revision="r1")
+    starting = decide_rollout(APP, rollout, "r1", target(), drained, submitted_revision="r1")
     rollout = starting.step.rollout
     assert rollout is not None and rollout.phase == "Starting" and Activate(new) in starting.step.actions
     assert (on_standby(rollout, APP, APP, True), on_standby(rollout, new, APP, True)) == (True, False)
     started = tuple(QueryFacts(q, "r2", active=True) for q in QUERIES)
     active = with_driver_state(drained, new, "running", started)
-    verifying = decide(APP, rollout, "r1", target(), active, submitted_revision="r1")
+    verifying = decide_rollout(APP, rollout, "r1", target(), active, submitted_revision="r1")
     rollout = verifying.step.rollout
     assert rollout is not None and rollout.phase == "Verifying"
     assert (verifying.runner_revision, app_driver(rollout, APP), retired_drivers(rollout, APP)) == ("r1", APP, [])
 
     healthy = observed(driver(state="drained", running=()), driver(new, "r2", running=queries("r2", batches=3)))
-    done = decide(APP, rollout, "r1", target(), healthy, submitted_revision="r1")
+    done = decide_rollout(APP, rollout, "r1", target(), healthy, submitted_revision="r1")
     rollout = done.step.rollout
     assert rollout is not None and rollout.phase == "Complete" and done.step.stable_revision == "r2"
     assert DeleteDriver(APP) in done.step.actions
@@ -379,23 +385,23 @@ def test_an_image_change_is_handed_over_to_a_second_driver_that_takes_over_as_th
 
 
 def test_a_new_driver_that_fails_is_drained_and_the_old_one_resumes() -> None:
-    planned = decide(APP, None, "r1", target(IMAGE), observed(driver()), submitted_revision="r1")
+    planned = decide_rollout(APP, None, "r1", target(IMAGE), observed(driver()), submitted_revision="r1")
     rollout = planned.step.rollout
     assert rollout is not None
     new = rollout.toDriver
     failing = driver(new, "r2", running=queries("r2", error="[UNRESOLVED_COLUMN] `nope`"))
     facts = observed(driver(state="drained", running=()), failing, at=T0 + 5)
     activated = rollout.model_copy(update={"phase": "Verifying"})
-    back = decide(APP, activated, "r1", target(), facts, submitted_revision="r1")
+    back = decide_rollout(APP, activated, "r1", target(), facts, submitted_revision="r1")
     rollout = back.step.rollout
     assert rollout is not None and rollout.phase == "RollingBack" and "UNRESOLVED_COLUMN" in (rollout.message or "")
     assert Drain(new) in back.step.actions, "the new driver writes its last batch before the old one resumes"
     assert (on_standby(rollout, new, APP, True), on_standby(rollout, APP, APP, True)) == (True, False)
     stopped = observed(driver(state="drained", running=()), driver(new, "r2", state="drained", running=()))
-    resumed = decide(APP, rollout, "r1", target(), stopped, submitted_revision="r1")
+    resumed = decide_rollout(APP, rollout, "r1", target(), stopped, submitted_revision="r1")
     assert any(type(a).__name__ == "Resume" and a.driver == APP for a in resumed.step.actions)
     running_again = observed(driver(), driver(new, "r2", state="drained", running=()))
-    rolled = decide(APP, resumed.step.rollout, "r1", target(), running_again, submitted_revision="r1")
+    rolled = decide_rollout(APP, resumed.step.rollout, "r1", target(), running_again, submitted_revision="r1")
     rollout = rolled.step.rollout
     assert rollout is not None and rollout.phase == "RolledBack" and DeleteDriver(new) in rolled.step.actions
     assert app_driver(rollout, APP) == APP and retired_drivers(rollout, APP) == [new]
