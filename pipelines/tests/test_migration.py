@@ -6,21 +6,26 @@ rollback moves it back behind the new one's cut. Plus the pure parts (offsets, g
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka_output import read_committed
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from sluice.pipelines.compiler import compile_pipeline
 from sluice.pipelines.contract import CheckpointsDeleted, Migration, QueryStep, RunnerConfig
-from sluice.pipelines.handover import gate_cut, starting_offsets
+from sluice.pipelines.handover import HandoverFailed, described, gate_cut, java_cause, starting_offsets
 from sluice.pipelines.local.kafka_io import end_offsets, produce
+from sluice.pipelines.plancheck import failure_message
 from sluice.pipelines.runtime import PipelineRun, SwapRefused
-from sluice.pipelines.sinks.checkpoint_files import Handover, OutputGrid
+from sluice.pipelines.sinks.checkpoint_files import Handover, OutputGrid, committed_batch
 from sluice.pipelines.spec import FromKafka, PipelineSpec
 from sluice.testbed.common import wait_for
 
@@ -29,7 +34,10 @@ WORDS = ("a", "b", "c")
 Window = tuple[int, int, str]  # (size ms, start ms, word)
 
 
-def pipeline(source: str, out: str, window: str, *, windowed: bool = True) -> PipelineSpec:
+def pipeline(
+    source: str, out: str, window: str, *, windowed: bool = True, starting: str = "earliest", **read: Any
+) -> PipelineSpec:
+    """A count per word (per tumbling window when `windowed`); `read`: more fromKafka fields of the source."""
     count: dict[str, Any] = {"groupBy": ["word"], "aggregations": {"n": "count(*)"}}
     value = "to_json(named_struct('word', word, 'n', n))"
     if windowed:
@@ -50,7 +58,8 @@ def pipeline(source: str, out: str, window: str, *, windowed: bool = True) -> Pi
                         "schema": "word STRING, ts TIMESTAMP",
                         "eventTime": "ts",
                         "watermark": f"{WATERMARK_MS // 1000}s",
-                        "startingOffsets": "earliest",
+                        "startingOffsets": starting,
+                        **read,
                     },
                 },
                 {"name": "counted", "inputs": ["events"], "aggregate": count},
@@ -60,12 +69,12 @@ def pipeline(source: str, out: str, window: str, *, windowed: bool = True) -> Pi
     )
 
 
-def send(bootstrap: str, topic: str, times_ms: list[int]) -> list[tuple[int, str]]:
+def send(bootstrap: str, topic: str, times_ms: list[int], partition: int | None = None) -> list[tuple[int, str]]:
     """Events at the given times (event time = record time), each word in turn; returns (time, word)."""
     events = [(t, WORDS[i % len(WORDS)]) for i, t in enumerate(times_ms)]
     iso = [time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t // 1000)) + f".{t % 1000:03d}Z" for t, _ in events]
     records = [(w.encode(), json.dumps({"word": w, "ts": s}).encode()) for (_, w), s in zip(events, iso, strict=True)]
-    produce(bootstrap, topic, records, timestamps_ms=[t for t, _ in events])
+    produce(bootstrap, topic, records, timestamps_ms=[t for t, _ in events], partition=partition)
     return events
 
 
@@ -472,3 +481,192 @@ def test_a_shorter_window_takes_over_the_windows_the_old_one_had_not_closed(
     }
     assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
     assert {w: ns[0] for w, ns in got.items()} == expected, cut - base
+
+
+# ------------------------------------------------------------------------------------------ idle inputs
+# The issue's change: 5 s windows to 10 s ones, rewound by the watermark delay and the longer window.
+IDLE_REWIND_MS = WATERMARK_MS + 10_000
+
+
+def ten_second_base() -> int:
+    return (int(time.time() * 1000) // 10_000 - 30) * 10_000  # aligned on both window sizes, within retention
+
+
+def five_to_ten(
+    source: str, out: str, bootstrap: str, tmp_path: Path, **read: Any
+) -> tuple[RunnerConfig, RunnerConfig]:
+    old = first_revision(pipeline(source, out, "5s", **read), bootstrap, tmp_path)
+    new = old.model_copy(
+        update={
+            "revision": "rev-2",
+            "pipeline": pipeline(source, out, "10s", **read),
+            "checkpoints": {"counts": "counts@rev-2"},
+        }
+    )
+    return old, new
+
+
+def migrate_idle(spark: SparkSession, run: PipelineRun, old: RunnerConfig, new: RunnerConfig) -> Handover:
+    """The old query once it completed a batch (over what the topic holds), migrated to `new`."""
+    wait_for(lambda: committed_batch(spark, old.checkpoint("counts")) is not None, timeout=120, what="the first batch")
+    response = run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=IDLE_REWIND_MS)])
+    assert (response.moved, response.restarted) == (["counts"], [])
+    handover = Handover.latest(spark, new.checkpoint("counts"))
+    assert handover is not None and handover.source == old.checkpoint("counts")
+    return handover
+
+
+def then_fed(bootstrap: str, source: str, out: str, base: int, start_s: int) -> tuple[list[tuple[int, str]], Any]:
+    """Records arrive after the migration: 40 s of events from `start_s`, then one that closes their windows.
+    The events, and what the sink committed once every 10 s window of theirs was written."""
+    events = send(bootstrap, source, [base + start_s * 1000 + i * 250 for i in range(160)])
+    send(bootstrap, source, [base + (start_s + 120) * 1000])  # closes every window before it less 2 s
+    end = base + (start_s + 40) * 1000
+    wait_for(lambda: emitted(bootstrap, out, 10_000, end), timeout=120, what=f"the 10 s windows up to {end - base}")
+    time.sleep(3)  # a window written twice would show now
+    return events, written(bootstrap, out)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_an_input_that_never_had_a_record_migrates_and_its_first_records_are_counted_once(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    """Issue #31: a new app, nothing on its input yet, changes its window. The old query's only batch read
+    offset 0 everywhere with watermark 0: the cut is 0, so the rewind is to record time 0 (which Kafka was
+    asked as a java.lang.Integer and failed on); every partition starts at 0 and every window is the new one's."""
+    source, out = new_topic(2), new_topic(1)
+    base = ten_second_base()
+    old, new = five_to_ten(source, out, kafka_bootstrap, tmp_path)
+    run = PipelineRun(spark_session, old).start()
+    try:
+        handover = migrate_idle(spark_session, run, old, new)
+        assert handover.cutMs == 0
+        assert json.loads(handover.startingOffsets["events"]) == {source: {"0": 0, "1": 0}}
+        events, got = then_fed(kafka_bootstrap, source, out, base, 0)
+    finally:
+        run.stop()
+    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
+    assert {w: ns[0] for w, ns in got.items()} == dict(windows(events, 10_000))
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_an_input_with_old_records_the_app_never_read_migrates_without_them(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    """A new app reading from latest on a topic with records from long ago, idle since: its watermark is 0, the
+    rewind is to record time 0, where the old records are. The new query starts where the app began reading
+    (the old query's first offsets), not at them: only what arrives later is counted, each window once."""
+    source, out = new_topic(2), new_topic(1)
+    base = ten_second_base()
+    send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s, before the app
+    ends = end_offsets(kafka_bootstrap, source)
+    old, new = five_to_ten(source, out, kafka_bootstrap, tmp_path, starting="latest")
+    run = PipelineRun(spark_session, old).start()
+    try:
+        handover = migrate_idle(spark_session, run, old, new)
+        assert handover.cutMs == 0
+        assert json.loads(handover.startingOffsets["events"]) == {source: {str(p): e for p, e in ends.items()}}
+        events, got = then_fed(kafka_bootstrap, source, out, base, 40)
+    finally:
+        run.stop()
+    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
+    assert {w: ns[0] for w, ns in got.items()} == dict(windows(events, 10_000))
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_partitions_without_a_record_in_the_rewind_start_where_the_old_query_read_up_to(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    """Partition 1 had records long before the cut, since deleted (its log starts past 0, it holds nothing):
+    Kafka has no offset for the rewind's time there and it starts at its end. Partition 0's last record (which
+    closed the old windows, its own still open) is the only one in the rewind: the new query starts at it. Old
+    windows closed by the cut come from the old query, the later ones from the new, each once."""
+    source, out = new_topic(2), new_topic(1)
+    base = ten_second_base()
+    old_events = send(kafka_bootstrap, source, [base + i * 250 for i in range(81)], partition=0)  # 0 .. 20 s
+    old_events += send(kafka_bootstrap, source, [base + i * 500 for i in range(10)], partition=1)  # 0 .. 4.5 s
+    old_events += send(kafka_bootstrap, source, [base + 40_000], partition=0)  # the watermark to 38 s
+    old, new = five_to_ten(source, out, kafka_bootstrap, tmp_path)
+    run = PipelineRun(spark_session, old).start()
+    try:
+        wait_for(lambda: emitted(kafka_bootstrap, out, 5000, base + 20_000), timeout=120, what="the 5 s windows")
+        ends = end_offsets(kafka_bootstrap, source)
+        delete_records_before(kafka_bootstrap, source, 1, ends[1])  # as retention would
+        handover = migrate_idle(spark_session, run, old, new)
+        assert handover.cutMs == base + 35_000, (handover.cutMs or 0) - base
+        rewound = json.loads(handover.startingOffsets["events"])[source]
+        assert rewound == {"0": ends[0] - 1, "1": ends[1]}, (rewound, ends)
+        events, got = then_fed(kafka_bootstrap, source, out, base, 40)
+    finally:
+        run.stop()
+    cut = handover.cutMs
+    expected = {w: n for w, n in windows(old_events, 5000).items() if w[1] + 5000 <= cut}
+    expected |= {w: n for w, n in windows(old_events[-1:] + events, 10_000).items() if w[1] + 10_000 > cut}
+    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
+    assert {w: ns[0] for w, ns in got.items()} == expected
+
+
+def delete_records_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, partition, offset)]).values():
+        future.result(timeout=30)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_rewind_kafka_cannot_answer_fails_the_swap_saying_what_failed(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    """The new revision reads its source from a broker nobody listens on: the handover cannot ask where the
+    rewind's time is. The swap fails naming the query, the source, the topic and the broker (never a py4j
+    object such as o2909.offsetsForTimes), and the old query runs on."""
+    source, out = new_topic(2), new_topic(1)
+    old, _ = five_to_ten(source, out, kafka_bootstrap, tmp_path)
+    timeouts = {"kafka.request.timeout.ms": "2000", "kafka.default.api.timeout.ms": "3000"}
+    dead = {"bootstrapServers": "127.0.0.1:9", "options": timeouts}
+    _, new = five_to_ten(source, out, kafka_bootstrap, tmp_path, **dead)
+    run = PipelineRun(spark_session, old).start()
+    try:
+        with pytest.raises(HandoverFailed) as failed:
+            migrate_idle(spark_session, run, old, new)
+        assert [q.name for q in run.queries if q.isActive] == ["counts"] and run.config == old
+    finally:
+        run.stop()
+    message = failure_message(failed.value)
+    assert message.startswith(f"query counts: the migration from checkpoint {old.checkpoint('counts')} "), message
+    assert f"source events starts: Kafka at 127.0.0.1:9 did not give the offsets of topic {source} partitions 0, 1" in (
+        message
+    )
+    assert "TimeoutException" in message and not re.search(r"\bo\d+\.", message), message
+
+
+@pytest.mark.spark
+def test_a_jvm_failure_is_told_by_its_own_message(spark_session: SparkSession) -> None:
+    """What py4j raises names an object id (`o2909.offsetsForTimes`); what is told is the JVM's own message."""
+    jvm = spark_session._jvm
+    assert jvm is not None
+    inner = jvm.java.lang.IllegalStateException("no answer from the broker")
+    with pytest.raises(Py4JJavaError) as failed:
+        jvm.java.util.concurrent.CompletableFuture.failedFuture(inner).get()
+    assert re.search(r"\bo\d+\.get\b", str(failed.value)), str(failed.value)
+    assert failure_message(failed.value) == "java.lang.IllegalStateException: no answer from the broker"
+    assert java_cause(failed.value) == "java.lang.IllegalStateException: no answer from the broker"
+    assert java_cause(HandoverFailed("one line\nand more")) == "one line"
+    assert failure_message(RuntimeError("")) == "RuntimeError"
+
+
+def test_starting_offsets_never_go_before_where_the_pipeline_began_reading() -> None:
+    sources = {"clicks": FromKafka(topic="clicks", format="text")}
+    ends = {("clicks", 0): 100, ("clicks", 1): 50, ("clicks", 2): 30}
+    found = {("clicks", 0): 0, ("clicks", 1): 45, ("clicks", 2): None}
+    starts = {("clicks", 0): 80, ("clicks", 1): 10}
+    assert starting_offsets(ends, found, sources, starts) == {
+        "clicks": json.dumps({"clicks": {"0": 80, "1": 45, "2": 30}})
+    }
+
+
+def test_partitions_are_described_per_topic() -> None:
+    assert described([("b", 3), ("a", 1), ("a", 0)]) == "topic a partitions 0, 1; topic b partition 3"

@@ -8,14 +8,19 @@ the last window the old query closed there (its windows end on a grid it wrote b
 new window shorter than the old one may end between the two: it is the new query's). The new query starts on
 an empty checkpoint from those offsets rewound from the cut by
 `rewindMs` of Kafka record time (watermark delay + the longest window or join span: enough to rebuild the
-windows still open at the cut), never past them, and an output gate leaves out its rows final before the cut
-(windows that closed at or before it: the old query wrote their results). So windows closed before the cut
+windows still open at the cut), never past them nor before where the pipeline began reading, and an output
+gate leaves out its rows final before the cut (windows that closed at or before it: the old query wrote their
+results). So windows closed before the cut
 come from the old pipeline, later ones from the new, each once. The exactly-once sink keeps that true across
 crashes: its commit markers carry the checkpoint's query id, and its transactional ids fence the old query.
 
 What was decided is written beside the new checkpoint (`Handover`) before the query starts, so a driver that
 restarts mid-migration starts the query the same way. A rollback moves the query back the same way: onto the
 checkpoint it left (its state and offsets intact) with the gate at the new query's cut.
+
+An idle input needs nothing of its own: a partition with no record at or after the rewind's time (none ever,
+none that recent, all deleted by retention) starts where the old query read up to, and a query that never saw a
+record (watermark 0, cut 0) rewinds to time 0: everything it read, from where it began.
 
 Rewinding by record time assumes a record's Kafka timestamp is not earlier than its event time less the
 watermark delay (producer or broker time, as usual).
@@ -29,10 +34,11 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from .sinks.checkpoint_files import Handover, OffsetLog, OutputGrid, committed_batch
+from .sinks.checkpoint_files import Handover, OffsetLog, OutputGrid, committed_batch, source_starts
 from .spec import FromKafka
 
 TopicPartition = tuple[str, int]
+ANSWER_TIMEOUT_S = 60  # Kafka's listOffsets, as the consumer's offsetsForTimes was given
 
 
 def reads(source: FromKafka, topic: str) -> bool:
@@ -43,20 +49,35 @@ def starting_offsets(
     ends: Mapping[TopicPartition, int],
     found: Mapping[TopicPartition, int | None],
     sources: Mapping[str, FromKafka],
+    starts: Mapping[TopicPartition, int] | None = None,
 ) -> dict[str, str]:
     """Per source node that read any of `ends`' partitions, Spark's startingOffsets JSON: each partition at the
     offset `found` for the rewind's time (None: no record that late, so the end), never past the end the old
-    query read up to (records after it nobody has read yet, whatever their time)."""
+    query read up to (records after it nobody has read yet, whatever their time), nor before where the
+    pipeline began reading it (`starts`: records it never read, such as those before a start at latest)."""
     out: dict[str, str] = {}
     for name, source in sources.items():
         offsets: dict[str, dict[str, int]] = {}
         for (topic, partition), end in sorted(ends.items()):
             if reads(source, topic):
                 at = found.get((topic, partition))
-                offsets.setdefault(topic, {})[str(partition)] = end if at is None else min(at, end)
+                start = end if at is None else min(at, end)
+                floor = (starts or {}).get((topic, partition))
+                offsets.setdefault(topic, {})[str(partition)] = start if floor is None else min(max(start, floor), end)
         if offsets:
             out[name] = json.dumps(offsets, sort_keys=True)
     return out
+
+
+def described(partitions: list[TopicPartition]) -> str:
+    """`topic t partitions 0, 1; topic u partition 3`."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return "; ".join(
+        f"topic {topic} partition{'s' if len(ps) > 1 else ''} {', '.join(map(str, ps))}"
+        for topic, ps in by_topic.items()
+    )
 
 
 def gate_cut(source_cut: int | None, existing: Handover | None) -> int | None:
@@ -66,11 +87,20 @@ def gate_cut(source_cut: int | None, existing: Handover | None) -> int | None:
     return max(cuts) if cuts else None
 
 
+class HandoverFailed(RuntimeError):
+    """Where a migrating query starts could not be decided (Kafka did not answer): nothing was started."""
+
+
 def offsets_for_times(
     spark: SparkSession, source: FromKafka, bootstrap: str, partitions: list[TopicPartition], at_ms: int
 ) -> dict[TopicPartition, int | None]:
-    """Kafka's offsetsForTimes through the Java client Spark's source uses, with the source's `kafka.` options:
-    the earliest offset whose record time is at or after `at_ms`, None where no record is that late."""
+    """Per partition, the earliest offset whose record time is at or after `at_ms`; None where no record is that
+    late (an empty partition, one whose records are all earlier or deleted by retention). Asked as Spark's
+    source asks (its default offset reader): through the JVM Kafka Admin client's listOffsets, with the source's
+    `kafka.` options. The time goes as OffsetSpec.forTimestamp's primitive long: py4j passes a Python int that
+    fits 32 bits as a java.lang.Integer (and turns a Long Java hands back into a Python int), so a map of
+    times such as KafkaConsumer.offsetsForTimes takes held an Integer for time 0 (the rewind of a query that
+    never saw a record) and the consumer failed casting it to Long."""
     jvm = spark._jvm
     assert jvm is not None
     props = jvm.java.util.Properties()
@@ -78,23 +108,36 @@ def offsets_for_times(
         if key.startswith("kafka."):
             props.put(key.removeprefix("kafka."), value)
     props.put("bootstrap.servers", source.bootstrapServers or bootstrap)
-    deserializer = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
-    props.put("key.deserializer", deserializer)
-    props.put("value.deserializer", deserializer)
-    consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
+    admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
     try:
+        spec = jvm.org.apache.kafka.clients.admin.OffsetSpec.forTimestamp(at_ms)
         query = jvm.java.util.HashMap()
         parts = {tp: jvm.org.apache.kafka.common.TopicPartition(tp[0], tp[1]) for tp in partitions}
         for part in parts.values():
-            query.put(part, jvm.java.lang.Long.valueOf(at_ms))
-        answer = consumer.offsetsForTimes(query, jvm.java.time.Duration.ofSeconds(60))
+            query.put(part, spec)
+        answer = admin.listOffsets(query).all().get(ANSWER_TIMEOUT_S, jvm.java.util.concurrent.TimeUnit.SECONDS)
         found: dict[TopicPartition, int | None] = {}
         for tp, part in parts.items():
-            offset = answer.get(part)
-            found[tp] = None if offset is None else int(offset.offset())
+            offset = int(answer.get(part).offset())
+            found[tp] = offset if offset >= 0 else None  # -1: no record that late
         return found
     finally:
-        consumer.close()
+        admin.close(jvm.java.time.Duration.ofSeconds(10))
+
+
+def java_cause(exc: BaseException) -> str:
+    """What a JVM failure py4j wraps comes down to: its innermost cause's class and message (py4j's own
+    message only names the call's object id, as in `o2909.offsetsForTimes`)."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    seen = 0
+    while java.getCause() is not None and seen < 20:
+        java, seen = java.getCause(), seen + 1
+    message = java.getMessage()
+    first = next((line.strip() for line in str(message or "").splitlines() if line.strip()), "")
+    name = str(java.getClass().getName())
+    return f"{name}: {first}" if first else name
 
 
 def hand_over(
@@ -105,11 +148,15 @@ def hand_over(
     rewind_ms: int | None,
     sources: Mapping[str, FromKafka],
     bootstrap: str,
+    query: str,
 ) -> Handover:
     """Decide how the query on `target_checkpoint` takes over the output of the one on `source_checkpoint`
     (stopped), and write it beside the target. A target with batches of its own (a rollback onto the
     checkpoint a query left) goes on from its offsets; an empty one starts from the source's, rewound by
-    `rewind_ms` (None: from the sources' startingOffsets)."""
+    `rewind_ms` (None: from the sources' startingOffsets). An idle input is no special case: a partition
+    without a record at or after the rewind's time (none ever, none that recent, all deleted) starts where the
+    old query read up to. HandoverFailed, naming `query`, the source and its topics, when Kafka does not say
+    where the rewind's time is."""
     existing = Handover.latest(spark, target_checkpoint)
     last = committed_batch(spark, source_checkpoint)
     cut, ends = OffsetLog(spark, source_checkpoint).entry(last) if last is not None else (None, {})
@@ -127,8 +174,20 @@ def hand_over(
         if rewind_ms > 0 and cut is not None:
             for name, parts in by_source.items():
                 # Batch 0 runs with watermark 0: a cut that early rewinds to the first record.
-                found.update(offsets_for_times(spark, sources[name], bootstrap, parts, max(0, cut - rewind_ms)))
-        offsets = starting_offsets(ends, found, sources)
+                at_ms = max(0, cut - rewind_ms)
+                try:
+                    found.update(offsets_for_times(spark, sources[name], bootstrap, parts, at_ms))
+                except Exception as exc:
+                    raise HandoverFailed(
+                        f"query {query}: the migration from checkpoint {source_checkpoint} could not find where "
+                        f"source {name} starts: Kafka at {sources[name].bootstrapServers or bootstrap} did not "
+                        f"give the offsets of {described(parts)} at record time {at_ms} ms (the cut {cut} ms "
+                        f"less rewindMs {rewind_ms}): {java_cause(exc)}"
+                    ) from exc
+        # Where the pipeline began reading, when the source query is where it began (a query that took over
+        # from another may need records that one read before it: its own start is no floor).
+        starts = source_starts(spark, source_checkpoint) if Handover.latest(spark, source_checkpoint) is None else {}
+        offsets = starting_offsets(ends, found, sources, starts)
     handover = Handover(source=source_checkpoint, cutMs=gate_cut(cut, existing), startingOffsets=offsets)
     handover.write(spark, target_checkpoint)
     return handover

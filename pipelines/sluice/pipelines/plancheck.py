@@ -32,6 +32,14 @@ def java_message(exc: Exception) -> str:
     return next((line.strip() for line in message.splitlines() if line.strip()), message)
 
 
+def failure_message(exc: Exception) -> str:
+    """What to tell of a failure: java_message, or the exception's class when it has no message (never py4j's
+    `An error occurred while calling o2909.offsetsForTimes`, which names an object id and no cause)."""
+    java = getattr(exc, "java_exception", None)
+    message = java_message(exc) if java is None or java.getMessage() is not None else ""
+    return message or str(java.getClass().getName() if java is not None else type(exc).__name__)
+
+
 def sink_path(spec: PipelineSpec, prefix: str, query: str) -> str:
     """The sink node of a query (named after it), or the dead letter sink (`<source>-dead-letters`)."""
     for index, node in enumerate(spec.nodes):

@@ -370,6 +370,7 @@ class PipelineRun:
                 rewind_ms=migration.rewindMs,
                 sources=compiled.sources,
                 bootstrap=config.kafkaBootstrap,
+                query=query,
             )
         return Handover.latest(self.spark, config.checkpoint(query))
 
@@ -475,6 +476,7 @@ class PipelineRun:
                             rewind_ms=rewind[name],
                             sources=compiled.sources,
                             bootstrap=config.kafkaBootstrap,
+                            query=name,
                         )
                     self._start_query(plans[name], config, handover)
                     started.append(name)

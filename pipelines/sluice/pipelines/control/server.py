@@ -157,6 +157,7 @@ class ControlApi:
     def put_pipeline(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         """A hot swap: 409 when it does not fit this run (nothing changed), 422 when the new pipeline does not
         compile or a query fails to start on it (the old plan runs on), naming the node."""
+        from ..plancheck import failure_message
         from ..runtime import SwapRefused
 
         request = self._authorized(SwapRequest, environ, '{"config": RunnerConfig, "steps": [...]}')
@@ -169,9 +170,7 @@ class ControlApi:
             raise ApiFailure(422, str(exc), field=join_path("config", first.path)) from None
         except Exception as exc:  # Spark refused to start a query: its first line names the problem
             raise ApiFailure(
-                422,
-                f"a query failed to start on revision {request.config.revision}: "
-                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                422, f"a query failed to start on revision {request.config.revision}: {failure_message(exc)}"
             ) from None
         log.info(
             "revision %s: restarted %s, started %s, stopped %s",

@@ -130,6 +130,31 @@ class OffsetLog:
         return self._entries[batch_id]
 
 
+def source_starts(spark: SparkSession, checkpoint: str) -> dict[tuple[str, int], int]:
+    """Where the query's Kafka sources began reading: Spark's record of their initial offsets,
+    `<checkpoint>/sources/<n>/0` (written before the first batch: a zero byte, `v1`, then
+    `{"topic": {"partition": offset}}`), per (topic, partition) the lowest of its sources'; empty before."""
+    jvm = spark._jvm
+    assert jvm is not None
+    folder = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/sources")
+    fs = folder.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(folder):
+        return {}
+    starts: dict[tuple[str, int], int] = {}
+    for status in fs.listStatus(folder):
+        first = jvm.org.apache.hadoop.fs.Path(status.getPath(), "0")
+        if not status.isDirectory() or not fs.exists(first):
+            continue
+        lines = read_bytes(fs, first, jvm).decode().lstrip("\x00").splitlines()
+        offsets = json.loads(lines[1]) if len(lines) > 1 and lines[0].startswith("v") else None
+        for topic, partitions in (offsets if isinstance(offsets, dict) else {}).items():
+            for partition, offset in partitions.items():
+                if int(offset) >= 0:  # Spark writes offsets it resolved, never earliest (-2) or latest (-1)
+                    key = (topic, int(partition))
+                    starts[key] = min(starts.get(key, int(offset)), int(offset))
+    return starts
+
+
 def running_query_at(spark: SparkSession, checkpoint: str) -> bool:
     """Whether a query of this session runs on the checkpoint (Spark's resolved checkpoint root)."""
     jvm = spark._jvm
