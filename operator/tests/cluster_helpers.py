@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.pipelines.validation import load_documents
+from sluice.api.validation import load_documents
 from sluice.testbed.common import REPO_ROOT, wait_for
 from sluice.testbed.manifests import retarget_topics
 

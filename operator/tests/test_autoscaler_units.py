@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from sluice.api.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
 from sluice.operator.autoscaler import (
     AutoscalerState,
     Policy,
@@ -25,7 +26,6 @@ from sluice.operator.autoscaler import (
 from sluice.operator.autoscaler.decide import compact, duration_text
 from sluice.operator.autoscaler.state import MAX_RECOMMENDATIONS, MAX_SAMPLES
 from sluice.operator.model import AutoscalingSpec, ExecutorsSpec
-from sluice.pipelines.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
 from sluice.testbed.autoscaler_plant import EPOCH, Plant, constant, noisy, simulate
 
 POLICY = Policy.from_spec(AutoscalingSpec())

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from cluster_helpers import example, wait_for
 
+from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
 from sluice.operator import children
-from sluice.pipelines.contract import RUNNER_CONFIG_FILE, RunnerConfig
 from sluice.pipelines.local.kafka_io import create_topic
 
 pytestmark = [pytest.mark.kube, pytest.mark.kafka]

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from pydantic import create_model
 
+from sluice.api.contract import RUNNER_CONFIG_FILE, DriverStatus, ExecutorStatus, QueryStatus, RunnerConfig
 from sluice.operator import children as ch
 from sluice.operator.autoscaler.plan import plan_scaling
 from sluice.operator.driver_client import DriverUnavailable
@@ -30,7 +31,6 @@ from sluice.operator.planner import (
 from sluice.operator.reconciler import Reconciler, submitted_executors
 from sluice.operator.settings import ClaimDefaults, Settings
 from sluice.operator.topics import ExistingTopic, plan_topics
-from sluice.pipelines.contract import RUNNER_CONFIG_FILE, DriverStatus, ExecutorStatus, QueryStatus, RunnerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "wordcount.yaml"
 

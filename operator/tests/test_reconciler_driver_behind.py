@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
+from sluice.api.contract import RUNNER_CONFIG_FILE, DriverStatus, QueryStatus, RunnerConfig
 from sluice.operator import children as ch
 from sluice.operator.driver_client import DriverUnavailable
 from sluice.operator.kube import KubeError
 from sluice.operator.reconciler import Reconciler
-from sluice.pipelines.contract import RUNNER_CONFIG_FILE, DriverStatus, QueryStatus, RunnerConfig
 from sluice.testbed.common import REPO_ROOT
 
 NAMESPACE, APP, POD = "apps", "wordcount", "wordcount-driver"

@@ -18,6 +18,7 @@ from test_rollout_plan import (
     strategy,
 )
 
+from sluice.api.contract import DriverStatus, Migration, QueryStatus, QueryStep, TopicStatus
 from sluice.operator.rollout import (
     Activate,
     DeleteDriver,
@@ -43,7 +44,6 @@ from sluice.operator.rollout.decide import (
     with_driver_state,
     with_refused_swap,
 )
-from sluice.pipelines.contract import DriverStatus, Migration, QueryStatus, QueryStep, TopicStatus
 
 
 def target(*edits: str, type_: str = "auto", to: str = "r2") -> Target:

@@ -18,11 +18,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from sluice.api.pipeline import duration_ms
+from sluice.api.validation import document_from, load_documents
 from sluice.pipelines.local.kafka_io import create_topic
 from sluice.pipelines.metrics import parse_spark_time
 from sluice.pipelines.runtime import PipelineRun
-from sluice.pipelines.spec import duration_ms
-from sluice.pipelines.validation import document_from, load_documents
 from sluice.testbed.common import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "pipelines" / "examples" / "frequency-count.yaml"

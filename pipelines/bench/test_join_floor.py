@@ -31,10 +31,10 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
-from sluice.pipelines.contract import RunnerConfig
+from sluice.api.contract import RunnerConfig
+from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.queries import JOIN_STATE_FORMAT
 from sluice.pipelines.runtime import PipelineRun
-from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import REPO_ROOT, wait_for
 
 pytestmark = pytest.mark.bench

@@ -22,8 +22,8 @@ from bench_workload import PacedProducer
 from rich.console import Console
 from rich.table import Table
 
+from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, FromKafka
 from sluice.pipelines.compiler import kafka_source_options
-from sluice.pipelines.spec import SOURCE_FETCH_MAX_WAIT_MS, FromKafka
 from sluice.testbed.common import REPO_ROOT
 
 pytestmark = pytest.mark.bench

@@ -26,9 +26,9 @@ from typing import Any
 from kafka_output import read_committed
 from pyspark.sql import SparkSession
 
+from sluice.api.validation import PipelineDocument, document_from, load_documents
 from sluice.pipelines.local.kafka_io import ConsumedRecord, produce
 from sluice.pipelines.runtime import PipelineRun
-from sluice.pipelines.validation import PipelineDocument, document_from, load_documents
 from sluice.testbed.manifests import retarget_topics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

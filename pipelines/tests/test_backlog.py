@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from sluice.pipelines.contract import ExecutorStatus, TopicStatus
+from sluice.api.contract import ExecutorStatus, TopicStatus
+from sluice.api.pipeline import FromKafka, ProcessingTime
 from sluice.pipelines.control.backlog import kafka_offsets, source_partitions, source_topics, topic_backlogs
 from sluice.pipelines.control.executors import host_of, least_loaded
 from sluice.pipelines.control.latest import LatestOffsets, LatestOffsetsUnavailable
 from sluice.pipelines.control.status import partitions_by_bootstrap, source_tasks, trigger_interval_ms
 from sluice.pipelines.metrics import PipelineMetrics, QueryRecord, RunningBatches
-from sluice.pipelines.spec import FromKafka, ProcessingTime
 from sluice.testbed.common import free_port
 
 

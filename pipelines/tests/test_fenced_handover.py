@@ -17,10 +17,10 @@ from pyspark.sql import SparkSession
 from test_control_api import call, driver_status
 from test_migration import WATERMARK_MS, first_revision, pipeline, send, windows, written
 
-from sluice.pipelines.contract import DriverStatus, QueryStep, RunnerConfig, SwapRequest
+from sluice.api.contract import DriverStatus, QueryStep, RunnerConfig, SwapRequest
+from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.control.server import ControlServer
 from sluice.pipelines.runtime import PipelineRun
-from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import free_port, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -18,11 +18,11 @@ from helpers import BASE_MS, iso, wait_for, watermark_of
 from kafka_output import read_committed
 from pyspark.sql import SparkSession
 
+from sluice.api.validation import document_from
 from sluice.pipelines.local.kafka_io import produce
 from sluice.pipelines.queries import JOIN_STATE_FORMAT
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.sinks.checkpoint_files import OffsetLog, running_query_at
-from sluice.pipelines.validation import document_from
 
 DELAY_MS, WINDOW_MS = 2_000, 5_000
 _tables = itertools.count()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.compiler import Compiler, LateRule
-from sluice.pipelines.spec import PipelineSpec
 
 SOURCE = {
     "name": "events",

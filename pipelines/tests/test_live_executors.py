@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from helpers import load_example
 
-from sluice.pipelines.contract import DriverStatus, ExecutorsResponse, RunnerConfig
+from sluice.api.contract import DriverStatus, ExecutorsResponse, RunnerConfig
+from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.local.kafka_io import produce
 from sluice.pipelines.local.spark import spark_kafka_jars
-from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import free_port, tail, wait_for
 from sluice.testbed.spark_standalone import StandaloneCluster
 

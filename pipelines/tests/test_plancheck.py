@@ -13,12 +13,12 @@ import pytest
 import yaml
 from helpers import EXAMPLE_NAMES, EXAMPLES, REPO_ROOT
 
+from sluice.api.contract import RunnerConfig
+from sluice.api.validation import PipelineInvalid, Problem, load_documents, validate
 from sluice.pipelines.compiler import compile_pipeline
-from sluice.pipelines.contract import RunnerConfig
 from sluice.pipelines.plancheck import plan_problems, stand_in_frames, streaming_problems
 from sluice.pipelines.runner import termination_message
 from sluice.pipelines.runtime import PipelineRun
-from sluice.pipelines.validation import PipelineInvalid, Problem, load_documents, validate
 
 pytestmark = pytest.mark.spark
 

@@ -18,14 +18,14 @@ from helpers import EXAMPLES, load_example, load_manifest
 from kafka_output import read_committed
 from test_control_api import call
 
+from sluice.api.contract import RunnerConfig
+from sluice.api.pipeline import PipelineSpec
+from sluice.api.validation import PipelineInvalid
 from sluice.pipelines import runner
-from sluice.pipelines.contract import RunnerConfig
 from sluice.pipelines.local.kafka_io import produce
 from sluice.pipelines.plancheck import error_summary
 from sluice.pipelines.runner import TERMINATION_MESSAGE_LIMIT, termination_message
 from sluice.pipelines.runtime import PipelineRun
-from sluice.pipelines.spec import PipelineSpec
-from sluice.pipelines.validation import PipelineInvalid
 from sluice.testbed.common import free_port
 
 

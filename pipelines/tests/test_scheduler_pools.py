@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from sluice.pipelines.contract import RunnerConfig
+from sluice.api.contract import RunnerConfig
+from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.local.kafka_io import produce
 from sluice.pipelines.runtime import PipelineRun
 from sluice.pipelines.session import STATELESS_POOL
-from sluice.pipelines.spec import PipelineSpec
 from sluice.testbed.common import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

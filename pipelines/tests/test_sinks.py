@@ -18,6 +18,7 @@ from kafka_output import read_committed
 from pydantic import ValidationError
 from pyspark.sql import DataFrame, SparkSession
 
+from sluice.api.pipeline import ToKafka
 from sluice.pipelines.local.kafka_io import ConsumedRecord, produce
 from sluice.pipelines.sinks import SinkContext
 from sluice.pipelines.sinks.kafka_eos import (
@@ -35,7 +36,6 @@ from sluice.pipelines.sinks.kafka_eos import (
     with_kafka_partition_in_driver,
     with_kafka_partition_in_stream,
 )
-from sluice.pipelines.spec import ToKafka
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -1,4 +1,4 @@
-"""The pure-Python SQL checks (sluice.pipelines.sqlcheck) against Spark's own parser.
+"""The pure-Python SQL checks (sluice.api.sqlcheck) against Spark's own parser.
 
 The corpus is every SQL expression and DDL schema of the examples, the docs' manifests, the pipelines the
 tests write (node dicts and YAML in their sources) and a tour of Spark's expression syntax. Spark's parser
@@ -18,9 +18,9 @@ import pytest
 import yaml
 from helpers import EXAMPLES, REPO_ROOT
 
-from sluice.pipelines.spec import OPERATIONS, Node
-from sluice.pipelines.sqlcheck import static_ddl_parser, static_sql_parser
-from sluice.pipelines.validation import load_documents, node_expressions
+from sluice.api.pipeline import OPERATIONS, Node
+from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
+from sluice.api.validation import load_documents, node_expressions
 
 DOCS = [REPO_ROOT / "README.md", REPO_ROOT / "pipelines" / "README.md", REPO_ROOT / "charts" / "sluice" / "README.md"]
 SOURCES = [

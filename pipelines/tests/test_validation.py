@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from helpers import EXAMPLE_NAMES, EXAMPLES, REPO_ROOT, load_manifest
 
-from sluice.pipelines.spec import Join, PipelineSpec
-from sluice.pipelines.validation import (
+from sluice.api.pipeline import Join, PipelineSpec
+from sluice.api.validation import (
     DdlParser,
     PipelineInvalid,
     SqlParser,

@@ -20,11 +20,11 @@ import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from sluice.api.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
 from sluice.operator.autoscaler.collect import format_time
 from sluice.operator.autoscaler.decide import ScalingDecision, decide_scaling, record
 from sluice.operator.autoscaler.policy import ExecutorBounds, Policy
 from sluice.operator.autoscaler.state import AutoscalerState, observe
-from sluice.pipelines.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
 
 InputRate = Callable[[float], float]  # records/s at a time (seconds since the start)
 

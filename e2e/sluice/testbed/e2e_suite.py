@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from sluice.api.app import AutoscalingSpec
 from sluice.operator.autoscaler.policy import Policy
-from sluice.pipelines.app import AutoscalingSpec
 
 from .common import REPO_ROOT, wait_for
 from .versions import STRIMZI

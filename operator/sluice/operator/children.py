@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.pipelines.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, Migration, RunnerConfig
+from sluice.api.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, Migration, RunnerConfig
 
 from .model import StreamingAppSpec, TopicSpec
 from .settings import ClaimDefaults

@@ -1,4 +1,4 @@
-"""Client of a driver's control API (served by sluice.pipelines.control; models in sluice.pipelines.contract).
+"""Client of a driver's control API (served by sluice.pipelines.control; models in sluice.api.contract).
 
 The operator talks to the driver pod directly (its IP, the control port): the API server's service proxy
 drops the Authorization header, and the app's NetworkPolicy admits the control port from the operator's
@@ -12,7 +12,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from sluice.pipelines.contract import (
+from sluice.api.contract import (
     ApiError,
     CheckpointsDeleted,
     DeleteCheckpointsRequest,

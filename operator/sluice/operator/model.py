@@ -1,4 +1,4 @@
-"""The StreamingApp resource: the status models, and the spec's (sluice.pipelines.app, shared with the
+"""The StreamingApp resource: the status models, and the spec's (sluice.api.app, shared with the
 `sluice` CLI). The CRD's schema is generated from these."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from sluice.pipelines.app import (  # noqa: F401  (re-exported: the operator's modules import them from here)
+from sluice.api.app import (  # noqa: F401  (re-exported: the operator's modules import them from here)
     API_VERSION,
     GROUP,
     KIND,
@@ -30,8 +30,8 @@ from sluice.pipelines.app import (  # noqa: F401  (re-exported: the operator's m
     TopicSpec,
     UpdateStrategy,
 )
-from sluice.pipelines.contract import QueryStep
-from sluice.pipelines.spec import Strict
+from sluice.api.contract import QueryStep
+from sluice.api.pipeline import Strict
 
 
 class Condition(Strict):

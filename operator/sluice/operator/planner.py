@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.pipelines.app import app_problems
-from sluice.pipelines.contract import DriverStatus, RunnerConfig
-from sluice.pipelines.sqlcheck import static_ddl_parser, static_sql_parser
-from sluice.pipelines.validation import Problem
+from sluice.api.app import app_problems
+from sluice.api.contract import DriverStatus, RunnerConfig
+from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
+from sluice.api.validation import Problem
 
 from . import children as ch
 from .autoscaler.collect import parse_time
@@ -41,7 +41,7 @@ class Invalid:
 
 def parse_spec(raw: dict[str, Any]) -> StreamingAppSpec | Invalid:
     """The app's spec, or every problem with its path (spec.pipeline.nodes[2].inputs[0]: ...). SQL syntax is
-    checked without a JVM (sluice.pipelines.sqlcheck); the driver parses it again with Spark at start."""
+    checked without a JVM (sluice.api.sqlcheck); the driver parses it again with Spark at start."""
     spec, problems = app_problems(raw, "spec", sql=static_sql_parser, ddl=static_ddl_parser)
     return Invalid(problems) if spec is None else spec
 

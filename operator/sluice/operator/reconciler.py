@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 
 import kopf
 
-from sluice.pipelines.contract import DriverStatus, Migration, RunnerConfig, StateResponse, SwapRequest, in_app
+from sluice.api.contract import DriverStatus, Migration, RunnerConfig, StateResponse, SwapRequest, in_app
 
 from . import children as ch
 from .autoscaler.plan import ScalingPlan, needs_executor_request, plan_scaling

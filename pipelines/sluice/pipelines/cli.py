@@ -15,11 +15,20 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .app import manifest_problems
+from sluice.api.app import manifest_problems
+from sluice.api.pipeline import PipelineSpec
+from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser, strictest
+from sluice.api.validation import (
+    DdlParser,
+    PipelineDocument,
+    PipelineInvalid,
+    Problem,
+    SqlParser,
+    load_documents,
+    validate,
+)
+
 from .control.backlog import topic_backlogs
-from .spec import PipelineSpec
-from .sqlcheck import static_ddl_parser, static_sql_parser, strictest
-from .validation import DdlParser, PipelineDocument, PipelineInvalid, Problem, SqlParser, load_documents, validate
 
 PlanChecker = Callable[[PipelineSpec, str], list[Problem]]  # a valid spec and its path -> what Spark would refuse
 

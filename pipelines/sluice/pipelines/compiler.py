@@ -18,9 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, TimestampNTZType, TimestampType
 
-from .metrics import OBSERVED_QUALITY
-from .sinks.kafka import kafka_record
-from .spec import (
+from sluice.api.pipeline import (
     SINK_OPS,
     SOURCE_FETCH_MAX_WAIT_MS,
     DeadLetter,
@@ -32,7 +30,10 @@ from .spec import (
     duration_to_spark,
     signed_duration_ms,
 )
-from .validation import PipelineInvalid, Problem, join_path
+from sluice.api.validation import PipelineInvalid, Problem, join_path
+
+from .metrics import OBSERVED_QUALITY
+from .sinks.kafka import kafka_record
 
 BatchStep = Callable[[DataFrame], DataFrame]
 # Stands in for a source's Kafka stream (tests: batches of rows): a streaming DataFrame with the Kafka

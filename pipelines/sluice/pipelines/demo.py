@@ -18,12 +18,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sluice.api.validation import PipelineDocument, load_documents
+
 from .local.kafka import LOCAL_KAFKA_DIR, KafkaCluster, local_bootstrap
 from .local.kafka_io import consume_all, create_topic, delete_topics, produce
 from .local.spark import spark_kafka_jars
 from .runtime import PipelineRun
 from .session import local_session, spark_log_file
-from .validation import PipelineDocument, load_documents
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
 WORDS = (

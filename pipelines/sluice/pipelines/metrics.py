@@ -13,7 +13,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pyspark.sql.streaming import StreamingQueryListener
 
-from .contract import TopicStatus
+from sluice.api.contract import TopicStatus
+
 from .control.backlog import topic_backlogs
 
 OBSERVED_QUALITY = "sluice_quality"  # observe() name prefix for per-source record checks

@@ -17,9 +17,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
+from sluice.api.pipeline import Node, PipelineSpec
+from sluice.api.validation import PipelineInvalid, Problem, join_path
+
 from .compiler import CompiledPipeline, compile_pipeline
-from .spec import Node, PipelineSpec
-from .validation import PipelineInvalid, Problem, join_path
 
 OUTPUT_MODES = {"append": "Append", "update": "Update", "complete": "Complete"}
 _HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from .spec import PipelineSpec
-from .validation import Problem, join_path
+from sluice.api.pipeline import PipelineSpec
+from sluice.api.validation import Problem, join_path
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,19 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from .contract import DEFAULT_CONTROL_PORT, RunnerConfig, in_app
+from sluice.api.contract import DEFAULT_CONTROL_PORT, RunnerConfig, in_app
+from sluice.api.validation import (
+    PipelineInvalid,
+    Problem,
+    graph_problems,
+    load_documents,
+    model_problems,
+    semantic_problems,
+)
+
 from .control.server import ControlServer
 from .plancheck import java_message
 from .runtime import PipelineRun, config_from_document, error_summary
-from .validation import PipelineInvalid, Problem, graph_problems, load_documents, model_problems, semantic_problems
 
 log = logging.getLogger("sluice.runner")
 # Flags for local runs whose values a RunnerConfig carries itself: argparse dest -> flag.

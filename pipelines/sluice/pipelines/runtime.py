@@ -21,8 +21,11 @@ from pyspark.errors import AnalysisException, IllegalArgumentException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from sluice.api.contract import CheckpointsDeleted, QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
+from sluice.api.pipeline import PipelineSpec
+from sluice.api.validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
+
 from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
-from .contract import CheckpointsDeleted, QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
 from .handover import hand_over
 from .metrics import PipelineMetrics, ProgressListener
 from .plancheck import error_summary, java_message, sink_path, streaming_problems
@@ -30,8 +33,6 @@ from .queries import WARM_UP_QUERY_PREFIX, UnsupportedTrigger, start_query, star
 from .realtime import real_time_slot_problems
 from .sinks import release_kept_clients
 from .sinks.checkpoint_files import Handover, OutputGrid, committed_batch, delete_folder
-from .spec import PipelineSpec
-from .validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
 log = logging.getLogger("sluice.runtime")
 

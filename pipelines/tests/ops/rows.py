@@ -20,12 +20,12 @@ from typing import Any
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from sluice.api.pipeline import Node, PipelineSpec
+from sluice.api.validation import validate
 from sluice.pipelines.compiler import CompiledPipeline, compile_pipeline
 from sluice.pipelines.queries import start_query
 from sluice.pipelines.runtime import spark_ddl_parser, spark_sql_parser
 from sluice.pipelines.sinks import MemoryTables
-from sluice.pipelines.spec import Node, PipelineSpec
-from sluice.pipelines.validation import validate
 
 T0 = 1_700_000_040_000  # epoch ms on a whole minute: event times in tests are T0 + offsets
 _FILE_SCHEMA = "key STRING, value STRING, topic STRING, partition INT, offset LONG, timestamp LONG"

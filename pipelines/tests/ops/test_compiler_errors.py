@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rows import compile_rows
 
-from sluice.pipelines.validation import PipelineInvalid
+from sluice.api.validation import PipelineInvalid
 
 pytestmark = pytest.mark.spark
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rows import T0, at, compile_rows, run, sorted_rows, table, unique
 
+from sluice.api.validation import PipelineInvalid
 from sluice.pipelines.metrics import OBSERVED_QUALITY
-from sluice.pipelines.validation import PipelineInvalid
 
 pytestmark = pytest.mark.spark
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rows import at, compile_rows, run, sorted_rows, table, timed_source, unique
 
-from sluice.pipelines.validation import PipelineInvalid
+from sluice.api.validation import PipelineInvalid
 
 pytestmark = pytest.mark.spark
 

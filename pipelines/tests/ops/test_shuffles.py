@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.compiler import compile_pipeline
 from sluice.pipelines.queries import DEFAULT_POOL, pool_of
 from sluice.pipelines.session import STATELESS_POOL
-from sluice.pipelines.spec import PipelineSpec
 
 pytestmark = pytest.mark.spark
 

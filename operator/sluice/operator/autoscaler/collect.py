@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from sluice.pipelines.contract import DriverStatus
+from sluice.api.contract import DriverStatus
 
 TaskBound = Literal["source", "shuffle", ""]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.pipelines.contract import DriverStatus
+from sluice.api.contract import DriverStatus
 
 from ..model import StreamingAppSpec
 from .collect import parse_time

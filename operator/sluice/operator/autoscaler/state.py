@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, get_args
 
-from sluice.pipelines.contract import DriverStatus
+from sluice.api.contract import DriverStatus
 
 from .collect import Counters, QueryCounters, Sample, TaskBound, counters_of, query_runs, sample_since
 from .policy import Policy

@@ -5,7 +5,7 @@ plan: the cheapest safe strategy (or the refusal of an unsafe explicit one) and 
 kept in `status.rollout` (its models are in ..model).
 """
 
-from sluice.pipelines.contract import QueryStep
+from sluice.api.contract import QueryStep
 
 from ..model import DriverRef, RolloutStatus, Strategy
 from .diff import Change, QueryChange, Reason, SpecDiff, classify

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from sluice.pipelines.contract import DriverStatus, Migration, QueryStep
+from sluice.api.contract import DriverStatus, Migration, QueryStep
 
 from ..autoscaler.collect import format_time
 from ..model import RolloutStatus

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-from sluice.pipelines.spec import Node, PipelineSpec, duration_ms
+from sluice.api.pipeline import Node, PipelineSpec, duration_ms
 
 from ..model import StreamingAppSpec
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, get_args
 
-from sluice.pipelines.contract import QueryAction, QueryStep
-from sluice.pipelines.spec import duration_ms
+from sluice.api.contract import QueryAction, QueryStep
+from sluice.api.pipeline import duration_ms
 
 from ..autoscaler.collect import format_time, parse_time
 from ..model import DriverRef, RolloutPhase, RolloutStatus, Strategy, UpdateStrategy

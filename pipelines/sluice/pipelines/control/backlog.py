@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..contract import TopicStatus
+from sluice.api.contract import TopicStatus
 
 TopicPartition = tuple[str, int]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..contract import ApiError
+from sluice.api.contract import ApiError
 
 
 class ApiFailure(Exception):

@@ -12,7 +12,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from ..contract import ExecutorsResponse, ExecutorStatus
+from sluice.api.contract import ExecutorsResponse, ExecutorStatus
+
 from .errors import ApiFailure
 
 LOCAL_MODE = "executor scaling needs a cluster manager (this driver runs Spark in local mode)"

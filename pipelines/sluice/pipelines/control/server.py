@@ -20,8 +20,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 from pydantic import BaseModel, ValidationError
 
-from ..contract import ApiError, DeleteCheckpointsRequest, ExecutorsRequest, StateRequest, SwapRequest
-from ..validation import PipelineInvalid, join_path
+from sluice.api.contract import ApiError, DeleteCheckpointsRequest, ExecutorsRequest, StateRequest, SwapRequest
+from sluice.api.validation import PipelineInvalid, join_path
+
 from .auth import ControlToken
 from .errors import ApiFailure
 from .executors import Executors

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming import StreamingQuery
 
-from ..contract import DriverStatus, QueryStatus, in_app
+from sluice.api.contract import DriverStatus, QueryStatus, in_app
+from sluice.api.pipeline import FromKafka, ProcessingTime, duration_ms
+
 from ..metrics import QueryRecord, RunningBatches
 from ..plancheck import error_summary
-from ..spec import FromKafka, ProcessingTime, duration_ms
 from .backlog import TopicPartition, source_partitions, source_topics, topic_backlogs
 from .executors import Executors
 from .latest import LatestOffsets

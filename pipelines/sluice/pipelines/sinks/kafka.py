@@ -7,7 +7,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from ..spec import ToKafka
+from sluice.api.pipeline import ToKafka
+
 from .base import Sink, SinkContext
 
 

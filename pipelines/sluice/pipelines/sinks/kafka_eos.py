@@ -59,7 +59,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming import DataStreamWriter
 
-from ..spec import ToKafka
+from sluice.api.pipeline import ToKafka
+
 from .base import SinkContext
 from .checkpoint_files import BatchFiles, checkpoint_query_id
 from .kafka import KafkaRecords

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from .spec import DURATION_PATTERN, OPERATIONS, SIGNED_DURATION_PATTERN, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
+from .pipeline import DURATION_PATTERN, OPERATIONS, SIGNED_DURATION_PATTERN, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
 
 
 @dataclass(frozen=True, order=True)

@@ -13,7 +13,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from .spec import PipelineSpec, Strict
+from .pipeline import PipelineSpec, Strict
 
 API_VERSION: Final = "sluice.dev/v1alpha1"
 RUNNER_CONFIG_FILE = "runner.json"

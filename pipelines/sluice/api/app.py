@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from .spec import Duration, PipelineSpec, Strict, cel
+from .pipeline import Duration, PipelineSpec, Strict, cel
 from .validation import DdlParser, PipelineInvalid, Problem, SqlParser, join_path, model_problems, natural_key, validate
 
 GROUP = "sluice.dev"
