@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sluice.operator import admission
-from sluice.operator.planner import Invalid, admissible_spec
+from sluice.operator.desired import Invalid, admissible_spec
 from sluice.operator.settings import ClaimDefaults
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "wordcount.yaml"

@@ -13,23 +13,20 @@ from pydantic import create_model
 from sluice.api.contract import RUNNER_CONFIG_FILE, DriverStatus, ExecutorStatus, QueryStatus, RunnerConfig
 from sluice.operator import children as ch
 from sluice.operator.autoscaler.plan import plan_scaling
+from sluice.operator.desired import Invalid, checkpoint_problem, desired_state, parse_spec
 from sluice.operator.driver_client import DriverUnavailable
 from sluice.operator.model import CheckpointSpec, TopicSpec
-from sluice.operator.planner import (
-    Invalid,
+from sluice.operator.observer import Observer, submitted_executors
+from sluice.operator.settings import ClaimDefaults, Settings
+from sluice.operator.status import (
     Observation,
-    checkpoint_problem,
-    desired_state,
     driver_failure,
     last_driver_failure,
     merge_conditions,
-    parse_spec,
     phase_of,
     status_for,
     status_write_due,
 )
-from sluice.operator.reconciler import Reconciler, submitted_executors
-from sluice.operator.settings import ClaimDefaults, Settings
 from sluice.operator.topics import ExistingTopic, plan_topics
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "wordcount.yaml"
@@ -478,11 +475,10 @@ def test_a_driver_failure_stands_while_no_driver_answers_the_same_revision():
 
 
 class _Cluster:
-    """What _observe reads: the driver pod, and the driver's answer (here: none)."""
+    """What the observer reads: the driver pod, and the driver's answer (here: none)."""
 
     def __init__(self, pod: dict) -> None:
         self.pod = pod
-        self.driver_client = self
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict:
         assert (kind, name) == ("Pod", "app-driver")
@@ -494,9 +490,6 @@ class _Cluster:
     def status(self, address: str) -> DriverStatus:
         raise DriverUnavailable("connection refused")
 
-    def _ask_driver(self, namespace: str, spark_status: dict, submitted: str | None) -> tuple:
-        return Reconciler._ask_driver(self, namespace, spark_status, submitted)  # type: ignore[arg-type]
-
 
 @pytest.mark.parametrize("state", ["FAILED", "FAILING", "RUNNING"])
 def test_observing_a_driver_that_does_not_answer_reads_its_pod(state):
@@ -504,5 +497,6 @@ def test_observing_a_driver_that_does_not_answer_reads_its_pod(state):
     pod["status"]["podIP"] = "10.0.0.9"
     spark_app = {"status": {"applicationState": {"state": state}, "driverInfo": {"podName": "app-driver"}}}
     obs = Observation()
-    Reconciler._observe(_Cluster(pod), spark_app, "ns", obs)  # type: ignore[arg-type]
+    cluster = _Cluster(pod)
+    Observer(cluster, cluster).app_driver(spark_app, "ns", obs)  # type: ignore[arg-type]
     assert (obs.spark_state, obs.driver, obs.driver_failure) == (state, None, f"driver {START_ERROR}")

@@ -1,6 +1,6 @@
 """The validating admission webhook: a StreamingApp the operator would mark Invalid is refused at apply.
 
-The checks are the operator's own (planner.admissible_spec with this operator's settings), so
+The checks are the operator's own (desired.admissible_spec with this operator's settings), so
 `kubectl apply` and the Valid condition never disagree; what only the cluster can tell (a missing Secret
 or Kafka cluster) stays with the reconciler.
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import kopf
 
+from .desired import Invalid, admissible_spec
 from .model import GROUP, PLURAL, VERSION
-from .planner import Invalid, admissible_spec
 from .settings import SETTINGS
 
 WEBHOOK_ID = "validate-streamingapp"

@@ -1,0 +1,218 @@
+"""What the operator makes and reads for an app, on its one login to the API server (and the Kafka Admin API
+for Admin-API topics): the children, the revision ConfigMaps, the control token, the app's own status.
+
+Children are written with server-side apply under one field manager, so re-applying is idempotent and
+repairs drift (a child edited or deleted by hand comes back on the next pass).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import secrets
+from typing import Any, cast
+
+import kopf
+
+from . import children as ch
+from .desired import DesiredState, Invalid, desired_state, parse_spec
+from .kube import KindNotServed, Kube, KubeError
+from .model import GROUP, KIND, VERSION, StreamingAppSpec
+from .status import Observation
+from .topics import AdminTopics, plan_topics
+
+FIELD_MANAGER = "sluice-operator"
+log = logging.getLogger("sluice.operator")
+
+
+def adopt(child: dict[str, Any], owner: dict[str, Any]) -> None:
+    """kopf.adopt with the app as read (kopf reads its owner as a mapping; its types name its Body)."""
+    kopf.adopt(child, owner=kopf.Body(cast(kopf.RawBody, owner)))
+
+
+class Cluster:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._tokens: dict[tuple[str, str], str] = {}
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.apply(body, FIELD_MANAGER)
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.kube.get(api_version, kind, namespace, name)
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self.kube.delete(api_version, kind, namespace, name)
+
+    # ------------------------------------------------------------------------------ the app
+    def app(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get(f"{GROUP}/{VERSION}", KIND, namespace, name)
+
+    def record(
+        self, namespace: str, name: str, status: dict[str, Any] | None, annotations: dict[str, str] | None
+    ) -> None:
+        """The pass's writes of the app: its status (the status subresource), then its annotations."""
+        if status is not None:
+            self.kube.patch(f"{GROUP}/{VERSION}", KIND, namespace, name, {"status": status}, "status")
+        if annotations is not None:
+            self.kube.patch(f"{GROUP}/{VERSION}", KIND, namespace, name, {"metadata": {"annotations": annotations}})
+
+    def spark_application(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, name)
+        except KindNotServed:
+            return None
+
+    # ----------------------------------------------------------------------------- children
+    def ensure_topics(self, owner: dict[str, Any], desired: DesiredState, obs: Observation) -> None:
+        try:
+            if desired.admin_topics:
+                admin = AdminTopics(desired.bootstrap, timeout=15)
+                plan = plan_topics(desired.admin_topics, admin.existing([t.name for t in desired.admin_topics]))
+                admin.apply(plan)
+                obs.topics_refused.update(plan.refused)
+            for topic in desired.strimzi_topics:
+                self._ensure_kafka_topic(owner, desired, topic, obs)
+        except KubeError as exc:
+            obs.topics_error = f"KafkaTopic: {exc}"
+        except KindNotServed:
+            obs.topics_error = "the KafkaTopic CRD (kafka.strimzi.io) is not installed"
+        except Exception as exc:  # Kafka unreachable, auth, ...: reported, retried on the next pass
+            obs.topics_error = f"Kafka admin: {exc}"
+
+    def _ensure_kafka_topic(
+        self, owner: dict[str, Any], desired: DesiredState, topic: dict[str, Any], obs: Observation
+    ) -> None:
+        meta = topic["metadata"]
+        current = self.get(topic["apiVersion"], topic["kind"], meta["namespace"], meta["name"])
+        have = ((current or {}).get("spec") or {}).get("partitions")
+        if have and have > topic["spec"]["partitions"]:
+            obs.topics_refused[topic["spec"]["topicName"]] = (
+                f"topic {topic['spec']['topicName']} has {have} partitions; shrinking to "
+                f"{topic['spec']['partitions']} is not possible in Kafka"
+            )
+            topic = {**topic, "spec": {**topic["spec"], "partitions": have}}
+        spec_topic = next(t for t in desired.spec.topics if t.name == topic["spec"]["topicName"])
+        if spec_topic.deletionPolicy == "delete" and meta["namespace"] == owner["metadata"]["namespace"]:
+            adopt(topic, owner)  # deleted with the app; Strimzi then deletes the Kafka topic
+        self.apply(topic)
+
+    def ensure_children(
+        self, owner: dict[str, Any], desired: DesiredState, obs: Observation, keep: frozenset[str], driver: str
+    ) -> None:
+        for child in desired.children:
+            if ch.owned_by_app(child, desired.spec):
+                adopt(child, owner)
+            try:
+                if child["kind"] == "PersistentVolumeClaim":
+                    self._ensure_claim(child)
+                    continue
+                self.apply(child)
+            except KubeError as exc:
+                obs.apply_error = f"{child['kind']} {child['metadata']['name']}: {exc}"
+            except KindNotServed:
+                obs.apply_error = f"the {child['kind']} CRD ({child['apiVersion']}) is not installed"
+        namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        if desired.spec.suspend:
+            self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
+        self._prune_pipeline_configmaps(namespace, app, keep)
+
+    def _ensure_claim(self, claim: dict[str, Any]) -> None:
+        """Created once (a claim's spec is mostly immutable); afterwards only its owner changes with the
+        app's deletionPolicy (owned: deleted with the app; not owned: retained)."""
+        meta = claim["metadata"]
+        current = self.get("v1", "PersistentVolumeClaim", meta["namespace"], meta["name"])
+        if current is None:
+            self.apply(claim)
+            return
+        owners = meta.get("ownerReferences") or []
+        if (current["metadata"].get("ownerReferences") or []) != owners:
+            self.kube.patch(
+                "v1",
+                "PersistentVolumeClaim",
+                meta["namespace"],
+                meta["name"],
+                {"metadata": {"ownerReferences": owners or None}},
+            )
+
+    def delete_driver(self, namespace: str, driver: str) -> None:
+        """A driver a handover no longer needs, with its runner ConfigMap."""
+        self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
+        self.delete("v1", "ConfigMap", namespace, ch.runner_configmap_name(driver))
+
+    def delete_topics(self, spec_raw: dict[str, Any], namespace: str) -> None:
+        """The app's Admin-API topics whose deletionPolicy is delete (KafkaTopics go with their owner)."""
+        parsed = parse_spec(spec_raw)
+        if isinstance(parsed, Invalid):
+            return
+        desired = desired_state("_", namespace, parsed)
+        doomed = [t.name for t in desired.admin_topics if t.deletionPolicy == "delete"]
+        if doomed:
+            AdminTopics(desired.bootstrap, timeout=15).delete(doomed)
+
+    # ---------------------------------------------------------------------------- revisions
+    def revisions(self, namespace: str, app: str) -> set[str]:
+        """The revisions whose pipeline ConfigMap exists."""
+        labels = (item["metadata"].get("labels") or {} for item in self._pipeline_configmaps(namespace, app))
+        return {rev for rev in (label.get(ch.REVISION_LABEL) for label in labels) if rev}
+
+    def apply_revision(self, owner: dict[str, Any], spec: StreamingAppSpec, bootstrap: str) -> None:
+        namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        configmap = ch.pipeline_configmap(app, namespace, spec, bootstrap)
+        adopt(configmap, owner)
+        self.apply(configmap)
+
+    def revision_spec(
+        self, namespace: str, app: str, revision: str, specs: dict[str, StreamingAppSpec]
+    ) -> StreamingAppSpec | None:
+        """A revision's spec, from its ConfigMap (None: gone, or written before revisions kept their spec);
+        `specs`: the ones this pass read already."""
+        if revision not in specs:
+            configmap = self.get("v1", "ConfigMap", namespace, ch.configmap_name(app, revision))
+            text = ((configmap or {}).get("data") or {}).get(ch.SPEC_FILE)
+            try:
+                specs[revision] = StreamingAppSpec.model_validate_json(text) if text else None  # type: ignore[assignment]
+            except ValueError:
+                log.warning("%s/%s: the spec kept for revision %s does not parse", namespace, app, revision)
+                specs[revision] = None  # type: ignore[assignment]
+        return specs[revision]
+
+    def _pipeline_configmaps(self, namespace: str, app: str) -> list[dict[str, Any]]:
+        selector = f"{ch.APP_LABEL}={app},app.kubernetes.io/component=pipeline"
+        return self.kube.list("v1", "ConfigMap", namespace, selector)
+
+    def _prune_pipeline_configmaps(self, namespace: str, app: str, keep: frozenset[str]) -> None:
+        """Revisions no rollout needs any more (the stable one, and a rollout's two, are kept)."""
+        for item in self._pipeline_configmaps(namespace, app):
+            meta = item["metadata"]
+            if (meta.get("labels") or {}).get(ch.REVISION_LABEL) not in keep:
+                log.info("%s/%s: revision ConfigMap %s pruned (kept: %s)", namespace, app, meta["name"], sorted(keep))
+                # gone already: a concurrent pass (update handler vs resync) got there first
+                self.delete("v1", "ConfigMap", namespace, meta["name"])
+
+    # -------------------------------------------------------------------------- control token
+    def ensure_control_secret(self, owner: dict[str, Any]) -> None:
+        """The control token is made once and kept (the driver mounts it; rotating it is deleting it)."""
+        namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        if self.get("v1", "Secret", namespace, ch.control_secret_name(app)) is not None:
+            return
+        secret = ch.control_secret(app, namespace, secrets.token_urlsafe(32))
+        adopt(secret, owner)
+        with contextlib.suppress(KubeError):  # 409: a concurrent pass created it
+            self.kube.create(secret)
+        self.forget_token(namespace, app)
+
+    def control_token(self, namespace: str, app: str) -> str | None:
+        key = (namespace, app)
+        if key not in self._tokens:
+            secret = self.get("v1", "Secret", namespace, ch.control_secret_name(app))
+            encoded = ((secret or {}).get("data") or {}).get(ch.CONTROL_TOKEN_KEY)
+            if not encoded:
+                return None
+            self._tokens[key] = base64.b64decode(encoded).decode().strip()
+        return self._tokens[key]
+
+    def forget_token(self, namespace: str, app: str) -> None:
+        """Read the Secret again next time (a driver refused the token: it may have been rotated)."""
+        self._tokens.pop((namespace, app), None)

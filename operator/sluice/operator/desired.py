@@ -1,0 +1,107 @@
+"""What an app should look like (pure): its spec as the operator accepts it, the Kafka it reaches and the
+children that make it run. Nothing here talks to Kubernetes or Kafka."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.api.app import app_problems
+from sluice.api.contract import RunnerConfig
+from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
+from sluice.api.validation import Problem
+
+from . import children as ch
+from .model import StreamingAppSpec, TopicSpec
+from .settings import ClaimDefaults
+
+
+@dataclass
+class DesiredState:
+    spec: StreamingAppSpec
+    bootstrap: str
+    revision: str
+    children: list[dict[str, Any]]
+    admin_topics: list[TopicSpec]
+    strimzi_topics: list[dict[str, Any]]
+
+
+@dataclass
+class Invalid:
+    problems: list[Problem]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(map(str, self.problems))
+
+
+def parse_spec(raw: dict[str, Any]) -> StreamingAppSpec | Invalid:
+    """The app's spec, or every problem with its path (spec.pipeline.nodes[2].inputs[0]: ...). SQL syntax is
+    checked without a JVM (sluice.api.sqlcheck); the driver parses it again with Spark at start."""
+    spec, problems = app_problems(raw, "spec", sql=static_sql_parser, ddl=static_ddl_parser)
+    return Invalid(problems) if spec is None else spec
+
+
+def bootstrap_for(spec: StreamingAppSpec, namespace: str) -> str:
+    if spec.kafka.bootstrapServers:
+        return spec.kafka.bootstrapServers
+    cluster = spec.kafka.strimziCluster
+    assert cluster is not None
+    port = 9093 if cluster.listener == "tls" else 9092
+    return f"{cluster.name}-kafka-bootstrap.{cluster.namespace or namespace}.svc:{port}"
+
+
+def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults) -> Problem | None:
+    """A checkpoint that would vanish with the driver pod is refused, never used."""
+    if spec.checkpoint.volumeClaim or spec.checkpoint.is_hadoop_uri() or claims.create:
+        return None
+    return Problem(
+        "spec.checkpoint",
+        f"location {spec.checkpoint.location!r} is a path in the driver pod and this "
+        "operator creates no checkpoint claims (chart checkpoints.createClaims=false): set "
+        "checkpoint.volumeClaim, or a Hadoop URI location (s3a://, hdfs://…)",
+    )
+
+
+def admissible_spec(raw: dict[str, Any], claims: ClaimDefaults) -> StreamingAppSpec | Invalid:
+    """What the operator accepts: a parsed spec, or every problem (the admission webhook asks the same)."""
+    parsed = parse_spec(raw)
+    if isinstance(parsed, Invalid):
+        return parsed
+    problem = checkpoint_problem(parsed, claims)
+    return Invalid([problem]) if problem else parsed
+
+
+def desired_state(
+    app: str,
+    namespace: str,
+    spec: StreamingAppSpec,
+    submitted_executors: int | None = None,
+    claims: ClaimDefaults | None = None,
+    pin: ch.DriverPin | None = None,
+    runner: RunnerConfig | None = None,
+    driver_spec: StreamingAppSpec | None = None,
+    driver: str | None = None,
+) -> DesiredState:
+    """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children);
+    `pin`, `runner`, `driver_spec`: the revisions its driver runs and was submitted for, what a starting driver
+    runs, and the spec it was submitted with; `driver`: its SparkApplication (default: the app's name)."""
+    bootstrap = bootstrap_for(spec, namespace)
+    by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
+    for topic in spec.topics:
+        by_mode[spec.topic_management(topic)].append(topic)
+    cluster = spec.kafka.strimziCluster
+    strimzi = [
+        ch.kafka_topic(
+            app, cluster.namespace or namespace if cluster else namespace, t, cluster.name if cluster else ""
+        )
+        for t in by_mode["strimzi"]
+    ]
+    return DesiredState(
+        spec,
+        bootstrap,
+        ch.revision(spec),
+        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner, driver_spec, driver),
+        by_mode["admin"],
+        strimzi,
+    )

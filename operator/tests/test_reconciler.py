@@ -1,0 +1,93 @@
+"""Whole reconcile passes with fakes at the reconciler's I/O seam (fakes.py: the API server's objects, the driver's
+control API): what a pass applies, asks the driver and records. Real components: test_operator_cluster.py (a
+kube-apiserver and the operator as a process) and the e2e suite (real pods)."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import APP, NAMESPACE, FakeDriver, FakeKube, app_manifest, driver_pod_started, reconcile, runner_revision
+
+from sluice.operator import children as ch
+from sluice.operator.reconciler import Reconciler
+
+
+@pytest.fixture
+def world() -> tuple[Reconciler, FakeKube, FakeDriver]:
+    kube, driver = FakeKube(), FakeDriver()
+    return Reconciler(kube=kube, driver_client=driver), kube, driver  # type: ignore[arg-type]
+
+
+def kinds(kube: FakeKube) -> set[tuple[str, str]]:
+    return {(kind, name) for kind, _, name in kube.objects}
+
+
+def test_a_new_app_gets_its_children_and_its_first_stable_revision(world) -> None:
+    reconciler, kube, _ = world
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    revision = app["status"]["stableRevision"]
+    assert {
+        ("SparkApplication", APP),
+        ("ConfigMap", ch.runner_configmap_name(APP)),
+        ("ConfigMap", ch.configmap_name(APP, revision)),
+        ("Secret", ch.control_secret_name(APP)),
+        ("Service", f"{APP}-driver"),
+    } <= kinds(kube)
+    assert runner_revision(kube) == revision == app["status"]["revision"]
+    assert app["status"]["phase"] == "Pending"  # spark-operator has not picked it up
+    conditions = {c["type"]: c["status"] for c in app["status"]["conditions"]}
+    assert conditions["Valid"] == "True" and conditions["DriverSubmitted"] == "True"
+
+
+def test_an_invalid_spec_creates_nothing_and_names_the_field(world) -> None:
+    reconciler, kube, _ = world
+    manifest = app_manifest("word != ''")
+    manifest["spec"]["pipeline"]["nodes"][1]["inputs"] = ["lnes"]
+    app = reconcile(reconciler, manifest, clock=1000.0)
+    assert kube.objects == {}
+    assert app["status"]["phase"] == "Invalid"
+    valid = next(c for c in app["status"]["conditions"] if c["type"] == "Valid")
+    assert valid["status"] == "False" and "spec.pipeline.nodes[1].inputs[0]" in valid["message"], valid
+
+
+def test_a_filter_change_is_swapped_into_the_running_driver(world) -> None:
+    reconciler, kube, driver = world
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    first = app["status"]["stableRevision"]
+    driver_pod_started(kube)
+    driver.revision = first
+    spark_before = kube.objects[("SparkApplication", NAMESPACE, APP)]["spec"]
+
+    app = reconcile(reconciler, app_manifest("word != '' AND word != 'zeta'") | {"status": app["status"]}, 1005.0)
+    rollout = app["status"]["rollout"]
+    assert rollout["strategy"] == "hotSwap" and rollout["fromRevision"] == first
+    assert len(driver.swaps) == 1 and driver.swaps[0].config.revision == rollout["toRevision"]
+    assert {s.name: s.action for s in driver.swaps[0].steps} == {"out": "restart", "lines-dead-letters": "keep"}
+    assert "zeta" in driver.swaps[0].config.pipeline.model_dump_json()
+    assert any(reason == "Swapped" for _, reason, _ in app["events"]), app["events"]
+    assert kube.objects[("SparkApplication", NAMESPACE, APP)]["spec"] == spark_before, "no resubmission"
+    assert runner_revision(kube) == rollout["toRevision"], "a driver restarting now runs the new revision"
+
+
+def test_a_tick_applies_nothing_and_asks_the_driver_for_the_executor_count(world) -> None:
+    reconciler, kube, driver = world
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    driver_pod_started(kube)
+    driver.revision = app["status"]["stableRevision"]
+    scaled = app_manifest("word != ''") | {"status": app["status"]}
+    scaled["spec"]["executors"]["instances"] = 3
+    runner_before = kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(APP))]
+    outcome = reconciler.reconcile(scaled, full=False, periodic=True, clock=1005.0)
+    assert driver.executor_requests == [3], "the live count is asked of the running driver"
+    assert kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(APP))] == runner_before
+    assert outcome.status["desiredExecutors"] == 3 and outcome.status["scaling"] == "manual"
+    assert outcome.status["executors"] == 1, "the driver's own count, as it answered before the request"
+
+
+def test_a_pass_records_the_status_only_when_it_changed(world) -> None:
+    reconciler, kube, _ = world
+    kube.apply(app_manifest("word != ''"), "test")
+    reconciler.reconcile_by_name(NAMESPACE, APP)
+    writes = [p for p in kube.patches if p[0] == "StreamingApp" and p[2] == "status"]
+    assert len(writes) == 1 and writes[0][3]["status"]["stableRevision"]
+    reconciler.reconcile_by_name(NAMESPACE, APP)  # nothing changed since
+    assert [p for p in kube.patches if p[0] == "StreamingApp" and p[2] == "status"] == writes
