@@ -22,7 +22,7 @@ from sluice.api.pipeline import duration_ms
 from sluice.api.validation import document_from, load_documents
 from sluice.pipelines.local.kafka_io import create_topic
 from sluice.pipelines.metrics import parse_spark_time
-from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.testbed.common import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "pipelines" / "examples" / "frequency-count.yaml"

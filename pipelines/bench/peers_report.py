@@ -167,12 +167,19 @@ def render_markdown(results: dict[str, Any], chart: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Below this line docs/benchmarks.md holds the other benchmarks' last recorded runs: a new render keeps it.
+OTHER_BENCHMARKS = "<!-- the other benchmarks: kept as they are when make bench-peers renders this page -->"
+
+
 def publish(results: dict[str, Any], docs: Path, chart: Path) -> None:
-    """The chart (at `chart` and beside the page) and docs/benchmarks.md."""
+    """The chart (at `chart` and beside the page) and docs/benchmarks.md, keeping the page's other benchmarks
+    (from OTHER_BENCHMARKS on)."""
     render_chart(results, chart)
     docs.parent.mkdir(parents=True, exist_ok=True)
     (docs.parent / "benchmarks.png").write_bytes(chart.read_bytes())
-    docs.write_text(render_markdown(results, "benchmarks.png"))
+    before = docs.read_text() if docs.exists() else ""
+    kept = before[before.index(OTHER_BENCHMARKS) :] if OTHER_BENCHMARKS in before else ""
+    docs.write_text(render_markdown(results, "benchmarks.png") + ("\n" + kept if kept else ""))
 
 
 if __name__ == "__main__":  # render the chart and the page again from a results file

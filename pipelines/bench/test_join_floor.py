@@ -33,8 +33,8 @@ from rich.table import Table
 
 from sluice.api.contract import RunnerConfig
 from sluice.api.pipeline import PipelineSpec
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.pipelines.queries import JOIN_STATE_FORMAT
-from sluice.pipelines.runtime import PipelineRun
 from sluice.testbed.common import REPO_ROOT, wait_for
 
 pytestmark = pytest.mark.bench

@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from sluice.api.validation import PipelineDocument, document_from, load_documents
 from sluice.pipelines.local.kafka_io import ConsumedRecord, produce
-from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.testbed.manifests import retarget_topics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from sluice.pipelines.control.auth import NO_TOKEN, ControlToken, bearer_token
 from sluice.pipelines.control.errors import ApiFailure
 from sluice.pipelines.control.server import ControlServer, parse_request
 from sluice.pipelines.local.kafka_io import produce
-from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.testbed.common import free_port, wait_for
 
 LOCAL_MODE = "executor scaling needs a cluster manager (this driver runs Spark in local mode)"

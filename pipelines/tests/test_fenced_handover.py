@@ -20,7 +20,7 @@ from test_migration import WATERMARK_MS, first_revision, pipeline, send, windows
 from sluice.api.contract import DriverStatus, QueryStep, RunnerConfig, SwapRequest
 from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.control.server import ControlServer
-from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.testbed.common import free_port, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

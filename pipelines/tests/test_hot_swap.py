@@ -18,7 +18,7 @@ from sluice.api.contract import DriverStatus, QueryStep, RunnerConfig, SwapReque
 from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.control.server import ControlServer
 from sluice.pipelines.local.kafka_io import consume_all, produce
-from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.testbed.common import free_port, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

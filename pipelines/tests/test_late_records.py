@@ -19,10 +19,10 @@ from kafka_output import read_committed
 from pyspark.sql import SparkSession
 
 from sluice.api.validation import document_from
+from sluice.pipelines.checkpoints import OffsetLog, running_query_at
 from sluice.pipelines.local.kafka_io import produce
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.pipelines.queries import JOIN_STATE_FORMAT
-from sluice.pipelines.runtime import PipelineRun
-from sluice.pipelines.sinks.checkpoint_files import OffsetLog, running_query_at
 
 DELAY_MS, WINDOW_MS = 2_000, 5_000
 _tables = itertools.count()

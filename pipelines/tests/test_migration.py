@@ -21,12 +21,12 @@ from pyspark.sql import SparkSession
 
 from sluice.api.contract import CheckpointsDeleted, Migration, QueryStep, RunnerConfig
 from sluice.api.pipeline import FromKafka, PipelineSpec
+from sluice.pipelines.checkpoints import Handover, OutputGrid, committed_batch
 from sluice.pipelines.compiler import compile_pipeline
-from sluice.pipelines.handover import HandoverFailed, described, gate_cut, java_cause, starting_offsets
 from sluice.pipelines.local.kafka_io import end_offsets, produce
+from sluice.pipelines.migration import HandoverFailed, described, gate_cut, java_cause, starting_offsets
+from sluice.pipelines.pipeline_run import PipelineRun, SwapRefused
 from sluice.pipelines.plancheck import failure_message
-from sluice.pipelines.runtime import PipelineRun, SwapRefused
-from sluice.pipelines.sinks.checkpoint_files import Handover, OutputGrid, committed_batch
 from sluice.testbed.common import wait_for
 
 WATERMARK_MS = 2_000

@@ -16,9 +16,9 @@ from helpers import EXAMPLE_NAMES, EXAMPLES, REPO_ROOT
 from sluice.api.contract import RunnerConfig
 from sluice.api.validation import PipelineInvalid, Problem, load_documents, validate
 from sluice.pipelines.compiler import compile_pipeline
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.pipelines.plancheck import plan_problems, stand_in_frames, streaming_problems
 from sluice.pipelines.runner import termination_message
-from sluice.pipelines.runtime import PipelineRun
 
 pytestmark = pytest.mark.spark
 

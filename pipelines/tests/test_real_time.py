@@ -17,8 +17,8 @@ from test_validation import assert_problems, problems_of
 from sluice.api.pipeline import PipelineSpec
 from sluice.api.validation import PipelineInvalid, document_from, validate
 from sluice.pipelines.local.kafka_io import consume_all, create_topic, produce
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.pipelines.realtime import query_sources, slot_problems
-from sluice.pipelines.runtime import PipelineRun
 
 PREFIX = "spec.pipeline"
 SCHEMA = "id INT, item STRING, qty INT"

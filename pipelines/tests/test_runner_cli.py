@@ -23,9 +23,9 @@ from sluice.api.pipeline import PipelineSpec
 from sluice.api.validation import PipelineInvalid
 from sluice.pipelines import runner
 from sluice.pipelines.local.kafka_io import produce
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.pipelines.plancheck import error_summary
 from sluice.pipelines.runner import TERMINATION_MESSAGE_LIMIT, termination_message
-from sluice.pipelines.runtime import PipelineRun
 from sluice.testbed.common import free_port
 
 

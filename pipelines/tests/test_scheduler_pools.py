@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from sluice.api.contract import RunnerConfig
 from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.local.kafka_io import produce
-from sluice.pipelines.runtime import PipelineRun
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.pipelines.session import STATELESS_POOL
 from sluice.testbed.common import wait_for
 

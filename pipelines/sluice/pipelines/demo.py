@@ -23,7 +23,7 @@ from sluice.api.validation import PipelineDocument, load_documents
 from .local.kafka import LOCAL_KAFKA_DIR, KafkaCluster, local_bootstrap
 from .local.kafka_io import consume_all, create_topic, delete_topics, produce
 from .local.spark import spark_kafka_jars
-from .runtime import PipelineRun
+from .pipeline_run import PipelineRun
 from .session import local_session, spark_log_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"

@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession
 
 from sluice.api.pipeline import FromKafka
 
-from .sinks.checkpoint_files import Handover, OffsetLog, OutputGrid, committed_batch, source_starts
+from .checkpoints import Handover, OffsetLog, OutputGrid, committed_batch, source_starts
 
 TopicPartition = tuple[str, int]
 ANSWER_TIMEOUT_S = 60  # Kafka's listOffsets, as the consumer's offsetsForTimes was given

@@ -25,14 +25,14 @@ from sluice.api.contract import CheckpointsDeleted, QueryStep, RunnerConfig, Run
 from sluice.api.pipeline import PipelineSpec
 from sluice.api.validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
+from .checkpoints import Handover, OutputGrid, committed_batch, delete_folder
 from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
-from .handover import hand_over
 from .metrics import PipelineMetrics, ProgressListener
+from .migration import hand_over
 from .plancheck import error_summary, java_message, sink_path, streaming_problems
 from .queries import WARM_UP_QUERY_PREFIX, UnsupportedTrigger, start_query, start_warm_up_query
 from .realtime import real_time_slot_problems
 from .sinks import release_kept_clients
-from .sinks.checkpoint_files import Handover, OutputGrid, committed_batch, delete_folder
 
 log = logging.getLogger("sluice.runtime")
 
@@ -441,7 +441,7 @@ class PipelineRun:
 
     def swap(self, config: RunnerConfig, steps: Sequence[QueryStep]) -> SwapResponse:
         """Run `config`'s revision in this driver: the steps' queries stop at a batch boundary and restart
-        (on their checkpoints), move to another checkpoint (migrate, restore: see handover.py), start or stop;
+        (on their checkpoints), move to another checkpoint (migrate, restore: see migration.py), start or stop;
         `keep` queries are not touched. Nothing changes when the request does not fit this run or the new
         pipeline does not compile (SwapRefused, PipelineInvalid). A query that fails to start on the new plan
         is started on the old one again, and its error raised."""

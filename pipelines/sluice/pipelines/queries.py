@@ -16,10 +16,10 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from sluice.api.pipeline import ProcessingTime, duration_to_spark
 
+from .checkpoints import OffsetLog, running_query_at
 from .compiler import LateRule, QueryPlan, reach_column
 from .session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER, STATELESS_POOL
 from .sinks import Sink, SinkContext, create_sink
-from .sinks.checkpoint_files import OffsetLog, running_query_at
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from sluice.api.validation import (
 )
 
 from .control.server import ControlServer
+from .pipeline_run import PipelineRun, config_from_document, error_summary
 from .plancheck import java_message
-from .runtime import PipelineRun, config_from_document, error_summary
 
 log = logging.getLogger("sluice.runner")
 # Flags for local runs whose values a RunnerConfig carries itself: argparse dest -> flag.

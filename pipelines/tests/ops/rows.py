@@ -23,8 +23,8 @@ from pyspark.sql import functions as F
 from sluice.api.pipeline import Node, PipelineSpec
 from sluice.api.validation import validate
 from sluice.pipelines.compiler import CompiledPipeline, compile_pipeline
+from sluice.pipelines.pipeline_run import spark_ddl_parser, spark_sql_parser
 from sluice.pipelines.queries import start_query
-from sluice.pipelines.runtime import spark_ddl_parser, spark_sql_parser
 from sluice.pipelines.sinks import MemoryTables
 
 T0 = 1_700_000_040_000  # epoch ms on a whole minute: event times in tests are T0 + offsets

@@ -21,7 +21,7 @@ from .executors import Executors
 from .latest import LatestOffsets
 
 if TYPE_CHECKING:
-    from ..runtime import PipelineRun
+    from ..pipeline_run import PipelineRun
 
 log = logging.getLogger("sluice.control")
 

@@ -61,8 +61,8 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from sluice.api.pipeline import ToKafka
 
+from ..checkpoints import BatchFiles, checkpoint_query_id
 from .base import SinkContext
-from .checkpoint_files import BatchFiles, checkpoint_query_id
 from .kafka import KafkaRecords
 
 log = logging.getLogger("sluice.sinks.kafka")
