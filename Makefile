@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format bench bench-validate bench-delivery bench-source-fetch bench-join-floor bench-autoscaler bench-operator faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
+.PHONY: help venv demo test lint format docs bench bench-validate bench-delivery bench-source-fetch bench-join-floor bench-autoscaler bench-operator faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
 	operator crds clean
 
 help:
@@ -43,6 +43,10 @@ lint: $(STAMP) ## ruff (rules and format), the import contracts in pyproject.tom
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/mypy
+
+docs: ## render docs/diagrams/*.dot to docs/*.svg (Graphviz, from Debian when missing)
+	@command -v dot >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; }
+	for f in docs/diagrams/*.dot; do dot -Tsvg "$$f" -o "docs/$$(basename "$${f%.dot}").svg"; done
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
