@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakes import FakeDriver, FakeKube
 
 from sluice.operator.crd import CRD_FILE
+from sluice.operator.reconciler import Reconciler
 from sluice.testbed.common import free_ports, tail
 from sluice.testbed.operator_env import operator_env, operator_python
 
@@ -126,3 +128,10 @@ def namespace(crds_installed) -> Iterator[str]:
     crds_installed.kubectl("create", "namespace", name)
     yield name
     crds_installed.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+def world() -> tuple[Reconciler, FakeKube, FakeDriver]:
+    """A reconciler with fakes at its I/O seam (fakes.py): the API server's objects, a driver's control API."""
+    kube, driver = FakeKube(), FakeDriver()
+    return Reconciler(kube=kube, driver_client=driver), kube, driver  # type: ignore[arg-type]

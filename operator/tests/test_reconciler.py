@@ -4,17 +4,17 @@ kube-apiserver and the operator as a process) and the e2e suite (real pods)."""
 
 from __future__ import annotations
 
-import pytest
-from fakes import APP, NAMESPACE, FakeDriver, FakeKube, app_manifest, driver_pod_started, reconcile, runner_revision
+from fakes import (
+    APP,
+    NAMESPACE,
+    FakeKube,
+    app_manifest,
+    driver_pod_started,
+    reconcile,
+    runner_revision,
+)
 
 from sluice.operator import children as ch
-from sluice.operator.reconciler import Reconciler
-
-
-@pytest.fixture
-def world() -> tuple[Reconciler, FakeKube, FakeDriver]:
-    kube, driver = FakeKube(), FakeDriver()
-    return Reconciler(kube=kube, driver_client=driver), kube, driver  # type: ignore[arg-type]
 
 
 def kinds(kube: FakeKube) -> set[tuple[str, str]]:

@@ -5,24 +5,13 @@ The same on real pods: e2e step change_while_driver_starts."""
 
 from __future__ import annotations
 
-import pytest
 from fakes import (
     POD,
-    FakeDriver,
-    FakeKube,
     app_manifest,
     driver_pod_started,
     reconcile,
     runner_revision,
 )
-
-from sluice.operator.reconciler import Reconciler
-
-
-@pytest.fixture
-def world() -> tuple[Reconciler, FakeKube, FakeDriver]:
-    kube, driver = FakeKube(), FakeDriver()
-    return Reconciler(kube=kube, driver_client=driver), kube, driver  # type: ignore[arg-type]
 
 
 def test_a_change_applied_while_the_driver_starts_reaches_it(world) -> None:
