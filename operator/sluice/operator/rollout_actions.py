@@ -1,4 +1,4 @@
-"""The rollout's actions carried out (I/O), one method per action type of rollout.plan: on the API server (a
+"""The rollout's actions carried out (I/O), one method per action type of rollout.actions: on the API server (a
 revision's ConfigMap, a handover's second driver, a driver deleted) and on the drivers' control API (a swap, a
 drain, an activation, a resume, checkpoint folders deleted). Also the restart of a driver found running another
 revision than its runner config says (rollout.decide.driver_behind)."""

@@ -1,40 +1,32 @@
 """Rolling updates of a StreamingApp's pipeline: pure decisions, no I/O.
 
 diff: per streaming query, what a spec change needs by Spark's rules for one checkpoint.
-plan: the cheapest safe strategy (or the refusal of an unsafe explicit one) and the rollout state machine
-kept in `status.rollout` (its models are in ..model).
+strategy: the cheapest safe strategy (or the refusal of an unsafe explicit one) and the planned rollout.
+plan: the rollout state machine kept in `status.rollout` (its models are in ..model); observed: what it
+reads; actions: what it says. decide: one pass of it as the operator carries it out.
 """
 
 from sluice.api.contract import QueryStep
 
 from ..model import DriverRef, RolloutStatus, Strategy
-from .diff import Change, QueryChange, Reason, SpecDiff, classify
-from .plan import (
+from .actions import (
     Action,
     Activate,
     ApplyRevision,
     DeleteDriver,
     Drain,
-    DriverFacts,
     Event,
-    Observed,
-    QueryFacts,
     Refusal,
     ReleaseRevision,
     Resume,
     StartDriver,
     Step,
     SwapQueries,
-    Target,
-    choose_strategy,
-    diff_base,
-    plan,
-    query_steps,
-    reverse_steps,
-    safe_strategies,
-    step,
-    unsafe_reasons,
 )
+from .diff import Change, QueryChange, Reason, SpecDiff, classify
+from .observed import DriverFacts, Observed, QueryFacts, Target
+from .plan import diff_base, reverse_steps, step
+from .strategy import choose_strategy, plan, query_steps, safe_strategies, unsafe_reasons
 
 __all__ = [
     "Action",

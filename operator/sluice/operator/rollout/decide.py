@@ -29,19 +29,10 @@ from sluice.api.contract import DriverStatus, Migration, QueryStep
 
 from ..autoscaler.collect import format_time
 from ..model import RolloutStatus
+from .actions import Event, Step, SwapQueries, migrated_folder
 from .diff import Change, Reason, SpecDiff
-from .plan import (
-    DriverFacts,
-    DriverState,
-    Event,
-    Observed,
-    QueryFacts,
-    Step,
-    SwapQueries,
-    Target,
-    migrated_folder,
-    step,
-)
+from .observed import DriverFacts, DriverState, Observed, QueryFacts, Target
+from .plan import step
 
 SWAPPED_PHASES = ("Draining", "Starting", "Verifying", "Complete")  # the new revision's queries are (being) swapped in
 FAILED_SPARK_STATES = ("FAILED", "SUBMISSION_FAILED")

@@ -18,8 +18,21 @@ from typing import Any, Literal
 from sluice.api.pipeline import Node, PipelineSpec, duration_ms
 
 from ..model import StreamingAppSpec
+from .spark_rules import (
+    FILTERS_ALLOWED,
+    MAP_LIKE,
+    REAL_TIME_CHECKPOINT,
+    STATEFUL,
+    STATEFUL_NOT_ALLOWED,
+    STATEFUL_OPS,
+    Rule,
+    RuleKind,
+    added_or_removed_rule,
+    field_rule,
+    sink_type_rule,
+    source_option_rule,
+)
 
-STATEFUL_OPS = frozenset({"aggregate", "join", "dedupe"})
 DEAD_LETTER_SUFFIX = "-dead-letters"
 
 
@@ -73,184 +86,6 @@ class SpecDiff:
 
     def query(self, name: str) -> QueryChange:
         return next(q for q in self.queries if q.name == name)
-
-
-# ---------------------------------------------------------------------------------- Spark's table
-
-_GUIDE = "Spark guide"
-SOURCES_NOT_ALLOWED = f'{_GUIDE}: "Changes in the number or type (i.e. different source) of input sources: not allowed"'
-TOPICS_NOT_ALLOWED = (
-    f'{_GUIDE}: "Changes to subscribed topics/files are generally not allowed as the results are unpredictable"'
-)
-RATE_LIMITS_ALLOWED = f'{_GUIDE}: "Addition/deletion/modification of rate limits is allowed"'
-FILTERS_ALLOWED = f'{_GUIDE}: "Addition / deletion of filters is allowed"'
-PROJECTIONS_ALLOWED = (
-    f'{_GUIDE}: "Changes in projections with different output schema are conditionally '
-    'allowed" (the sink takes the new rows)'
-)
-STATEFUL_NOT_ALLOWED = (
-    f'{_GUIDE}: "any changes (that is, additions, deletions, or schema modifications) to the '
-    'stateful operations of a streaming query are not allowed"'
-)
-AGGREGATION_NOT_ALLOWED = (
-    f'{_GUIDE}: "Streaming aggregation: Any change in number or type of grouping keys or aggregates is not allowed"'
-)
-DEDUPE_NOT_ALLOWED = (
-    f'{_GUIDE}: "Streaming deduplication: Any change in number or type of deduplicating columns is not allowed"'
-)
-JOIN_NOT_ALLOWED = (
-    f'{_GUIDE}: "Stream-stream join: Changes in the schema or equi-joining columns are not allowed. '
-    "Changes in join type (outer or inner) are not allowed. Other changes in the join condition are "
-    'ill-defined"'
-)
-FOREACH_ALLOWED = (
-    f'{_GUIDE}: "Changes to the user-defined foreach sink (that is, the ForeachWriter code) are '
-    'allowed" (top-N runs per micro-batch in foreachBatch, after the state)'
-)
-OUTPUT_TOPIC_ALLOWED = f'{_GUIDE}: "Changes to output topic are allowed"'
-FILE_DIRECTORY_NOT_ALLOWED = f'{_GUIDE}: "Changes to output directory of a file sink are not allowed"'
-FILE_TO_KAFKA_ALLOWED = f'{_GUIDE}: "File sink to Kafka sink is allowed. Kafka will see only the new data"'
-KAFKA_TO_FILE_NOT_ALLOWED = f'{_GUIDE}: "Kafka sink to file sink is not allowed"'
-KAFKA_FOREACH_ALLOWED = (
-    f'{_GUIDE}: "Kafka sink changed to foreach, or vice versa is allowed" (exactlyOnce writes through foreachBatch)'
-)
-SINK_TYPE_UNLISTED = (
-    f'{_GUIDE}: changes of sink type "need to be verified on a case-by-case basis"; this one is not listed'
-)
-REAL_TIME_CHECKPOINT = (
-    "Spark Real-time Mode guide: a stateful query switched between micro-batch and real-time "
-    'mode cannot start on the same checkpoint ("Use a fresh checkpoint location")'
-)
-
-
-class _Kind(enum.Enum):
-    COMPATIBLE = "compatible wherever it is"
-    AHEAD_OF_STATE = "incompatible when a stateful operation follows in the query (its state schema)"
-    IN_STATEFUL_QUERY = "incompatible when the query has a stateful operation"
-    INCOMPATIBLE = "incompatible"
-    ANOTHER_CLUSTER = "incompatible, and no offsets carry over"
-
-
-@dataclass(frozen=True)
-class _Rule:
-    kind: _Kind
-    why: str
-
-
-_MAP_LIKE = _Rule(_Kind.AHEAD_OF_STATE, f"a projection or map-like change; {PROJECTIONS_ALLOWED}")
-_STATEFUL = _Rule(_Kind.INCOMPATIBLE, STATEFUL_NOT_ALLOWED)
-_ARBITRARY_CODE = _Rule(
-    _Kind.INCOMPATIBLE, "arbitrary code may hold state or change any column: Spark's table cannot vouch for it"
-)
-
-_FIELD_RULES: dict[str, dict[str, _Rule]] = {
-    "fromKafka": {
-        "topic": _Rule(_Kind.INCOMPATIBLE, TOPICS_NOT_ALLOWED),
-        "pattern": _Rule(_Kind.INCOMPATIBLE, TOPICS_NOT_ALLOWED),
-        "bootstrapServers": _Rule(_Kind.ANOTHER_CLUSTER, f"reads another Kafka cluster; {SOURCES_NOT_ALLOWED}"),
-        "maxRecordsPerTrigger": _Rule(_Kind.COMPATIBLE, RATE_LIMITS_ALLOWED),
-        "minPartitions": _Rule(_Kind.COMPATIBLE, "only splits Kafka partitions into more tasks; offsets stay"),
-        "startingOffsets": _Rule(_Kind.COMPATIBLE, "applies only to a query without a checkpoint"),
-        "isolationLevel": _Rule(
-            _Kind.COMPATIBLE, "which records are read, like a filter; offsets stay. " + FILTERS_ALLOWED
-        ),
-        "watermark": _Rule(_Kind.AHEAD_OF_STATE, "the watermark delay decides when state is evicted and windows close"),
-        # format, schema, csvDelimiter, metadata, eventTime: the parsed rows change shape
-    },
-    "filter": {"": _Rule(_Kind.COMPATIBLE, FILTERS_ALLOWED)},
-    "aggregate": {
-        "window": _Rule(_Kind.INCOMPATIBLE, f"the window is a grouping key; {AGGREGATION_NOT_ALLOWED}"),
-        "": _Rule(_Kind.INCOMPATIBLE, AGGREGATION_NOT_ALLOWED),
-    },
-    "join": {
-        "select": _Rule(_Kind.AHEAD_OF_STATE, f"the join's output projection, after its state; {PROJECTIONS_ALLOWED}"),
-        "": _Rule(_Kind.INCOMPATIBLE, JOIN_NOT_ALLOWED),
-    },
-    "dedupe": {"": _Rule(_Kind.INCOMPATIBLE, DEDUPE_NOT_ALLOWED)},
-    "lookup": {"broadcast": _Rule(_Kind.COMPATIBLE, "a join hint: the rows stay")},
-    "topN": {"": _Rule(_Kind.COMPATIBLE, FOREACH_ALLOWED)},
-    "python": {"": _ARBITRARY_CODE},
-    "toKafka": {
-        "topic": _Rule(_Kind.COMPATIBLE, OUTPUT_TOPIC_ALLOWED),
-        "bootstrapServers": _Rule(_Kind.COMPATIBLE, f"the output moves, as with a topic; {OUTPUT_TOPIC_ALLOWED}"),
-        "delivery": _Rule(_Kind.COMPATIBLE, KAFKA_FOREACH_ALLOWED),
-        "options": _Rule(_Kind.COMPATIBLE, "producer settings"),
-        "": _Rule(_Kind.COMPATIBLE, f"a projection at the sink (Kafka takes any bytes); {PROJECTIONS_ALLOWED}"),
-    },
-    "toFiles": {
-        "path": _Rule(_Kind.INCOMPATIBLE, FILE_DIRECTORY_NOT_ALLOWED),
-        "": _Rule(_Kind.INCOMPATIBLE, "the layout of the file sink's directory changes; not in Spark's table"),
-    },
-    "toConsole": {"": _Rule(_Kind.COMPATIBLE, "display only")},
-    "toMemory": {"": _Rule(_Kind.COMPATIBLE, "the in-memory table is rebuilt when the query starts")},
-}
-_OUTPUT_MODE = _Rule(
-    _Kind.IN_STATEFUL_QUERY, "the output mode decides what a stateful operation keeps and emits; not in Spark's table"
-)
-_OP_DEFAULTS: dict[str, _Rule] = {
-    "fromKafka": _MAP_LIKE,
-    "select": _MAP_LIKE,
-    "withColumns": _MAP_LIKE,
-    "explode": _MAP_LIKE,
-    "lookup": _MAP_LIKE,
-    "union": _MAP_LIKE,
-}
-
-# Kafka source options (beyond the fields above), by what they change.
-_SUBSCRIPTION_OPTIONS = frozenset({"subscribe", "subscribePattern", "assign", "kafka.bootstrap.servers"})
-_RATE_OPTIONS = frozenset({"maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition"})
-_HARMLESS_OPTIONS = frozenset(
-    {
-        "startingOffsets",
-        "startingOffsetsByTimestamp",
-        "startingTimestamp",
-        "startingOffsetsByTimestampStrategy",
-        "failOnDataLoss",
-        "fetchOffset.numRetries",
-        "fetchOffset.retryIntervalMs",
-        "kafkaConsumer.pollTimeoutMs",
-        "groupIdPrefix",
-        "minPartitions",
-    }
-)
-
-
-def _source_option_rule(key: str) -> _Rule:
-    if key in _SUBSCRIPTION_OPTIONS:
-        return _Rule(_Kind.INCOMPATIBLE, TOPICS_NOT_ALLOWED)
-    if key in _RATE_OPTIONS:
-        return _Rule(_Kind.COMPATIBLE, RATE_LIMITS_ALLOWED)
-    if key in _HARMLESS_OPTIONS or key.startswith("kafka."):
-        return _Rule(_Kind.COMPATIBLE, "a Kafka client or start-only setting; offsets stay")
-    if key == "includeHeaders":
-        return _MAP_LIKE
-    return _Rule(_Kind.INCOMPATIBLE, "a Kafka source option Spark's table does not cover: results may be unpredictable")
-
-
-def _field_rule(op: str, name: str) -> _Rule:
-    rules = _FIELD_RULES.get(op, {})
-    if name == "outputMode":
-        return _OUTPUT_MODE
-    return rules.get(name) or rules.get("") or _OP_DEFAULTS.get(op) or _STATEFUL
-
-
-def _sink_type_rule(old_op: str, new_op: str) -> _Rule:
-    if (old_op, new_op) == ("toFiles", "toKafka"):
-        return _Rule(_Kind.COMPATIBLE, FILE_TO_KAFKA_ALLOWED)
-    if (old_op, new_op) == ("toKafka", "toFiles"):
-        return _Rule(_Kind.INCOMPATIBLE, KAFKA_TO_FILE_NOT_ALLOWED)
-    return _Rule(_Kind.INCOMPATIBLE, SINK_TYPE_UNLISTED)
-
-
-def _added_or_removed_rule(op: str) -> _Rule:
-    """A node that joins or leaves a query."""
-    if op == "fromKafka":
-        return _Rule(_Kind.INCOMPATIBLE, SOURCES_NOT_ALLOWED)
-    if op in STATEFUL_OPS:
-        return _STATEFUL
-    if op in ("filter", "topN", "python"):
-        return _field_rule(op, "")
-    return _MAP_LIKE
 
 
 # --------------------------------------------------------------------------------------- the DAG
@@ -449,7 +284,7 @@ class _QueryContext:
             yield self._reason(
                 self.after,
                 name,
-                _added_or_removed_rule(node.operation),
+                added_or_removed_rule(node.operation),
                 self.after.path(name),
                 f"node '{name}' ({node.operation}) joins the query",
             )
@@ -459,7 +294,7 @@ class _QueryContext:
             yield self._reason(
                 self.before,
                 name,
-                _added_or_removed_rule(node.operation),
+                added_or_removed_rule(node.operation),
                 self.before.path(name),
                 f"node '{name}' ({node.operation}) leaves the query",
             )
@@ -477,7 +312,7 @@ class _QueryContext:
             yield self._reason(
                 self.after,
                 name,
-                _sink_type_rule(old.operation, new.operation),
+                sink_type_rule(old.operation, new.operation),
                 path,
                 f"the sink changes from {old.operation} to {new.operation}",
             )
@@ -486,7 +321,7 @@ class _QueryContext:
             yield self._reason(
                 graph,
                 name,
-                _added_or_removed_rule(node.operation),
+                added_or_removed_rule(node.operation),
                 graph.path(name, node.operation),
                 f"operation {node.operation} {verb} node '{name}'",
             )
@@ -497,9 +332,9 @@ class _QueryContext:
         rewired_around_other_changes = self.old_members != self.new_members and len(new.inputs or []) == 1
         if rewired_around_other_changes:
             return  # the nodes that joined or left the query carry the classification
-        rule = _STATEFUL if new.operation in STATEFUL_OPS else _added_or_removed_rule(new.operation)
+        rule = STATEFUL if new.operation in STATEFUL_OPS else added_or_removed_rule(new.operation)
         if new.kind == "sink":
-            rule = _MAP_LIKE
+            rule = MAP_LIKE
         yield self._reason(self.after, name, rule, self.after.path(name, "inputs"), "its inputs change")
 
     def _fields(self, name: str, old: Node, new: Node) -> Iterator[Reason]:
@@ -507,7 +342,7 @@ class _QueryContext:
         old_config, new_config = self.before.config_of(op, old.config), self.after.config_of(op, new.config)
         if not isinstance(new_config, dict):  # select and filter: the value is the configuration
             if old_config != new_config:
-                yield self._reason(self.after, name, _field_rule(op, ""), self.after.path(name, op), f"{op} changes")
+                yield self._reason(self.after, name, field_rule(op, ""), self.after.path(name, op), f"{op} changes")
             return
         for key in sorted(k for k in new_config if old_config.get(k) != new_config.get(k)):
             if op == "fromKafka" and key == "options":
@@ -516,13 +351,13 @@ class _QueryContext:
                 yield self._reason(
                     self.after,
                     name,
-                    _field_rule(op, key),
+                    field_rule(op, key),
                     "spec.kafka",
                     f"the app's Kafka changes and {op} node '{name}' uses it",
                 )
             else:
                 yield self._reason(
-                    self.after, name, _field_rule(op, key), self.after.path(name, op, key), f"{op}.{key} changes"
+                    self.after, name, field_rule(op, key), self.after.path(name, op, key), f"{op}.{key} changes"
                 )
 
     def _source_options(self, name: str, old: dict[str, str], new: dict[str, str]) -> Iterator[Reason]:
@@ -530,7 +365,7 @@ class _QueryContext:
             yield self._reason(
                 self.after,
                 name,
-                _source_option_rule(key),
+                source_option_rule(key),
                 self.after.path(name, "fromKafka", "options", key),
                 f"option {key} changes",
             )
@@ -541,9 +376,9 @@ class _QueryContext:
         if old.pipeline.trigger != new.pipeline.trigger:
             real_time_switch = bool(old.pipeline.trigger.realTime) != bool(new.pipeline.trigger.realTime)
             rule = (
-                _Rule(_Kind.IN_STATEFUL_QUERY, REAL_TIME_CHECKPOINT)
+                Rule(RuleKind.IN_STATEFUL_QUERY, REAL_TIME_CHECKPOINT)
                 if real_time_switch
-                else _Rule(_Kind.COMPATIBLE, "the trigger only paces batches; the checkpoint does not depend on it")
+                else Rule(RuleKind.COMPATIBLE, "the trigger only paces batches; the checkpoint does not depend on it")
             )
             yield self._reason(self.after, None, rule, "spec.pipeline.trigger", "the trigger changes")
         for key in ("location", "volumeClaim"):
@@ -565,7 +400,7 @@ class _QueryContext:
             yield self._reason(
                 self.after,
                 None,
-                _sink_type_rule(old_op, new_op),
+                sink_type_rule(old_op, new_op),
                 f"{base}.{new_op}",
                 f"the dead-letter sink changes from {old_op} to {new_op}",
             )
@@ -577,7 +412,7 @@ class _QueryContext:
                 yield self._reason(
                     self.after,
                     None,
-                    _field_rule(new_op, key),
+                    field_rule(new_op, key),
                     "spec.kafka" if inherited else f"{base}.{new_op}.{key}",
                     f"{new_op}.{key} changes",
                 )
@@ -605,9 +440,9 @@ class _QueryContext:
                 )
 
     # --------------------------------------------------------------------------- rules
-    def _reason(self, graph: _Graph, name: str | None, rule: _Rule, path: str, what: str) -> Reason:
+    def _reason(self, graph: _Graph, name: str | None, rule: Rule, path: str, what: str) -> Reason:
         members = self.new_members if graph is self.after else self.old_members
-        if rule.kind is _Kind.AHEAD_OF_STATE:
+        if rule.kind is RuleKind.AHEAD_OF_STATE:
             stateful = graph.stateful_after(name, members) if name else None
             if stateful is not None:
                 return Reason(
@@ -618,7 +453,7 @@ class _QueryContext:
                     f"{STATEFUL_NOT_ALLOWED}",
                 )
             return Reason(path, Change.COMPATIBLE, f"{what}: {rule.why}")
-        if rule.kind is _Kind.IN_STATEFUL_QUERY:
+        if rule.kind is RuleKind.IN_STATEFUL_QUERY:
             stateful = graph.stateful_in(members)
             if stateful is not None:
                 return Reason(
@@ -627,9 +462,9 @@ class _QueryContext:
                     f"{what} in a query with {graph.path(stateful)} ({graph.nodes[stateful].operation}): {rule.why}",
                 )
             return Reason(path, Change.COMPATIBLE, f"{what} in a stateless query")
-        if rule.kind is _Kind.ANOTHER_CLUSTER:
+        if rule.kind is RuleKind.ANOTHER_CLUSTER:
             return Reason(path, Change.INCOMPATIBLE, f"{what}: {rule.why}", offsets_carry_over=False)
-        change = Change.COMPATIBLE if rule.kind is _Kind.COMPATIBLE else Change.INCOMPATIBLE
+        change = Change.COMPATIBLE if rule.kind is RuleKind.COMPATIBLE else Change.INCOMPATIBLE
         return Reason(path, change, f"{what}: {rule.why}")
 
 

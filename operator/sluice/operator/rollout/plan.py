@@ -1,4 +1,4 @@
-"""Rolling updates: the strategy for a classified change, and the state machine kept in `status.rollout`.
+"""Rolling updates: the state machine kept in `status.rollout` (the strategy is chosen by strategy.py).
 
 Per reconcile::
 
@@ -23,306 +23,28 @@ from functools import cached_property
 from typing import Literal, get_args
 
 from sluice.api.contract import QueryAction, QueryStep
-from sluice.api.pipeline import duration_ms
 
 from ..autoscaler.collect import format_time, parse_time
-from ..model import DriverRef, RolloutPhase, RolloutStatus, Strategy, UpdateStrategy
-from .diff import Change, QueryChange, Reason, SpecDiff
+from ..model import RolloutPhase, RolloutStatus, UpdateStrategy
+from .actions import (
+    Action,
+    Activate,
+    ApplyRevision,
+    DeleteDriver,
+    Drain,
+    Event,
+    ReleaseRevision,
+    Resume,
+    StartDriver,
+    Step,
+    SwapQueries,
+    migrated_folder,
+)
+from .observed import DriverFacts, Observed, QueryFacts, Target
+from .strategy import Refusal, deadline_after, plan
 
 HEALTHY_BATCHES = 3  # batches every query of a new revision completes before it is healthy
 CRASH_LOOP_RESTARTS = 3  # driver restarts since the rollout began that count as a crash loop
-STRATEGIES_CHEAPEST_FIRST: tuple[Strategy, ...] = ("hotSwap", "fencedHandover", "checkpointMigration", "restart")
-
-# ------------------------------------------------------------------------------------ observations
-
-DriverState = Literal["pending", "standby", "running", "draining", "drained", "failed"]
-
-
-@dataclass(frozen=True)
-class QueryFacts:
-    """One query as its driver reports it."""
-
-    name: str
-    revision: str  # the revision whose plan the query was started with
-    active: bool
-    batches: int = 0  # completed since the query started on that plan
-    backlog: int | None = None  # records it has not read yet; 0: caught up
-    error: str | None = None  # why it stopped (an analysis error, an exception)
-
-
-@dataclass(frozen=True)
-class DriverFacts:
-    """One SparkApplication of the app. pending: submitted, not answering; standby: up, waiting for Activate;
-    running: its queries run; draining/drained: stopping/stopped at a batch boundary, writing nothing more (as
-    asked, the driver staying up, or as the driver stops); failed: spark-operator reports a failure."""
-
-    name: str
-    revision: str  # the revision it was submitted with
-    state: DriverState
-    restarts: int = 0  # spark-operator's restarts of it
-    queries: tuple[QueryFacts, ...] = ()
-    failure: str | None = None  # what its container's last run left as its termination message, if seen
-    runs: str | None = None  # the revision of the config it answers it runs (None: it does not answer)
-
-
-@dataclass(frozen=True)
-class Observed:
-    now: float  # epoch seconds
-    revisions: frozenset[str] = frozenset()  # revisions whose pipeline ConfigMap exists
-    drivers: tuple[DriverFacts, ...] = ()
-
-
-@dataclass(frozen=True)
-class Target:
-    revision: str
-    update_strategy: UpdateStrategy
-    diff: SpecDiff | None = None  # diff_base's spec -> this one; needed when diff_base names a revision
-    available: tuple[Strategy, ...] = STRATEGIES_CHEAPEST_FIRST  # the strategies the caller carries out
-
-
-# ------------------------------------------------------------------------------------------ actions
-
-
-@dataclass(frozen=True)
-class ApplyRevision:
-    """Ensure the revision's pipeline ConfigMap exists (others are left alone)."""
-
-    revision: str
-
-
-@dataclass(frozen=True)
-class StartDriver:
-    """Ensure a SparkApplication `name` runs `revision`. standby: it starts and waits for Activate. The steps
-    say which queries start on a new checkpoint (migrate, with the rewind and the output gate) or on the one the
-    stable revision kept (restore); the others continue on their checkpoints."""
-
-    name: str
-    revision: str
-    standby: bool
-    steps: tuple[QueryStep, ...]
-
-
-@dataclass(frozen=True)
-class Activate:
-    """The standby driver starts its queries."""
-
-    driver: str
-
-
-@dataclass(frozen=True)
-class SwapQueries:
-    """Inside the running driver: the steps' queries stop at a batch boundary and run `revision`'s plan
-    (restart, migrate, start, stop, restore); `keep` queries are not touched."""
-
-    driver: str
-    revision: str
-    steps: tuple[QueryStep, ...]
-
-
-@dataclass(frozen=True)
-class Drain:
-    """Every query of the driver stops at a batch boundary; the driver stays up, idle, also after a restart."""
-
-    driver: str
-
-
-@dataclass(frozen=True)
-class Resume:
-    """A drained driver starts its queries again on their checkpoints. `revision` (the one it ran): it resumes on
-    that revision's config as the rollout now places its checkpoints, the `restore` steps' queries taking their
-    output back from the checkpoints a migration in the other driver made (None: on the config it ran)."""
-
-    driver: str
-    revision: str | None = None
-
-
-@dataclass(frozen=True)
-class DeleteDriver:
-    driver: str
-
-
-@dataclass(frozen=True)
-class ReleaseRevision:
-    """The rollout no longer needs the revision: its ConfigMap may go (unless a driver still mounts it), and so
-    may these queries' checkpoints of that revision."""
-
-    revision: str
-    checkpoints: tuple[str, ...]
-    # Checkpoint subfolders a checkpoint migration no longer needs: the ones its queries moved from (Complete),
-    # or the ones it made (RolledBack). The app's driver deletes them (it refuses what it still needs).
-    retired_folders: tuple[str, ...] = ()
-
-
-def migrated_folder(query: str, revision: str) -> str:
-    """The checkpoint subfolder a query migrated to `revision` runs on."""
-    return f"{query}@{revision}"
-
-
-Action = ApplyRevision | StartDriver | Activate | SwapQueries | Drain | Resume | DeleteDriver | ReleaseRevision
-
-
-@dataclass(frozen=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """An explicit updateStrategy.type that cannot roll out the change safely, or a change only strategies the
-    caller does not carry out can roll out (reason StrategyNotAvailable): nothing is rolled out."""
-
-    requested: str
-    safe: tuple[Strategy, ...]
-    message: str
-    reason: str = "UnsafeUpdateStrategy"
-
-
-@dataclass(frozen=True)
-class Step:
-    rollout: RolloutStatus | None
-    stable_revision: str | None
-    actions: tuple[Action, ...] = ()
-    events: tuple[Event, ...] = ()
-    refusal: Refusal | None = None
-    waiting: str | None = None  # a newer revision waits for the rollout in progress
-
-
-# ------------------------------------------------------------------------------------------ strategy
-
-
-def unsafe_reasons(strategy: Strategy, diff: SpecDiff) -> tuple[Reason, ...]:
-    """Why `strategy` cannot roll out the change; empty when it can. Only checkpointMigration gives a query a
-    new checkpoint; only a new driver (every strategy but hotSwap) applies runtime changes."""
-    if strategy == "checkpointMigration":
-        return ()
-    incompatible = tuple(r for q in diff.incompatible for r in q.reasons if r.change is Change.INCOMPATIBLE)
-    return incompatible + (diff.runtime if strategy == "hotSwap" else ())
-
-
-def safe_strategies(diff: SpecDiff) -> tuple[Strategy, ...]:
-    """Cheapest first: a hot swap stops only the changed queries; a handover costs a second driver for a
-    moment; a migration re-reads the rewind; a restart stops everything until the new driver runs."""
-    return tuple(s for s in STRATEGIES_CHEAPEST_FIRST if not unsafe_reasons(s, diff))
-
-
-def choose_strategy(
-    requested: Strategy | Literal["auto"], diff: SpecDiff, available: tuple[Strategy, ...] = STRATEGIES_CHEAPEST_FIRST
-) -> Strategy | Refusal:
-    safe = safe_strategies(diff)
-    usable = tuple(s for s in safe if s in available)
-    if requested == "auto" and usable:
-        return usable[0]
-    if requested != "auto" and requested in usable:
-        return requested
-    if requested == "auto" or requested in safe:
-        needed = requested if requested in safe else " or ".join(safe)
-        why = "; ".join(dict.fromkeys(map(str, _strategy_reasons(safe[0], diff)[:3])))
-        return Refusal(
-            requested,
-            safe,
-            f"this change needs {needed}, which this operator version does not carry out yet ({why}); "
-            f"the running revision keeps running. It carries out {', '.join(available)}",
-            reason="StrategyNotAvailable",
-        )
-    reasons = unsafe_reasons(requested, diff)
-    shown = "; ".join(dict.fromkeys(map(str, reasons[:3])))
-    more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
-    return Refusal(
-        requested,
-        safe,
-        f"updateStrategy.type {requested} cannot roll out this change safely: {shown}"
-        f"{more}. Safe: {', '.join(safe)} (or type auto)",
-    )
-
-
-def _strategy_reasons(strategy: Strategy, diff: SpecDiff) -> tuple[Reason, ...]:
-    """What makes the change need `strategy` rather than a cheaper one."""
-    if strategy == "checkpointMigration":
-        return tuple(r for q in diff.incompatible for r in q.reasons if r.change is Change.INCOMPATIBLE)
-    return diff.runtime or tuple(r for q in diff.changed for r in q.reasons)
-
-
-def query_steps(diff: SpecDiff, migrate_every_change: bool = False) -> tuple[QueryStep, ...]:
-    """migrate_every_change: an explicit checkpointMigration migrates compatible changes too."""
-    return tuple(_query_step(q, migrate_every_change) for q in diff.queries)
-
-
-def _query_step(query: QueryChange, migrate_every_change: bool) -> QueryStep:
-    action = _query_action(query, migrate_every_change)
-    return QueryStep(
-        name=query.name,
-        action=action,
-        rewindMs=query.rewind_ms if action == "migrate" else None,
-        reason=_main_reason(query),
-    )
-
-
-def _query_action(query: QueryChange, migrate_every_change: bool) -> QueryAction:
-    if query.presence == "added":
-        return "start"
-    if query.presence == "removed":
-        return "stop"
-    if query.change is Change.INCOMPATIBLE or (query.change is Change.COMPATIBLE and migrate_every_change):
-        return "migrate"
-    return "restart" if query.change is Change.COMPATIBLE else "keep"
-
-
-def _main_reason(query: QueryChange) -> str | None:
-    worst = [r for r in query.reasons if r.change is query.change] or list(query.reasons)
-    return str(worst[0]) if worst else None
-
-
-def plan(
-    app: str,
-    diff: SpecDiff,
-    from_revision: str,
-    to_revision: str,
-    update_strategy: UpdateStrategy,
-    observed: Observed,
-    available: tuple[Strategy, ...] = STRATEGIES_CHEAPEST_FIRST,
-) -> RolloutStatus | Refusal:
-    """A Planned rollout, or the refusal of an unsafe explicit strategy."""
-    strategy = choose_strategy(update_strategy.type, diff, available)
-    if isinstance(strategy, Refusal):
-        return strategy
-    steps = query_steps(diff, migrate_every_change=update_strategy.type == "checkpointMigration")
-    new_driver = strategy in ("fencedHandover", "restart") or (strategy == "checkpointMigration" and bool(diff.runtime))
-    return RolloutStatus(
-        fromRevision=from_revision,
-        toRevision=to_revision,
-        strategy=strategy,
-        phase="Planned",
-        startedAt=format_time(observed.now),
-        message=_summary(strategy, steps, diff, new_driver),
-        newDriver=new_driver,
-        fromDrivers=[DriverRef(name=d.name, restarts=d.restarts) for d in observed.drivers],
-        toDriver=_free_driver_name(f"{app}-{to_revision}", observed),
-        queries=list(steps),
-        deadline=_deadline(observed, update_strategy),
-    )
-
-
-def _summary(strategy: Strategy, steps: Iterable[QueryStep], diff: SpecDiff, new_driver: bool) -> str:
-    parts = [
-        f"{s.action} {s.name}" + (f" (rewind {s.rewindMs} ms)" if s.rewindMs else "")
-        for s in steps
-        if s.action != "keep"
-    ]
-    if new_driver:
-        parts.append("new driver" + (f" for {', '.join(r.path for r in diff.runtime)}" if diff.runtime else ""))
-    return f"{strategy}: {'; '.join(parts)}"
-
-
-def _free_driver_name(name: str, observed: Observed) -> str:
-    taken = {d.name for d in observed.drivers}
-    return next(n for n in (name, *(f"{name}-{i}" for i in range(2, len(taken) + 3))) if n not in taken)
-
-
-def _deadline(observed: Observed, update_strategy: UpdateStrategy) -> str:
-    return format_time(observed.now + duration_ms(update_strategy.rollback.healthTimeout) / 1000)
-
 
 # ----------------------------------------------------------------------------------- state machine
 
@@ -597,7 +319,7 @@ def _transition(view: _View, update_strategy: UpdateStrategy, abort: str | None)
             "Warning", "RolloutFailed", message
         )
     rolling_back = _moved(
-        rollout, "RollingBack", now, message=failure, deadline=_deadline(view.observed, update_strategy)
+        rollout, "RollingBack", now, message=failure, deadline=deadline_after(view.observed, update_strategy)
     )
     return rolling_back, Event("Warning", "RollingBack", f"to revision {rollout.fromRevision}: {failure}")
 
