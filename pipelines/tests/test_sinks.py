@@ -28,7 +28,6 @@ from sluice.pipelines.sinks.kafka_eos import (
     BatchWrite,
     ExactlyOnceKafkaSink,
     Marker,
-    _Workers,
     kafka_partition,
     routes,
     spark_hash_int,
@@ -36,6 +35,7 @@ from sluice.pipelines.sinks.kafka_eos import (
     with_kafka_partition_in_driver,
     with_kafka_partition_in_stream,
 )
+from sluice.pipelines.sinks.kafka_eos.writer import _Workers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -1,0 +1,152 @@
+"""Kafka client plumbing for the transactions: transient errors retried with backoff, fresh metadata, and
+the last commit marker read back from a partition (read_committed)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from .settings import CLIENT_TIMEOUT_S, COMMIT_HEADER, Header, T, log
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The `sluice.commit` header on the last record of every transaction."""
+
+    writer: str
+    query_id: str
+    batch_id: int
+
+    def header(self) -> Header:
+        return COMMIT_HEADER, json.dumps(
+            {"writer": self.writer, "query": self.query_id, "batch": self.batch_id}
+        ).encode()
+
+    @classmethod
+    def of(cls, headers: Iterable[Header] | Mapping[str, str | bytes | None] | None) -> Marker | None:
+        for name, value in headers.items() if isinstance(headers, Mapping) else headers or ():
+            if name == COMMIT_HEADER and value:
+                data = json.loads(value)
+                return cls(data["writer"], data["query"], int(data["batch"]))
+        return None
+
+    def covers(self, other: Marker) -> bool:
+        """Whether this commit already holds `other`'s batch (batch ids count within one checkpoint)."""
+        return (self.writer, self.query_id) == (other.writer, other.query_id) and self.batch_id >= other.batch_id
+
+
+TRANSIENT = frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
+
+def transient(error: KafkaError) -> bool:
+    return error.code() in TRANSIENT or (error.retriable() and not error.fatal())
+
+
+def backoff(first: float = 0.02, most: float = 0.5) -> Iterator[float]:
+    """Waits between tries, doubling up to `most`."""
+    wait = first
+    while True:
+        yield wait
+        wait = min(wait * 2, most)
+
+
+def retried(call: Callable[[float], None]) -> None:
+    """A transactional call (init_transactions, commit_transaction) made again while it fails with an error
+    librdkafka marks retriable, for up to CLIENT_TIMEOUT_S: a coordinator moving with a restarted broker, or
+    still writing the markers of the id's previous transaction (a partition's task moved to another Python
+    worker right after a commit: CONCURRENT_TRANSACTIONS for a few milliseconds, so the first waits are short)."""
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    for wait in backoff():
+        try:
+            return call(CLIENT_TIMEOUT_S)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            log.info("%s: %s; trying again", call.__name__, exc.args[0].str())
+        time.sleep(wait)
+
+
+def with_fresh_metadata(client: Producer | Consumer, topic: str, action: Callable[[], T]) -> T:
+    """Run the action; on a transient error (a partition the client does not know yet because the topic gained
+    partitions since it last looked, a leader that moved with a restarted broker) refresh the client's
+    metadata and run it again, for up to CLIENT_TIMEOUT_S."""
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        try:
+            return action()
+        except KafkaException as exc:
+            if not transient(exc.args[0]) or time.monotonic() > deadline:
+                raise
+            log.info("%s: %s; trying again", topic, exc.args[0].str())
+        time.sleep(0.5)
+        try:
+            client.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+        except KafkaException as exc:
+            if not transient(exc.args[0]):
+                raise
+
+
+def last_marker(consumer: Consumer, topic: str, partition: int, writer: str) -> Marker | None:
+    """The marker of the writer's last committed transaction in the partition, reading backwards from the end
+    in growing steps (usually it is the last record: the first step finds it)."""
+    low, end = with_fresh_metadata(
+        consumer,
+        topic,
+        lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S),
+    )  # `end`: the last stable offset (read_committed)
+    window, stop = 16, end
+    while stop > low:
+        start = max(low, stop - window)
+        found = _last_marker_between(consumer, topic, partition, start, stop, writer)
+        if found is not None:
+            return found
+        window, stop = window * 8, start
+    return None
+
+
+def _last_marker_between(
+    consumer: Consumer, topic: str, partition: int, start: int, stop: int, writer: str
+) -> Marker | None:
+    consumer.assign([TopicPartition(topic, partition, start)])
+    found: Marker | None = None
+    try:
+        while True:
+            first = consumer.poll(CLIENT_TIMEOUT_S)
+            if first is None:
+                raise TimeoutError(
+                    f"reading {topic}[{partition}] from offset {start}: nothing within {CLIENT_TIMEOUT_S:.0f}s"
+                )
+            # consume(n, timeout) would wait for n messages: take only what is already fetched
+            for message in [first, *consumer.consume(num_messages=1000, timeout=0)]:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return found
+                    if transient(error):  # the consumer fetches again by itself
+                        continue
+                    raise KafkaException(error)
+                offset = message.offset()
+                assert offset is not None  # a fetched record has one
+                if offset >= stop:
+                    return found
+                marker = Marker.of(message.headers())
+                if marker is not None and marker.writer == writer:
+                    found = marker
+    finally:
+        consumer.unassign()
