@@ -86,7 +86,8 @@ local-kafka: $(STAMP) ## single-node KRaft broker on localhost (prints the boots
 local-kafka-down: $(STAMP)
 	$(PY) -m sluice.pipelines.local kafka down
 
-local-cluster: $(STAMP) ## single-node Kubernetes cluster (root); kubeconfig in .local-cluster/kubeconfig
+local-cluster: $(STAMP) ## single-node Kubernetes cluster (root); kubeconfig in .local-cluster/kubeconfig, kubectl and helm in .local-cluster/bin
+	$(PY) -m sluice.testbed prefetch
 	$(PY) -m sluice.testbed cluster up
 
 local-cluster-down: $(STAMP)
@@ -114,6 +115,7 @@ e2e: $(STAMP) ## kind e2e: cluster, images, Strimzi, spark-operator, sluice, app
 	$(PY) -m pytest -p no:cacheprovider e2e/tests/test_e2e_kind.py $(PYTEST_ARGS)
 
 local-images: $(STAMP) ## build the images with buildah for the local cluster (no Docker; base from debootstrap)
+	$(PY) -m sluice.testbed prefetch
 	$(PY) -m sluice.testbed images
 
 e2e-faults: $(STAMP) ## the local cluster's long fault run: the driver pod deleted 20 times under load: .sluice/e2e/driver-killed.json

@@ -19,7 +19,24 @@ def cluster_command(args: argparse.Namespace) -> int:
     code = cluster_cli([args.action, "--state-dir", args.state_dir])
     if code == 0 and args.action == "up":
         install_crds(Path(args.state_dir))
+        bin_dir = link_tools(Path(args.state_dir))
+        print(f"kubectl and helm: export PATH={bin_dir}:$PATH KUBECONFIG={Path(args.state_dir) / 'kubeconfig'}")
     return code
+
+
+def link_tools(state_dir: Path) -> Path:
+    """kubectl and helm of the pinned versions (built once, cached) in <state dir>/bin, for the documented
+    commands that follow `make local-cluster`."""
+    from .helm import helm_binary
+    from .kube import kubernetes_binaries
+
+    bin_dir = state_dir / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, target in {**kubernetes_binaries("kubectl"), "helm": helm_binary()}.items():
+        link = bin_dir / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+    return bin_dir
 
 
 def images_command(args: argparse.Namespace) -> int:
