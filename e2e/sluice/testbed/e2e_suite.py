@@ -1506,6 +1506,7 @@ class E2ESuite:
         )
         app = json.loads(json.dumps(app).replace('"wordcount-', f'"{name}-'))  # topics of its own
         app["metadata"]["name"] = name
+        app["spec"]["checkpoint"]["volumeClaim"] = self.CHECKPOINT_CLAIM  # the suite's (its root: /checkpoints/<app>)
         self.target.apply(app)
         wait_for(
             lambda: self.app_status(name).get("phase") == "Running" and self.driver_status(name),
