@@ -144,6 +144,8 @@ def test_step(suite: E2ESuite, step: str) -> None:
             "handover_rolled_back",
             "checkpoint_migration",
             "migration_in_new_driver",
+            "change_while_driver_starts",
+            "idle_app_migration",
         ):
             reports[rollout_step] = rollout
         reports["driver_killed"] = (DRIVER_KILL_REPORT, suite.driver_kill_report)
