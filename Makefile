@@ -118,10 +118,11 @@ local-images: $(STAMP) ## build the images with buildah for the local cluster (n
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m sluice.testbed images
 
-e2e-faults: $(STAMP) ## the local cluster's long fault run: the driver pod deleted 20 times under load: .sluice/e2e/driver-killed.json
+e2e-faults: $(STAMP) ## the local cluster's long fault runs: the driver pod deleted 20 times under load, a change applied at 6 moments of a driver's start: .sluice/e2e/
 	$(PY) -m sluice.testbed prefetch
-	SLUICE_E2E_DRIVER_KILLS=20 $(PY) -m pytest -p no:cacheprovider -m e2e_local e2e/tests/test_e2e_local.py \
-		-k "install or kafka_ready or deploy_app or stream or driver_killed" --timeout 3600 $(PYTEST_ARGS)
+	SLUICE_E2E_DRIVER_KILLS=20 SLUICE_E2E_START_CHANGES=6 $(PY) -m pytest -p no:cacheprovider -m e2e_local \
+		e2e/tests/test_e2e_local.py --timeout 3600 $(PYTEST_ARGS) \
+		-k "install or kafka_ready or deploy_app or stream or driver_killed or change_while_driver_starts"
 
 e2e-local: $(STAMP) ## the e2e suite on a throwaway local cluster with real pods (no Docker; needs root): .sluice/e2e/*.json
 	$(PY) -m sluice.testbed prefetch

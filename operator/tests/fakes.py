@@ -4,6 +4,7 @@ e2e suite."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from typing import Any
@@ -47,7 +48,11 @@ class FakeKube:
         key = (body["kind"], body["metadata"].get("namespace"), body["metadata"]["name"])
         if key in self.objects:
             raise KubeError(409, "exists")
-        self.objects[key] = copy.deepcopy(body)
+        stored = copy.deepcopy(body)
+        if "stringData" in stored:  # as the API server stores a Secret
+            text = stored.pop("stringData")
+            stored["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in text.items()}
+        self.objects[key] = stored
         return self.objects[key]
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:

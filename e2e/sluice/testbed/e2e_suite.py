@@ -696,7 +696,7 @@ class E2ESuite:
     rollout_report: dict[str, Any] = field(default_factory=dict)  # hot swap and rollback figures
     driver_kill_report: dict[str, Any] = field(default_factory=dict)
     driver_kills: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_DRIVER_KILLS", "2")))
-    start_changes: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_START_CHANGES", "2")))
+    start_changes: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_START_CHANGES", "1")))
 
     def run(self, step: str) -> None:
         try:
