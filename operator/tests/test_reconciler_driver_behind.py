@@ -6,12 +6,18 @@ The same on real pods: e2e step change_while_driver_starts."""
 from __future__ import annotations
 
 from fakes import (
+    APP,
+    NAMESPACE,
     POD,
     app_manifest,
     driver_pod_started,
     reconcile,
     runner_revision,
 )
+
+from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
+from sluice.operator import children as ch
+from sluice.operator.reconciler import Reconciler
 
 
 def test_a_change_applied_while_the_driver_starts_reaches_it(world) -> None:
@@ -57,3 +63,43 @@ def test_a_driver_on_a_revision_with_the_same_pipeline_is_left_alone(world) -> N
     assert stable != first and runner_revision(kube) == stable, "adopted without a rollout"
     app = reconcile(reconciler, app, clock=1010.0)
     assert ("Pod", POD) not in kube.deleted, (first, stable, app["events"])
+
+
+def started_on_the_revision_before(world) -> tuple[dict, str, str]:
+    """The lost update's state: the change completed at once, the driver up on the revision before."""
+    reconciler, kube, driver = world
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    first = app["status"]["stableRevision"]
+    driver_pod_started(kube)
+    app = reconcile(reconciler, app_manifest("word != '' AND word != 'zeta'") | {"status": app["status"]}, 1005.0)
+    driver.revision = first
+    return app, first, app["status"]["stableRevision"]
+
+
+def test_no_restart_while_the_runner_config_does_not_say_the_claimed_revision(world) -> None:
+    """A restarted driver reads its runner ConfigMap: while that does not hold the claimed revision (its apply
+    failed, say), a restart would bring the same revision back, again and again. The next full pass applies it;
+    then the driver is restarted."""
+    reconciler, kube, _ = world
+    app, first, claimed = started_on_the_revision_before(world)
+    runner = kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(APP))]
+    config = RunnerConfig.model_validate_json(runner["data"][RUNNER_CONFIG_FILE])
+    runner["data"][RUNNER_CONFIG_FILE] = config.model_copy(update={"revision": first}).model_dump_json()
+    outcome = reconciler.reconcile(app, full=False, clock=1010.0)  # a tick applies nothing
+    assert ("Pod", POD) not in kube.deleted, outcome.events
+    assert runner_revision(kube) == first != claimed
+    reconciler.reconcile(app, clock=1015.0)  # a full pass applies the runner ConfigMap (the driver not asked yet)
+    assert runner_revision(kube) == claimed
+    outcome = reconciler.reconcile(app, full=False, clock=1020.0)
+    assert ("Pod", POD) in kube.deleted, outcome.events
+
+
+def test_a_driver_on_a_revision_whose_spec_is_gone_is_left_alone(world) -> None:
+    """An operator before this one pruned the ConfigMap of a revision a driver still ran (one adopted without a
+    rollout): what it runs cannot be compared, and a healthy driver is not restarted for it."""
+    _, kube, driver = world
+    app, first, _ = started_on_the_revision_before(world)
+    kube.delete("v1", "ConfigMap", NAMESPACE, ch.configmap_name(APP, first))
+    fresh = Reconciler(kube=kube, driver_client=driver)  # type: ignore[arg-type]  # nothing cached
+    outcome = fresh.reconcile(app, full=False, clock=1010.0)
+    assert ("Pod", POD) not in kube.deleted, outcome.events

@@ -1,6 +1,6 @@
 """The children of a StreamingApp, built as plain dicts by small pure functions.
 
-Owner references are added by the reconciler (kopf.adopt); everything else about a child is decided
+Owner references are added as children are applied (cluster.adopt); everything else about a child is decided
 here, so tests can check a child without a cluster.
 """
 

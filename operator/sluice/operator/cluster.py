@@ -15,6 +15,8 @@ from typing import Any, cast
 
 import kopf
 
+from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
+
 from . import children as ch
 from .desired import DesiredState, Invalid, desired_state, parse_spec
 from .kube import KindNotServed, Kube, KubeError
@@ -177,6 +179,15 @@ class Cluster:
                 log.warning("%s/%s: the spec kept for revision %s does not parse", namespace, app, revision)
                 specs[revision] = None  # type: ignore[assignment]
         return specs[revision]
+
+    def runner_revision(self, namespace: str, driver: str) -> str | None:
+        """The revision a driver of the SparkApplication `driver` reads when it starts (its runner ConfigMap)."""
+        configmap = self.get("v1", "ConfigMap", namespace, ch.runner_configmap_name(driver))
+        text = ((configmap or {}).get("data") or {}).get(RUNNER_CONFIG_FILE)
+        try:
+            return RunnerConfig.model_validate_json(text).revision if text else None
+        except ValueError:
+            return None
 
     def _pipeline_configmaps(self, namespace: str, app: str) -> list[dict[str, Any]]:
         selector = f"{ch.APP_LABEL}={app},app.kubernetes.io/component=pipeline"

@@ -271,17 +271,25 @@ class RolloutActions:
     def restart_behind_driver(
         self,
         owner: dict[str, Any],
+        driver: str,
         spark_app: dict[str, Any] | None,
         runs: str,
         claimed: str,
         specs: dict[str, StreamingAppSpec],
     ) -> tuple[str, str, str] | None:
-        """The app's driver runs revision `runs` where its runner config says `claimed`, and no rollout explains
-        it (rollout.decide.driver_behind): its pod is deleted, and spark-operator starts it again on `claimed`
-        (on the same checkpoints; migrated queries hand over as they start). Nothing is done when the two run the
-        same pipeline (a change only outside it, adopted without a rollout). Returns the event."""
+        """The app's driver (SparkApplication `driver`) runs revision `runs` where the status claims `claimed`, and
+        no rollout explains it (rollout.decide.driver_behind): its pod is deleted, and spark-operator starts it
+        again on what its runner ConfigMap says (on the same checkpoints; migrated queries hand over as they
+        start). Nothing is done when the two run the same pipeline (a change only outside it, adopted without a
+        rollout), nor when the runner ConfigMap does not say `claimed` yet (a restart would read the same again:
+        the pass that applies it comes first). Returns the event."""
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
         if not self.pipelines_differ(namespace, app, runs, claimed, specs):
+            return None
+        if self.cluster.runner_revision(namespace, driver) != claimed:
+            log.info(
+                "%s/%s: driver runs %s, its runner ConfigMap not yet %s: not restarted", namespace, app, runs, claimed
+            )
             return None
         pod = (((spark_app or {}).get("status") or {}).get("driverInfo") or {}).get("podName")
         if not pod:
@@ -298,13 +306,17 @@ class RolloutActions:
         self, namespace: str, app: str, before: str, after: str, specs: dict[str, StreamingAppSpec]
     ) -> bool:
         """Whether a driver running revision `before` runs something other than `after` (a rollout would be due
-        between them). Revisions are hashes of what they hold, so the answer is kept. A spec that is gone counts
-        as different."""
+        between them). Revisions are hashes of what they hold, so the answer is kept. A spec that is gone (pruned
+        by an operator before this one kept the revision a driver runs) counts as the same: a healthy driver is
+        not restarted for what cannot be known."""
         key = (namespace, app, before, after)
         if key not in self._pipelines_differ:
             old = self.cluster.revision_spec(namespace, app, before, specs)
             new = self.cluster.revision_spec(namespace, app, after, specs)
-            differ = old is None or new is None or classify(old, new).needs_rollout
+            if old is None or new is None:
+                log.warning("%s/%s: revision %s or %s has no spec kept: not compared", namespace, app, before, after)
+                return False
+            differ = classify(old, new).needs_rollout
             if len(self._pipelines_differ) > 10_000:
                 self._pipelines_differ.clear()
             self._pipelines_differ[key] = differ

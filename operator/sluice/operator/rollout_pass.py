@@ -117,8 +117,6 @@ class Rollouts:
             submitted,
             recorded.checkpoints,
         )
-        if facts.runs is not None:  # the spec the driver runs stays readable: what it is compared with
-            decision = replace(decision, keep=decision.keep | {facts.runs})
         events += [(e.type, e.reason, e.message) for e in decision.step.events]
         ctx = RolloutContext(body, decision, specs, obs, facts, recorded.checkpoints, drivers, recorded.driver, events)
         for _ in range(ANSWERS_PER_PASS):
@@ -131,6 +129,8 @@ class Rollouts:
                 body["metadata"]["name"], step.rollout, step.stable_revision, target, observed, submitted
             )
             events += [(e.type, e.reason, e.message) for e in ctx.decision.step.events]
+        if facts.runs is not None:  # the spec the driver runs stays readable: what it is compared with
+            ctx.decision = replace(ctx.decision, keep=ctx.decision.keep | {facts.runs})
         return self._result(body, spec, ctx, recorded, spark_apps)
 
     def _target(
@@ -171,17 +171,19 @@ class Rollouts:
         events: Events,
     ) -> DriverFacts:
         """The app's driver as the rollout sees it; one found behind the revision the status claims is restarted
-        (rollout_actions.restart_behind_driver) and seen as the pending driver spark-operator starts next."""
+        (rollout_actions.restart_behind_driver) and seen as the pending driver spark-operator starts next (its
+        answer is no longer the pass's: nothing more is asked of it, and the status does not show it running)."""
         restarts = int(((spark_app or {}).get("status") or {}).get("executionAttempts") or 0)
         submitted = submitted_revision(spark_app) or ""
         facts = driver_facts(recorded.driver, submitted, obs.spark_state, restarts, obs.driver)
         claimed = runner_revision(recorded.rollout, recorded.stable, revision)  # what the status says it runs
         behind = driver_behind(recorded.rollout, facts if spark_app else None, claimed)
         if behind is not None:
-            restarted = self.actions.restart_behind_driver(body, spark_app, behind, claimed, specs)
+            restarted = self.actions.restart_behind_driver(body, recorded.driver, spark_app, behind, claimed, specs)
             if restarted is not None:
                 events.append(restarted)
                 facts = replace(facts, state="pending", queries=(), runs=None)
+                obs.driver = obs.driver_address = None
         return facts
 
     def _drivers(
