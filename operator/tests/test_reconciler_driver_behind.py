@@ -17,6 +17,7 @@ from fakes import (
 
 from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
 from sluice.operator import children as ch
+from sluice.operator.desired import parse_spec
 from sluice.operator.reconciler import Reconciler
 
 
@@ -103,3 +104,18 @@ def test_a_driver_on_a_revision_whose_spec_is_gone_is_left_alone(world) -> None:
     fresh = Reconciler(kube=kube, driver_client=driver)  # type: ignore[arg-type]  # nothing cached
     outcome = fresh.reconcile(app, full=False, clock=1010.0)
     assert ("Pod", POD) not in kube.deleted, outcome.events
+
+
+def test_a_driver_ahead_of_a_lost_rollout_record_is_not_restarted(world) -> None:
+    """The operator swapped the new revision in and was killed before it wrote the rollout: its successor finds
+    the driver on the spec's revision, ahead of the status, plans the rollout again and finds it done there."""
+    reconciler, kube, driver = world
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    first = app["status"]["stableRevision"]
+    driver_pod_started(kube)
+    changed = app_manifest("word != '' AND word != 'zeta'") | {"status": app["status"]}
+    driver.revision = ch.revision(parse_spec(changed["spec"]))  # type: ignore[arg-type]
+    app = reconcile(reconciler, changed, clock=1005.0)
+    assert ("Pod", POD) not in kube.deleted, app["events"]
+    rollout = app["status"]["rollout"]
+    assert (rollout["fromRevision"], rollout["strategy"]) == (first, "hotSwap") and driver.revision != first

@@ -204,16 +204,20 @@ def test_a_driver_that_started_on_the_revision_before_a_completed_rollout_is_fou
     assert done is not None and done.phase == "Complete" and done.toRevision == "r2"
     came_up_on_r1 = driver_facts(APP, "r1", "RUNNING", 0, status("r1"))
     assert came_up_on_r1.runs == "r1"
-    assert driver_behind(done, came_up_on_r1, "r2") == "r1"
-    assert driver_behind(None, came_up_on_r1, "r2") == "r1", "a restart on a stale mount, no rollout recorded"
-    assert driver_behind(done, driver_facts(APP, "r1", "RUNNING", 0, status("r2")), "r2") is None, "converged"
-    assert driver_behind(done, driver_facts(APP, "r1", "SUBMITTED", 0, None), "r2") is None, "not answering yet"
+    assert driver_behind(done, came_up_on_r1, "r2", "r2") == "r1"
+    assert driver_behind(None, came_up_on_r1, "r2", "r2") == "r1", "a restart on a stale mount, no rollout recorded"
+    assert driver_behind(done, driver_facts(APP, "r1", "RUNNING", 0, status("r2")), "r2", "r2") is None, "converged"
+    assert driver_behind(done, driver_facts(APP, "r1", "SUBMITTED", 0, None), "r2", "r2") is None, "not answering"
     in_progress = done.model_copy(update={"phase": "Verifying", "finishedAt": None})
-    assert driver_behind(in_progress, came_up_on_r1, "r2") is None, "a rollout in progress owns the difference"
+    assert driver_behind(in_progress, came_up_on_r1, "r2", "r2") is None, "a rollout in progress owns the difference"
     failed = done.model_copy(update={"phase": "Failed"})
-    assert driver_behind(failed, came_up_on_r1, "r2") is None, "a failed rollout's driver is not restarted onto it"
+    assert driver_behind(failed, came_up_on_r1, "r2", "r2") is None, "a failed rollout's driver is not restarted"
     rolled_back = done.model_copy(update={"phase": "RolledBack"})
-    assert driver_behind(rolled_back, driver_facts(APP, "r1", "RUNNING", 0, status("r2")), "r1") == "r2"
+    assert driver_behind(rolled_back, driver_facts(APP, "r1", "RUNNING", 0, status("r2")), "r1", "r1") == "r2"
+    # An operator killed after it swapped r3 in and before it wrote the rollout: the driver runs the spec's
+    # revision, ahead of the status; the rollout planned again finds it there (nothing is restarted).
+    ahead = driver_facts(APP, "r1", "RUNNING", 0, status("r3"))
+    assert driver_behind(done, ahead, "r2", "r3") is None
 
 
 def status(revision: str) -> DriverStatus:

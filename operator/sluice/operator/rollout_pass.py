@@ -177,7 +177,7 @@ class Rollouts:
         submitted = submitted_revision(spark_app) or ""
         facts = driver_facts(recorded.driver, submitted, obs.spark_state, restarts, obs.driver)
         claimed = runner_revision(recorded.rollout, recorded.stable, revision)  # what the status says it runs
-        behind = driver_behind(recorded.rollout, facts if spark_app else None, claimed)
+        behind = driver_behind(recorded.rollout, facts if spark_app else None, claimed, revision)
         if behind is not None:
             restarted = self.actions.restart_behind_driver(body, recorded.driver, spark_app, behind, claimed, specs)
             if restarted is not None:

@@ -239,13 +239,15 @@ def driver_facts(
     return DriverFacts(name, submitted_revision, state, restarts, queries, failure, runs=status.revision)
 
 
-def driver_behind(rollout: RolloutStatus | None, driver: DriverFacts | None, runs: str) -> str | None:
+def driver_behind(rollout: RolloutStatus | None, driver: DriverFacts | None, runs: str, target: str) -> str | None:
     """The revision the app's driver runs when no rollout explains why it is not `runs` (what its runner config
     says, which the status claims): it read its config before a change was written (it was starting when a
     rollout completed at once, or it restarted on a stale mount). None: it runs `runs`, does not answer yet, or
-    a rollout in progress or one that failed owns the difference."""
+    a rollout in progress or one that failed owns the difference; or it runs `target`, the spec's revision: a
+    rollout to it swapped it in and its record was lost (an operator killed before its status write), and the
+    rollout planned again in this pass finds the driver there."""
     settled = rollout is None or rollout.phase in ("Complete", "RolledBack")
-    if not settled or driver is None or driver.state != "running" or driver.runs in (None, runs):
+    if not settled or driver is None or driver.state != "running" or driver.runs in (None, runs, target):
         return None
     return driver.runs
 
