@@ -151,6 +151,12 @@ def there_and_back(events: list[tuple[int, str]], cut_1: int, cut_2: int) -> dic
     }
 
 
+def assert_each_window_once(got: dict, expected: dict, context: object = None) -> None:
+    """No window written twice, and each window's one result what `expected` says (`context` shown on a miss)."""
+    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
+    assert {w: ns[0] for w, ns in got.items()} == expected, context
+
+
 @pytest.mark.kafka
 @pytest.mark.spark
 def test_a_window_change_migrates_and_rolls_back_exactly_once(
@@ -257,8 +263,7 @@ def test_a_migration_in_a_new_driver_and_its_rollback_by_a_resume_with_a_config_
         if new_run is not None:
             new_run.stop()
 
-    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
-    assert {w: ns[0] for w, ns in got.items()} == there_and_back(events, first.cutMs, back.cutMs)
+    assert_each_window_once(got, there_and_back(events, first.cutMs, back.cutMs))
 
 
 @pytest.mark.kafka
@@ -318,8 +323,7 @@ def test_a_driver_that_starts_a_migrating_revision_hands_over_first(
         again.stop()
     cut_1, cut_2 = forward.cutMs, restored.cutMs
     expected = there_and_back(events, cut_1, cut_2)
-    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
-    assert {w: ns[0] for w, ns in got.items()} == expected, (cut_1 - base, cut_2 - base)
+    assert_each_window_once(got, expected, (cut_1 - base, cut_2 - base))
 
 
 def test_a_migration_names_another_checkpoint() -> None:
@@ -479,8 +483,7 @@ def test_a_shorter_window_takes_over_the_windows_the_old_one_had_not_closed(
         for w, n in (windows(events, 4000) + windows(events, 2000)).items()
         if (w[0] == 4000) == (w[1] + w[0] <= cut)
     }
-    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
-    assert {w: ns[0] for w, ns in got.items()} == expected, cut - base
+    assert_each_window_once(got, expected, cut - base)
 
 
 # ------------------------------------------------------------------------------------------ idle inputs
@@ -546,8 +549,7 @@ def test_an_input_that_never_had_a_record_migrates_and_its_first_records_are_cou
         events, got = then_fed(kafka_bootstrap, source, out, base, 0)
     finally:
         run.stop()
-    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
-    assert {w: ns[0] for w, ns in got.items()} == dict(windows(events, 10_000))
+    assert_each_window_once(got, dict(windows(events, 10_000)))
 
 
 @pytest.mark.kafka
@@ -571,8 +573,7 @@ def test_an_input_with_old_records_the_app_never_read_migrates_without_them(
         events, got = then_fed(kafka_bootstrap, source, out, base, 40)
     finally:
         run.stop()
-    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
-    assert {w: ns[0] for w, ns in got.items()} == dict(windows(events, 10_000))
+    assert_each_window_once(got, dict(windows(events, 10_000)))
 
 
 @pytest.mark.kafka
@@ -605,8 +606,7 @@ def test_partitions_without_a_record_in_the_rewind_start_where_the_old_query_rea
     cut = handover.cutMs
     expected = {w: n for w, n in windows(old_events, 5000).items() if w[1] + 5000 <= cut}
     expected |= {w: n for w, n in windows(old_events[-1:] + events, 10_000).items() if w[1] + 10_000 > cut}
-    assert {w: ns for w, ns in got.items() if len(ns) > 1} == {}, "no window written twice"
-    assert {w: ns[0] for w, ns in got.items()} == expected
+    assert_each_window_once(got, expected)
 
 
 def delete_records_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
