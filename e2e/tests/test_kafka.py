@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 
 from sluice.pipelines.local import kafka as kafka_mod
 from sluice.pipelines.local.kafka_io import consume_all, create_topic, end_offsets, produce
 from sluice.testbed.common import ProvisionError
+from sluice.testbed.kafka_security import scram_client_settings, write_kafka_pki
 
 pytestmark = pytest.mark.kafka
 
@@ -123,3 +125,86 @@ def test_cluster_ids_never_look_like_options():
     ids = {kafka_mod.new_cluster_id() for _ in range(5_000)}
     assert len(ids) == 5_000
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def _errors_of(settings: dict, seconds: float = 10.0) -> list:
+    """The errors a client with `settings` meets asking the cluster for its topics."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list = []
+    admin = AdminClient({**settings, "error_cb": errors.append, "log_level": 0})
+    try:
+        admin.list_topics(timeout=seconds)
+    except KafkaException as exc:
+        errors.append(exc.args[0])
+    admin.poll(1)  # serves error_cb, where librdkafka reports why it could not connect
+    return errors
+
+
+def test_scram_login_over_tls_reads_and_writes(kafka_broker, kafka_secured, new_topic):
+    from confluent_kafka import Consumer, Producer
+
+    topic = new_topic(partitions=1)
+    login = {"bootstrap.servers": kafka_broker.secured_bootstrap, **scram_client_settings(kafka_secured, "sluice-app")}
+    producer = Producer(login)
+    for i in range(10):
+        producer.produce(topic, f"secret-{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({**login, "group.id": f"{topic}-reader", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < 10 and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    consumer.close()
+
+    assert values == [f"secret-{i}".encode() for i in range(10)]
+
+
+def test_a_wrong_password_is_refused(kafka_broker, kafka_secured):
+    from confluent_kafka import KafkaError
+
+    settings = scram_client_settings(kafka_secured, "sluice-app", password="not-the-password")
+    errors = _errors_of({"bootstrap.servers": kafka_broker.secured_bootstrap, **settings})
+
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    assert "Authentication failed" in " ".join(e.str() for e in errors)
+
+
+def test_an_unknown_user_and_a_plaintext_client_are_refused_on_the_secured_listener(kafka_broker, kafka_secured):
+    from confluent_kafka import KafkaError
+
+    settings = scram_client_settings(kafka_secured, "sluice-app") | {"sasl.username": "mallory"}
+    unknown = _errors_of({"bootstrap.servers": kafka_broker.secured_bootstrap, **settings})
+    plaintext = _errors_of({"bootstrap.servers": kafka_broker.secured_bootstrap}, seconds=5)
+
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in unknown), unknown
+    assert plaintext and not any(e.code() == KafkaError.NO_ERROR for e in plaintext)
+
+
+def test_a_broker_certificate_from_another_ca_is_refused(kafka_broker, kafka_secured, tmp_path):
+    from confluent_kafka import KafkaError
+
+    other_ca, _ = write_kafka_pki(tmp_path / "other", ["127.0.0.1"])
+    settings = scram_client_settings(kafka_secured, "sluice-app") | {"ssl.ca.location": str(other_ca)}
+    errors = _errors_of({"bootstrap.servers": kafka_broker.secured_bootstrap, **settings})
+
+    assert any(e.code() == KafkaError._SSL for e in errors), errors
+    assert "certificate verify failed" in " ".join(e.str() for e in errors)
+
+
+def test_secured_server_properties_keep_plaintext_on_loopback(tmp_path):
+    listener = kafka_mod.SecuredListener(tmp_path / "k.pem", tmp_path / "ca.pem", {"app": "pw"})
+    node = kafka_mod.KafkaNode(1, 19001, 19101, 19201)
+    props = dict(
+        line.split("=", 1)
+        for line in kafka_mod.server_properties(node, [node], tmp_path, "10.245.0.1", listener).splitlines()
+    )
+
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19001,SASL_SSL://10.245.0.1:19201,CONTROLLER://127.0.0.1:19101"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19001,SASL_SSL://10.245.0.1:19201"
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert "pw" not in "".join(props.values()), "passwords live in the storage's SCRAM records, not the config"

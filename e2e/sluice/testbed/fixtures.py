@@ -8,14 +8,20 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sluice.pipelines.local.kafka import KafkaCluster
+from sluice.pipelines.local.kafka import KafkaCluster, SecuredListener
 from sluice.pipelines.local.kafka_io import create_topic
+
+from .kafka_security import secured_listener
+
+SCRAM_USERS = ("sluice-app", "sluice-operator")
 
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """A single-node KRaft broker on free loopback ports."""
-    cluster = KafkaCluster.on_free_ports(tmp_path_factory.mktemp("kafka"))
+    """A single-node KRaft broker on free loopback ports: plaintext, and SASL_SSL with SCRAM_USERS."""
+    state = tmp_path_factory.mktemp("kafka")
+    listener = secured_listener(state / "pki", ["127.0.0.1", "localhost"], SCRAM_USERS)
+    cluster = KafkaCluster.on_free_ports(state, secured=listener)
     try:
         yield cluster.start()
     finally:
@@ -25,6 +31,12 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClus
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kafka_broker: KafkaCluster) -> str:
     return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_secured(kafka_broker: KafkaCluster) -> SecuredListener:
+    assert kafka_broker.secured is not None
+    return kafka_broker.secured
 
 
 _topic_numbers = itertools.count()

@@ -12,7 +12,8 @@ import re
 import shutil
 import subprocess
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .maven import fetch_jars
@@ -89,20 +90,50 @@ class KafkaNode:
     node_id: int
     port: int
     controller_port: int
+    secured_port: int | None = None  # the SASL_SSL listener's, when the cluster has one
 
 
-def server_properties(node: KafkaNode, nodes: list[KafkaNode], log_dir: Path, host: str = "127.0.0.1") -> str:
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class SecuredListener:
+    """A SASL_SSL listener: TLS with the broker's key and certificate chain, SCRAM-SHA-512 logins for `users`.
+
+    Both files are PEM: `keystore` holds the broker's PKCS#8 private key (unencrypted) and its certificate
+    chain, `truststore` the CA that clients verify the brokers against. The users exist from the first start:
+    their credentials are written into the storage when it is formatted.
+    """
+
+    keystore: Path
+    truststore: Path
+    users: Mapping[str, str] = field(default_factory=dict)  # name -> password
+
+
+def server_properties(
+    node: KafkaNode,
+    nodes: list[KafkaNode],
+    log_dir: Path,
+    host: str = "127.0.0.1",
+    secured: SecuredListener | None = None,
+) -> str:
+    """With a secured listener, clients on `host` get SASL_SSL only; the plaintext one moves to loopback, for the
+    host's own tools and the brokers among themselves."""
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
     replication = min(3, len(nodes))
-    settings = {
+    plain_host = "127.0.0.1" if secured else host
+    listeners = [f"PLAINTEXT://{plain_host}:{node.port}"]
+    if secured and node.secured_port:
+        listeners.append(f"SASL_SSL://{host}:{node.secured_port}")
+    settings: dict[str, object] = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
+        "listeners": ",".join([*listeners, f"CONTROLLER://127.0.0.1:{node.controller_port}"]),
+        "advertised.listeners": ",".join(listeners),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
         "log.dirs": log_dir,
         "num.partitions": 1,
         "default.replication.factor": replication,
@@ -116,6 +147,18 @@ def server_properties(node: KafkaNode, nodes: list[KafkaNode], log_dir: Path, ho
         "log.retention.hours": 24,
         "delete.topic.enable": "true",
     }
+    if secured:
+        settings |= {
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": secured.keystore,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": secured.truststore,
+            "ssl.client.auth": "none",
+        }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -123,22 +166,47 @@ class KafkaCluster:
     """KRaft brokers, each a combined broker+controller process with its own log dir. Clients reach them on
     `host` (loopback by default; the local cluster's node address for brokers its pods use)."""
 
-    def __init__(self, state_dir: Path, nodes: list[KafkaNode], heap: str = "768m", host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        nodes: list[KafkaNode],
+        heap: str = "768m",
+        host: str = "127.0.0.1",
+        secured: SecuredListener | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.nodes = nodes
         self.heap = heap
         self.host = host
+        self.secured = secured
         self.processes: list[ManagedProcess] = []
 
     @classmethod
-    def on_free_ports(cls, state_dir: Path, size: int = 1, host: str = "127.0.0.1") -> KafkaCluster:
-        ports = free_ports(2 * size)
-        nodes = [KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(size)]
-        return cls(state_dir, nodes, host=host)
+    def on_free_ports(
+        cls, state_dir: Path, size: int = 1, host: str = "127.0.0.1", secured: SecuredListener | None = None
+    ) -> KafkaCluster:
+        per_node = 3 if secured else 2
+        ports = free_ports(per_node * size)
+        nodes = []
+        for i in range(size):
+            port, controller_port, *secured_port = ports[per_node * i : per_node * (i + 1)]
+            nodes.append(KafkaNode(i + 1, port, controller_port, secured_port[0] if secured_port else None))
+        return cls(state_dir, nodes, host=host, secured=secured)
+
+    @property
+    def plaintext_host(self) -> str:
+        return "127.0.0.1" if self.secured else self.host
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"{self.host}:{n.port}" for n in self.nodes)
+        """The plaintext listeners' addresses: on `host`, or on loopback only when the cluster is secured."""
+        return ",".join(f"{self.plaintext_host}:{n.port}" for n in self.nodes)
+
+    @property
+    def secured_bootstrap(self) -> str:
+        if not self.secured:
+            raise ProvisionError("this Kafka cluster has no secured listener")
+        return ",".join(f"{self.host}:{n.secured_port}" for n in self.nodes)
 
     def start(self, timeout: float = 90.0) -> KafkaCluster:
         java = java_binary()
@@ -158,13 +226,13 @@ class KafkaCluster:
             classpath,
         ]
         for node in self.nodes:
-            if port_in_use(node.port, self.host) or port_in_use(node.controller_port):
+            if port_in_use(node.port, self.plaintext_host) or port_in_use(node.controller_port):
                 raise ProvisionError(f"Kafka port {node.port} or {node.controller_port} is already in use")
             node_dir = self.state_dir / f"node-{node.node_id}"
             config = node_dir / "server.properties"
             shutil.rmtree(node_dir, ignore_errors=True)  # a fresh cluster id needs fresh storage
             node_dir.mkdir(parents=True)
-            config.write_text(server_properties(node, self.nodes, node_dir / "data", self.host))
+            config.write_text(server_properties(node, self.nodes, node_dir / "data", self.host, self.secured))
             run(
                 [
                     *jvm,
@@ -175,6 +243,7 @@ class KafkaCluster:
                     "--config",
                     config,
                     "--ignore-formatted",
+                    *self._scram_arguments(),
                 ],
                 what=f"formatting Kafka storage for node {node.node_id}",
                 hint=f"the Kafka jars in the cache may be incomplete; delete {cache_dir('kafka', KAFKA)} and retry",
@@ -197,7 +266,7 @@ class KafkaCluster:
 
         for node, process in zip(self.nodes, self.processes, strict=True):
             wait_until(
-                lambda n=node: port_in_use(n.port, self.host),
+                lambda n=node: port_in_use(n.port, self.plaintext_host),
                 timeout=timeout,
                 what=f"Kafka node {node.node_id} on port {node.port}",
                 process=process,
@@ -213,6 +282,14 @@ class KafkaCluster:
                 return False
 
         wait_until(all_brokers_registered, timeout=timeout, what=f"Kafka brokers at {self.bootstrap}")
+
+    def _scram_arguments(self) -> list[str]:
+        users = self.secured.users if self.secured else {}
+        return [
+            argument
+            for name, password in users.items()
+            for argument in ("--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]")
+        ]
 
     def stop(self) -> None:
         for process in self.processes:
