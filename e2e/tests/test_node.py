@@ -5,16 +5,22 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sluice.testbed.common import ProvisionError, pid_alive
+from sluice.testbed.common import ProvisionError, pid_alive, wait_until
 from sluice.testbed.images import BASE_IMAGE, PAUSE_IMAGE, PROBE_IMAGE, base_image, image_archive
 from sluice.testbed.kube import ControlPlane
 from sluice.testbed.node import BRIDGE, NODE_ADDRESS, NODE_NAME, Node, mounts_under
+from sluice.testbed.storage import HELPER_IMAGE, STORAGE_CLASS
 
 pytestmark = pytest.mark.kube
+
+RESTRICTED_LABEL = "pod-security.kubernetes.io/enforce"
+RESTRICTED_POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +163,107 @@ def test_debian_base_image_runs_python_and_java(node: Node) -> None:
 def test_state_lives_under_the_state_dir(node: Node) -> None:
     assert (node.state_dir / "containerd").is_dir()
     assert str(node.containerd_socket).startswith("/run/sluice/")
+
+
+def test_a_claim_of_the_default_class_binds_on_its_pods_node_and_goes_with_it(node: Node) -> None:
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "notes"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+    }
+
+    def shell(name: str, script: str) -> dict[str, Any]:
+        spec = pod(name, "-c", script)
+        spec["spec"]["containers"][0].update(
+            image=HELPER_IMAGE, command=["/bin/sh"], volumeMounts=[{"name": "notes", "mountPath": "/data"}]
+        )
+        spec["spec"]["volumes"] = [{"name": "notes", "persistentVolumeClaim": {"claimName": "notes"}}]
+        return spec
+
+    apply(node, claim, shell("writer", "echo kept > /data/note"))
+    wait_succeeded(node, "writer")
+    apply(node, shell("reader", "cat /data/note"))
+    wait_succeeded(node, "reader")
+
+    bound = json.loads(node.plane.kubectl("get", "pvc", "notes", "-o", "json").stdout)
+    volume = json.loads(node.plane.kubectl("get", "pv", bound["spec"]["volumeName"], "-o", "json").stdout)
+    terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    directory = Path(volume["spec"]["hostPath"]["path"])
+    assert bound["spec"]["storageClassName"] == STORAGE_CLASS and bound["status"]["phase"] == "Bound"
+    assert [value for t in terms for e in t["matchExpressions"] for value in e["values"]] == [NODE_NAME]
+    assert directory.parent == node.volume_root and (directory / "note").read_text() == "kept\n"
+    assert node.plane.kubectl("logs", "reader").stdout == "kept\n"
+
+    node.plane.kubectl("delete", "pod", "writer", "reader", "--wait=true", timeout=120)
+    node.plane.kubectl("delete", "pvc", "notes", "--wait=true", timeout=120)
+    wait_until(lambda: not directory.exists(), timeout=120, what=f"the provisioner to remove {directory}")
+
+
+def test_a_restricted_namespace_refuses_a_privileged_pod_and_admits_a_hardened_one(node: Node) -> None:
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "restricted", "labels": {RESTRICTED_LABEL: "restricted"}},
+    }
+    apply(node, namespace)
+    privileged = pod("privileged", "echo", "root")
+    privileged["metadata"]["namespace"] = "restricted"
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    hardened = pod("hardened", "echo", "fine")
+    hardened["metadata"]["namespace"] = "restricted"
+    hardened["spec"]["securityContext"] = RESTRICTED_POD_SECURITY
+    hardened["spec"]["containers"][0]["securityContext"] = RESTRICTED_CONTAINER_SECURITY
+
+    refused = node.plane.kubectl("apply", "-f", "-", input=json.dumps(privileged), check=False)
+    apply(node, hardened)
+
+    assert refused.returncode != 0
+    assert 'violates PodSecurity "restricted:latest"' in refused.stderr and "privileged" in refused.stderr
+    node.plane.kubectl(
+        "wait", "-n", "restricted", "pod/hardened", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=120s"
+    )
+    assert node.plane.kubectl("logs", "-n", "restricted", "hardened").stdout.strip() == "fine"
+
+
+def _phase(node: Node, name: str, timeout: int = 120) -> str:
+    wait_until(
+        lambda: (
+            json.loads(node.plane.kubectl("get", "pod", name, "-o", "json").stdout)["status"].get("phase")
+            in ("Succeeded", "Failed")
+        ),
+        timeout=timeout,
+        what=f"pod {name} to finish",
+    )
+    return json.loads(node.plane.kubectl("get", "pod", name, "-o", "json").stdout)["status"]["phase"]
+
+
+def test_a_network_policy_denies_what_it_does_not_admit_and_passes_what_it_does(node: Node) -> None:
+    apply(node, pod("guarded", "serve", "8080", "guarded", restart="Always"))
+    node.plane.kubectl("wait", "pod/guarded", "--for=condition=Ready", "--timeout=120s", timeout=150)
+    address = json.loads(node.plane.kubectl("get", "pod", "guarded", "-o", "json").stdout)["status"]["podIP"]
+    apply(node, pod("before-policy", "dial", f"{address}:8080"))
+    assert _phase(node, "before-policy") == "Succeeded", "reachable before any policy selects it"
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "friends-only"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "guarded"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "friend"}}}], "ports": [{"port": 8080}]}],
+        },
+    }
+    apply(node, policy)
+
+    # The friend retries: the agent admits a new pod's address once it has seen the pod (within seconds).
+    apply(
+        node,
+        pod("friend", "get", f"http://{address}:8080/", labels={"role": "friend"}),
+        pod("stranger", "dial", f"{address}:8080", labels={"role": "stranger"}),
+    )
+
+    assert _phase(node, "friend") == "Succeeded"
+    assert node.plane.kubectl("logs", "friend").stdout.strip().splitlines()[-1] == "guarded"
+    assert _phase(node, "stranger") == "Failed"
+    assert "connection refused" in node.plane.kubectl("logs", "stranger").stdout

@@ -59,6 +59,10 @@ from .kube import (
     kubernetes_binaries,
     write_key_pair,
 )
+from .network_policy import CLIENT_USER as NETWORK_POLICY_USER
+from .network_policy import agent_args, agent_binary, agent_rbac, remove_ipsets
+from .storage import CLIENT_USER as STORAGE_USER
+from .storage import helper_image, provisioner_args, provisioner_binary, provisioner_config, storage_manifests
 from .versions import COREDNS, KUBERNETES
 
 NODE_NAME = "sluice-node"
@@ -69,8 +73,24 @@ BRIDGE = "sluice0"
 CLUSTER_DOMAIN = "cluster.local"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 
-DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "conntrack")
-NODE_COMPONENTS = ("containerd", "kube-scheduler", "kubelet", "kube-proxy", "coredns")  # start order
+DEBIAN_PACKAGES = (
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+    "iptables",
+    "conntrack",
+    "busybox-static",  # the volume provisioner's helper image
+    "ipset",  # the NetworkPolicy agent's
+)
+NODE_COMPONENTS = (  # start order
+    "containerd",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "coredns",
+    "local-path-provisioner",
+    "kube-router",
+)
 SYSCTLS = {"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"}
 RUNTIME_ROOT = Path("/run/sluice")
 OWNER_FILE = RUNTIME_ROOT / "node.owner"  # the state dir of the node this machine runs
@@ -161,12 +181,18 @@ NODE_BINARIES = ("kube-scheduler", "kubelet", "kube-proxy")  # from the pinned K
 
 
 def node_binaries() -> dict[str, Path]:
-    return {**kubernetes_binaries(*NODE_BINARIES), "coredns": coredns_binary()}
+    return {
+        **kubernetes_binaries(*NODE_BINARIES),
+        "coredns": coredns_binary(),
+        "local-path-provisioner": provisioner_binary(),
+        "kube-router": agent_binary(),
+    }
 
 
 def node_archives() -> list[Path]:
-    """The OCI archives every node imports: the sandbox (pause) image and the probe test image."""
-    return [image_archive(pause_image()), image_archive(probe_image())]
+    """The OCI archives every node imports: the sandbox (pause) image, the probe test image and the volume
+    provisioner's helper."""
+    return [image_archive(spec) for spec in (pause_image(), probe_image(), helper_image())]
 
 
 def prefetch_node() -> None:
@@ -220,10 +246,11 @@ class NodePorts:
     proxy_metrics: int
     coredns_health: int
     coredns_ready: int
+    network_policy_health: int
 
     @classmethod
     def free(cls) -> NodePorts:
-        return cls(*free_ports(7))
+        return cls(*free_ports(8))
 
 
 # (file name, common name, organization): client certificates signed by the cluster CA.
@@ -232,6 +259,8 @@ CLIENTS = (
     ("kube-scheduler", "system:kube-scheduler", None),
     ("kube-proxy", "system:kube-proxy", None),
     ("coredns", "system:coredns", None),
+    ("local-path-provisioner", STORAGE_USER, None),
+    ("kube-router", NETWORK_POLICY_USER, None),
 )
 
 
@@ -486,6 +515,11 @@ class Node:
     def kubeconfig(self, user: str) -> Path:
         return self.state_dir / f"{user}.kubeconfig"
 
+    @property
+    def volume_root(self) -> Path:
+        """Where the node's dynamically provisioned volumes live (removed with the node)."""
+        return self.kubelet_dir.parent / "volumes"
+
     # -- lifecycle --
 
     def start(self, timeout: float = 180.0) -> Node:
@@ -517,6 +551,10 @@ class Node:
             self._start_component("kube-proxy", binaries, self._proxy_healthy, timeout)
             self.plane.kubectl("apply", "-f", "-", input=json.dumps(COREDNS_RBAC))
             self._start_component("coredns", binaries, self._coredns_ready, timeout)
+            self.plane.kubectl("apply", "-f", "-", input=json.dumps(_list(agent_rbac())))
+            self._start_component("kube-router", binaries, self._network_policy_healthy, timeout)
+            self.plane.kubectl("apply", "-f", "-", input=json.dumps(_list(storage_manifests(self._volume_roots()))))
+            self._start_component("local-path-provisioner", binaries, self._provisioner_started, timeout)
         except BaseException:
             self.stop()
             raise
@@ -528,7 +566,7 @@ class Node:
         Only the node that owns the machine touches machine-wide state (a node that never started, e.g.
         because another one runs, leaves that one alone). Logs, config and PKI stay for debugging.
         """
-        for name in ("coredns", "kube-proxy", "kube-scheduler"):
+        for name in ("kube-router", "local-path-provisioner", "coredns", "kube-proxy", "kube-scheduler"):
             self._processes.stop(name)
         self._drain_pods()
         self._processes.stop("kubelet")
@@ -537,6 +575,7 @@ class Node:
             return
         self._kill_shims()
         self._cleanup_iptables()
+        remove_ipsets()
         self._unmount_all()
         remove_cgroups("kubepods")
         remove_node_network(self.address)
@@ -652,6 +691,10 @@ class Node:
         )
         (state / "kube-proxy.yaml").write_text(_yaml(kube_proxy_config(self.kubeconfig("kube-proxy"), self.ports)))
         (state / "Corefile").write_text(corefile(self.kubeconfig("coredns"), self.ports, self.address))
+        (state / "local-path.json").write_text(json.dumps(provisioner_config(self._volume_roots())))
+
+    def _volume_roots(self) -> dict[str, Path]:
+        return {NODE_NAME: self.volume_root}
 
     def _args(self, name: str) -> list[str]:
         state = self.state_dir
@@ -681,6 +724,10 @@ class Node:
             ]
         if name == "kube-proxy":
             return [f"--config={state / 'kube-proxy.yaml'}", "--v=1"]
+        if name == "local-path-provisioner":
+            return provisioner_args(self.kubeconfig("local-path-provisioner"), state / "local-path.json")
+        if name == "kube-router":
+            return agent_args(self.kubeconfig("kube-router"), NODE_NAME, self.ports.network_policy_health)
         return ["-conf", str(state / "Corefile")]  # coredns
 
     def _start_containerd(self, timeout: float) -> None:
@@ -707,6 +754,13 @@ class Node:
 
     def _coredns_ready(self) -> bool:
         return http_status(f"http://127.0.0.1:{self.ports.coredns_ready}/ready") == 200
+
+    def _network_policy_healthy(self) -> bool:
+        return http_status(f"http://127.0.0.1:{self.ports.network_policy_health}/healthz") == 200
+
+    def _provisioner_started(self) -> bool:
+        log = self.state_dir / "logs" / "local-path-provisioner.log"
+        return log.is_file() and "Started provisioner controller" in log.read_text(errors="replace")
 
     # -- internals: stop --
 
@@ -764,6 +818,10 @@ class Node:
 
 
 # --- machine-level helpers -------------------------------------------------------------------------
+
+
+def _list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
 def _pids() -> list[int]:

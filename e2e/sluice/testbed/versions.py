@@ -13,3 +13,8 @@ COREDNS = "1.12.1"  # what kubeadm deploys with Kubernetes 1.34
 SPARK_OPERATOR = "2.5.2"  # kubeflow spark-operator: SparkApplication CRD and Helm chart (Go module)
 STRIMZI = "1.2.0"  # Strimzi api + crd-generator (Maven Central): KafkaTopic/Kafka/KafkaNodePool CRDs
 KUBE_SCORE = "1.20.0"  # chart linter (Go module github.com/zegl/kube-score)
+LOCAL_PATH_PROVISIONER = "0.0.30"  # kind's default storage (Go module github.com/rancher/local-path-provisioner)
+# The NetworkPolicy agent (Go module github.com/cloudnativelabs/kube-router/v2, its firewall only). kind's own,
+# sigs.k8s.io/kube-network-policies, needs nftables' queue expression, which this machine's kernel lacks.
+KUBE_ROUTER = "2.1.0"  # the only version the Go proxy serves here
+KIND = "0.33.0"  # kind nodes on podman (sluice.testbed.kind; Go module sigs.k8s.io/kind)
