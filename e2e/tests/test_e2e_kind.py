@@ -83,7 +83,7 @@ def suite(kind_cluster: Target) -> E2ESuite:
     return E2ESuite(kind_cluster, Images.release(), StrimziKafka(kind_cluster, namespace), release_namespace=namespace)
 
 
-@pytest.mark.parametrize("step", E2ESuite.steps())
+@pytest.mark.parametrize("step", E2ESuite.step_params())
 def test_step(suite: E2ESuite, step: str) -> None:
     if suite.failed:
         pytest.skip(f"step {suite.failed} failed")

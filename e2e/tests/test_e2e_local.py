@@ -6,8 +6,8 @@ A throwaway single-node cluster (what `make local-cluster` runs) gets the images
 spark-operator built from its Go module) imported into its containerd. spark-operator is installed with its
 own chart, sluice with charts/sluice. Kafka is a broker of the test bed listening on the node address, which
 the pods and this process both reach (no Kafka image or Strimzi operator image can be pulled here), so apps
-get spec.kafka.bootstrapServers and their topics are managed through the Admin API. Checkpoints go to a
-hostPath PersistentVolume the suite's claim binds to. Everything is torn down afterwards.
+get spec.kafka.bootstrapServers and their topics are managed through the Admin API. Claims bind to node-local
+volumes of the cluster's default StorageClass (local-path, as on kind). Everything is torn down afterwards.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from sluice.testbed.versions import SPARK_OPERATOR
 
 pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
 
-CHECKPOINT_VOLUME = "e2e-checkpoints"
 REPORT = REPO_ROOT / ".sluice" / "e2e" / "autoscale.json"
 ROLLOUT_REPORT = REPO_ROOT / ".sluice" / "e2e" / "rollout.json"
 DRIVER_KILL_REPORT = REPO_ROOT / ".sluice" / "e2e" / "driver-killed.json"
@@ -40,22 +39,6 @@ DRIVER_KILL_REPORT = REPO_ROOT / ".sluice" / "e2e" / "driver-killed.json"
 class LocalRun:
     target: Target
     kafka: HostKafka
-
-
-def checkpoint_volume(path: str, size: str = "1Gi") -> dict:
-    """A hostPath volume for claims without a storage class (the local cluster has no provisioner)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": CHECKPOINT_VOLUME},
-        "spec": {
-            "capacity": {"storage": size},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "persistentVolumeReclaimPolicy": "Retain",
-            "hostPath": {"path": path, "type": "DirectoryOrCreate"},
-        },
-    }
 
 
 def spark_operator_values() -> dict:
@@ -85,13 +68,9 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
         images = Images.release()
         tag_image(node, images.spark, images.spark_next)
         kafka.start()  # on the node address, which exists while the node runs
-        checkpoints = work / "checkpoints"
-        checkpoints.mkdir()
-        checkpoints.chmod(0o777)  # Spark runs as uid 185 (mkdir's mode would be masked by the umask)
         target = Target(
             plane.kubeconfig, kubectl_runner(kubectl, plane.kubeconfig), Helm(helm, plane.kubeconfig, work / "helm")
         )
-        target.apply(checkpoint_volume(str(checkpoints)))
     except BaseException as error:
         stop(kafka, node, plane)
         if isinstance(error, ProvisionError):
@@ -129,7 +108,7 @@ def suite(local_run: LocalRun) -> E2ESuite:
     )
 
 
-@pytest.mark.parametrize("step", E2ESuite.steps())
+@pytest.mark.parametrize("step", E2ESuite.step_params())
 def test_step(suite: E2ESuite, step: str) -> None:
     if suite.failed:
         pytest.skip(f"step {suite.failed} failed")

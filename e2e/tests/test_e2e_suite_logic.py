@@ -47,3 +47,55 @@ def test_a_paced_load_sends_every_word_in_turn_across_bursts():
         load.burst(count)
     assert sink.values == ["kappa", "lambda", "sigma", "kappa", "lambda", "sigma", "kappa", "lambda", "sigma"]
     assert load.sent == {"kappa": 3, "lambda": 3, "sigma": 3}
+
+
+def test_known_defects_are_steps_that_name_their_issue_and_run_as_strict_expected_failures():
+    import re
+
+    from sluice.testbed.e2e_suite import E2ESuite, KnownDefectSeen
+
+    params = {getattr(p, "values", (p,))[0]: p for p in E2ESuite.step_params()}
+
+    assert set(E2ESuite.KNOWN_DEFECTS) <= set(E2ESuite.steps())
+    for step, defect in E2ESuite.KNOWN_DEFECTS.items():
+        assert re.match(r"#\d+: ", defect.issue) and defect.symptom, defect
+        (mark,) = params[step].marks
+        assert mark.name == "xfail"
+        assert mark.kwargs == {"strict": True, "raises": KnownDefectSeen, "reason": defect.issue}
+    assert all(isinstance(params[s], str) for s in E2ESuite.steps() if s not in E2ESuite.KNOWN_DEFECTS)
+
+
+def _suite_failing_with(message: str):
+    from sluice.testbed.e2e_suite import E2ESuite
+
+    suite = E2ESuite.__new__(E2ESuite)
+    suite.failed = None
+    suite.diagnostics = lambda: ""  # type: ignore[method-assign]
+
+    def restricted_namespace() -> None:
+        raise AssertionError(message)
+
+    suite.restricted_namespace = restricted_namespace  # type: ignore[method-assign]
+    return suite
+
+
+def test_a_known_defect_step_failing_with_its_symptom_is_seen_and_stops_nothing():
+    import pytest
+
+    from sluice.testbed.e2e_suite import KnownDefectSeen
+
+    suite = _suite_failing_with('pod refused: violates PodSecurity "restricted:latest"')
+    with pytest.raises(KnownDefectSeen, match="#34"):
+        suite.run("restricted_namespace")
+    assert suite.failed is None
+
+
+def test_a_known_defect_step_failing_otherwise_is_a_plain_failure():
+    import pytest
+
+    from sluice.testbed.e2e_suite import KnownDefectSeen
+
+    suite = _suite_failing_with("timed out after 600s waiting for restricted-count running")
+    with pytest.raises(AssertionError, match="timed out") as raised:
+        suite.run("restricted_namespace")
+    assert not isinstance(raised.value, KnownDefectSeen)
