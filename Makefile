@@ -104,7 +104,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
 
 # --- packaging: Helm chart, images, kind e2e ---------------------------------------------------------
-.PHONY: chart-crds images e2e e2e-local local-images
+.PHONY: chart-crds images e2e e2e-local local-images kind-cluster kind-cluster-down test-kind
 
 chart-crds: crds
 
@@ -123,6 +123,15 @@ e2e-faults: $(STAMP) ## the local cluster's long fault runs: the driver pod dele
 	SLUICE_E2E_DRIVER_KILLS=20 SLUICE_E2E_START_CHANGES=6 $(PY) -m pytest -p no:cacheprovider -m e2e_local \
 		e2e/tests/test_e2e_local.py --timeout 3600 $(PYTEST_ARGS) \
 		-k "install or kafka_ready or deploy_app or stream or driver_killed or change_while_driver_starts"
+
+kind-cluster: $(STAMP) ## a 3-node kind cluster on podman (root; no Docker, no registry): node image built once; kubeconfig in .sluice/kind-cluster/kubeconfig
+	$(PY) -m sluice.testbed.kind up
+
+kind-cluster-down: $(STAMP)
+	$(PY) -m sluice.testbed.kind down
+
+test-kind: $(STAMP) ## the kind cluster's own tests on a throwaway 3-node cluster: network, NetworkPolicy, storage, Pod Security, a lost worker (root)
+	$(PY) -m pytest -p no:cacheprovider -m kind e2e/tests/test_kind_cluster.py $(PYTEST_ARGS)
 
 e2e-local: $(STAMP) ## the e2e suite on a throwaway local cluster with real pods (no Docker; needs root): .sluice/e2e/*.json
 	$(PY) -m sluice.testbed prefetch

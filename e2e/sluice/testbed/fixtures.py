@@ -68,12 +68,13 @@ def spark_session():
         session.stop()
 
 
-OPT_IN_MARKERS = ("bench", "faults", "e2e_local")
+OPT_IN_MARKERS = ("bench", "faults", "e2e_local", "kind")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Benchmarks, the long fault runs and the local-cluster e2e run only when asked for (`make bench` =
-    `pytest -m bench …`, `make faults` = `pytest -m faults …`, `make e2e-local` = `pytest -m e2e_local …`):
+    `pytest -m bench …`, `make faults` = `pytest -m faults …`, `make e2e-local` = `pytest -m e2e_local …`,
+    `make test-kind` = `pytest -m kind …`):
     they take many minutes (benchmarks report figures rather than pass/fail on speed), so the test suite
     leaves them out; .ci/run runs the e2e after `make test`."""
     asked = config.getoption("markexpr") or ""

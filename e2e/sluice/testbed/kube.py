@@ -207,7 +207,15 @@ def cached_binaries(root: Path, names: Sequence[str], build: Callable[[Path, lis
 
 # --- Kubernetes and etcd binaries ------------------------------------------------------------------
 
-K8S_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kubectl", "kube-scheduler", "kubelet", "kube-proxy")
+K8S_COMPONENTS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kubectl",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "kubeadm",  # kind nodes (sluice.testbed.kind)
+)
 DEFAULT_COMPONENTS = K8S_COMPONENTS[:3]  # what the control plane and tests need
 K8S_BUILD_TAGS = "selinux,notest,grpcnotrace"  # what hack/lib/golang.sh uses for release builds
 STAGING_VERSION = f"v0.{KUBERNETES.split('.', 1)[1]}"  # staging modules are published as v0.<minor>.<patch>
