@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 
 from sluice.testbed.common import ProvisionError, wait_for
+from sluice.testbed.e2e_suite import pvc, restricted_namespace
 from sluice.testbed.images import PROBE_IMAGE
 from sluice.testbed.kind import CLUSTER_LABEL, PODMAN_NETWORK, KindCluster, podman, running_clusters
+from sluice.testbed.network_policy import ingress_only_from
 from sluice.testbed.storage import HELPER_IMAGE, STORAGE_CLASS
 
 pytestmark = [pytest.mark.kube, pytest.mark.kind]
 
-RESTRICTED_LABEL = "pod-security.kubernetes.io/enforce"
 FIGURES = Path(__file__).resolve().parents[2] / ".sluice" / "kind" / "figures.json"
 
 
@@ -174,16 +175,7 @@ def test_a_network_policy_denies_what_it_does_not_admit_and_passes_what_it_does(
     address = get(cluster, "pod", "guarded")["status"]["podIP"]
     apply(cluster, probe("before-policy", "dial", f"{address}:8080", node=second, labels={"role": "stranger"}))
     assert finished(cluster, "before-policy") == "Succeeded", "reachable from the other worker before any policy"
-    policy = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": "friends-only"},
-        "spec": {
-            "podSelector": {"matchLabels": {"app": "guarded"}},
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "friend"}}}], "ports": [{"port": 8080}]}],
-        },
-    }
+    policy = ingress_only_from("friends-only", {"app": "guarded"}, {"role": "friend"}, 8080)
     apply(cluster, policy)
     time.sleep(5)  # the agents sync on each policy event, within a second or two
     # The friend retries: the agent admits a new pod's address once it has seen the pod (within seconds).
@@ -200,12 +192,7 @@ def test_a_network_policy_denies_what_it_does_not_admit_and_passes_what_it_does(
 
 
 def test_the_default_class_binds_a_claim_and_its_pod_lands_on_the_volumes_node(cluster: KindCluster) -> None:
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "notes"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
-    }
+    claim = pvc("notes", "default", size="64Mi")
 
     def shell(name: str, script: str) -> dict[str, Any]:
         pod = probe(name)
@@ -236,11 +223,7 @@ def test_the_default_class_binds_a_claim_and_its_pod_lands_on_the_volumes_node(c
 
 
 def test_a_restricted_namespace_refuses_a_privileged_pod(cluster: KindCluster) -> None:
-    namespace = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": "restricted", "labels": {RESTRICTED_LABEL: "restricted"}},
-    }
+    namespace = restricted_namespace("restricted")
     apply(cluster, namespace)
     privileged = probe("privileged", "echo", "root")
     privileged["metadata"]["namespace"] = "restricted"

@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 
 from sluice.testbed.common import ProvisionError, pid_alive, wait_until
+from sluice.testbed.e2e_suite import pvc, restricted_namespace
 from sluice.testbed.images import BASE_IMAGE, PAUSE_IMAGE, PROBE_IMAGE, base_image, image_archive
 from sluice.testbed.kube import ControlPlane
+from sluice.testbed.network_policy import ingress_only_from
 from sluice.testbed.node import BRIDGE, NODE_ADDRESS, NODE_NAME, Node, mounts_under
 from sluice.testbed.storage import HELPER_IMAGE, STORAGE_CLASS
 
 pytestmark = pytest.mark.kube
 
-RESTRICTED_LABEL = "pod-security.kubernetes.io/enforce"
 RESTRICTED_POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}}
 RESTRICTED_CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
@@ -166,12 +167,7 @@ def test_state_lives_under_the_state_dir(node: Node) -> None:
 
 
 def test_a_claim_of_the_default_class_binds_on_its_pods_node_and_goes_with_it(node: Node) -> None:
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "notes"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
-    }
+    claim = pvc("notes", "default", size="64Mi")
 
     def shell(name: str, script: str) -> dict[str, Any]:
         spec = pod(name, "-c", script)
@@ -201,11 +197,7 @@ def test_a_claim_of_the_default_class_binds_on_its_pods_node_and_goes_with_it(no
 
 
 def test_a_restricted_namespace_refuses_a_privileged_pod_and_admits_a_hardened_one(node: Node) -> None:
-    namespace = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": "restricted", "labels": {RESTRICTED_LABEL: "restricted"}},
-    }
+    namespace = restricted_namespace("restricted")
     apply(node, namespace)
     privileged = pod("privileged", "echo", "root")
     privileged["metadata"]["namespace"] = "restricted"
@@ -244,16 +236,7 @@ def test_a_network_policy_denies_what_it_does_not_admit_and_passes_what_it_does(
     address = json.loads(node.plane.kubectl("get", "pod", "guarded", "-o", "json").stdout)["status"]["podIP"]
     apply(node, pod("before-policy", "dial", f"{address}:8080"))
     assert _phase(node, "before-policy") == "Succeeded", "reachable before any policy selects it"
-    policy = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": "friends-only"},
-        "spec": {
-            "podSelector": {"matchLabels": {"app": "guarded"}},
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "friend"}}}], "ports": [{"port": 8080}]}],
-        },
-    }
+    policy = ingress_only_from("friends-only", {"app": "guarded"}, {"role": "friend"}, 8080)
     apply(node, policy)
 
     # The friend retries: the agent admits a new pod's address once it has seen the pod (within seconds).

@@ -94,3 +94,17 @@ def remove_ipsets() -> None:
     for name in listed.stdout.split():
         if name.startswith(IPSET_PREFIXES):
             subprocess.run(["ipset", "destroy", name], capture_output=True, timeout=30)
+
+
+def ingress_only_from(name: str, selected: dict[str, str], peers: dict[str, str], port: int) -> dict[str, Any]:
+    """A NetworkPolicy: the pods labelled `selected` admit `port` only from pods labelled `peers`."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "podSelector": {"matchLabels": selected},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": peers}}], "ports": [{"port": port}]}],
+        },
+    }
