@@ -61,8 +61,15 @@ from .kube import (
 )
 from .network_policy import CLIENT_USER as NETWORK_POLICY_USER
 from .network_policy import agent_args, agent_binary, agent_rbac, remove_ipsets
+from .storage import (
+    BUSYBOX_PACKAGE,
+    helper_image,
+    provisioner_args,
+    provisioner_binary,
+    provisioner_config,
+    storage_manifests,
+)
 from .storage import CLIENT_USER as STORAGE_USER
-from .storage import helper_image, provisioner_args, provisioner_binary, provisioner_config, storage_manifests
 from .versions import COREDNS, KUBERNETES
 
 NODE_NAME = "sluice-node"
@@ -79,7 +86,7 @@ DEBIAN_PACKAGES = (
     "containernetworking-plugins",
     "iptables",
     "conntrack",
-    "busybox-static",  # the volume provisioner's helper image
+    BUSYBOX_PACKAGE,  # the volume provisioner's helper image
     "ipset",  # the NetworkPolicy agent's
 )
 NODE_COMPONENTS = (  # start order
@@ -191,7 +198,8 @@ def node_binaries() -> dict[str, Path]:
 
 def node_archives() -> list[Path]:
     """The OCI archives every node imports: the sandbox (pause) image, the probe test image and the volume
-    provisioner's helper."""
+    provisioner's helper (busybox, installed from Debian first: the archive's key hashes it)."""
+    install_packages((BUSYBOX_PACKAGE,))
     return [image_archive(spec) for spec in (pause_image(), probe_image(), helper_image())]
 
 
@@ -202,17 +210,17 @@ def prefetch_node() -> None:
     (a node needs root anyway).
     """
     node_binaries()
-    node_archives()
     packages = (*DEBIAN_PACKAGES, "debootstrap")  # debootstrap: the Debian base image
     if os.geteuid() != 0:
         missing = missing_packages(packages)
         announce(
             "not root: skipping "
             + (f"{' '.join(missing)} and " if missing else "")
-            + "the Debian base image (a local node needs root)"
+            + "the node's images (a local node needs root)"
         )
         return
     install_packages(packages)
+    node_archives()
     image_archive(*base_image())
 
 

@@ -25,7 +25,8 @@ SERVICE_ACCOUNT = "local-path-provisioner"
 CONFIG_MAP = "local-path-config"
 CLIENT_USER = "sluice:local-path-provisioner"  # the host process's client certificate
 HELPER_IMAGE = "sluice.local/busybox:1"
-BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
+BUSYBOX_PACKAGE = "busybox-static"  # from Debian
+BUSYBOX = Path("/bin/busybox")  # what it installs
 HELPER_TOOLS = ("sh", "mkdir", "rm", "chmod", "cat", "ls", "sleep")  # the scripts' (and tests') commands
 
 SETUP = 'set -eu\nmkdir -m 0777 -p "$VOL_DIR"\n'
