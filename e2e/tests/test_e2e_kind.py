@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from sluice.testbed.common import REPO_ROOT, ProvisionError, cache_dir, run
-from sluice.testbed.e2e_suite import E2ESuite, Helm, Images, StrimziKafka, Target, image_builder, kubectl_runner
+from sluice.testbed.e2e_suite import E2ESuite, Helm, Images, StrimziKafka, Target, image_builder
 from sluice.testbed.helm import helm_binary
-from sluice.testbed.kube import cached_binaries, go_binary, go_env, kubernetes_binaries
+from sluice.testbed.kube import cached_binaries, go_binary, go_env, kubectl_runner, kubernetes_binaries
 
 KIND = "v0.30.0"  # default node image: Kubernetes v1.34
 KIND_CONFIG = REPO_ROOT / "e2e" / "kind" / "cluster.yaml"
@@ -72,7 +72,7 @@ def kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         subprocess.run(["docker", "tag", images.spark, images.spark_next], check=True, timeout=60)
         for image in (images.operator, images.spark, images.spark_next):
             kind_run("load", "docker-image", image)
-        yield Target(kubeconfig, kubectl_runner(kubectl, kubeconfig), Helm(helm, kubeconfig, work / "helm"))
+        yield Target(kubeconfig, kubectl_runner(kubeconfig, binary=kubectl), Helm(helm, kubeconfig, work / "helm"))
     finally:
         subprocess.run([str(kind), "delete", "cluster", "--name", name], timeout=300)
 

@@ -21,9 +21,9 @@ import pytest
 
 from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, pid_alive
-from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target, kubectl_runner
+from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
 from sluice.testbed.helm import helm_binary
-from sluice.testbed.kube import ControlPlane, kubernetes_binaries
+from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
 from sluice.testbed.local_images import SPARK_OPERATOR_REPOSITORY, build_local_images
 from sluice.testbed.node import NODE_ADDRESS, Node
 from sluice.testbed.versions import SPARK_OPERATOR
@@ -69,7 +69,9 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
         tag_image(node, images.spark, images.spark_next)
         kafka.start()  # on the node address, which exists while the node runs
         target = Target(
-            plane.kubeconfig, kubectl_runner(kubectl, plane.kubeconfig), Helm(helm, plane.kubeconfig, work / "helm")
+            plane.kubeconfig,
+            kubectl_runner(plane.kubeconfig, binary=kubectl),
+            Helm(helm, plane.kubeconfig, work / "helm"),
         )
     except BaseException as error:
         stop(kafka, node, plane)

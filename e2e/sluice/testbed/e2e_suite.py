@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -33,6 +33,7 @@ from sluice.api.app import AutoscalingSpec
 from sluice.operator.autoscaler.policy import Policy
 
 from .common import REPO_ROOT, wait_for
+from .kube import Kubectl
 from .versions import STRIMZI
 
 CHART_DIR = REPO_ROOT / "charts" / "sluice"
@@ -43,7 +44,6 @@ DRIVER_KILL_WORDS = ("kilo", "lima", "mike", "oscar", "papa")  # only the driver
 SEEN = "wordcount-seen"  # the e2e app's stateless query: every word kept, each batch (output gaps are measured on it)
 STRIMZI_CHART = "oci://quay.io/strimzi-helm/strimzi-kafka-operator"
 
-Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
 """kubectl(*args, input=None, check=True, timeout=120) against the target; raises on failure when check
 (the contract of ControlPlane.kubectl)."""
 
@@ -143,26 +143,6 @@ class Target:
         self.kubectl(
             "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(manifests)})
         )
-
-
-def kubectl_runner(binary: Path, kubeconfig: Path) -> Kubectl:
-    """A Kubectl for any kubeconfig (the pinned kubectl: sluice.testbed.kube.kubernetes_binaries)."""
-
-    def kubectl(
-        *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [str(binary), f"--kubeconfig={kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check and result.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)} failed (exit {result.returncode}): {result.stderr.strip()}")
-        return result
-
-    return kubectl
 
 
 @functools.cache
@@ -785,6 +765,21 @@ class E2ESuite:
             ("logs", "-n", self.release_namespace, f"deployment/{self.release}", "--tail=60"),
         ]
         if self.app:  # a stalled app's driver is not a troubled pod: its queries' progress and recent log
+            # the rollout's message says what it waited for; the app's own events are cut from the list above
+            commands.append(
+                ("get", "streamingapp", self.app_name, "-n", self.apps_namespace, "-o", "jsonpath={.status}")
+            )
+            commands.append(
+                (
+                    "get",
+                    "events",
+                    "-n",
+                    self.apps_namespace,
+                    "--field-selector",
+                    f"involvedObject.kind=StreamingApp,involvedObject.name={self.app_name}",
+                    "--sort-by=.lastTimestamp",
+                )
+            )
             pod = f"{self.driver_name()}-driver"
             commands.append(("exec", "-n", self.apps_namespace, pod, "--", *driver_get("/v1/status")))
             commands.append(("logs", "-n", self.apps_namespace, pod, "--tail=150"))

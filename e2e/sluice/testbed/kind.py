@@ -40,7 +40,7 @@ from sluice.pipelines.local.provision import run_command
 
 from .common import REPO_ROOT, ProvisionError, cache_dir, locked, run, wait_until
 from .images import PAUSE_IMAGE, ImageSpec, archive_names, base_rootfs, image_archive, pause_binary, probe_image
-from .kube import announce, cached_binaries, etcd_binary, go_binary, go_env, kubernetes_binaries
+from .kube import announce, cached_binaries, etcd_binary, go_binary, go_env, kubectl_runner, kubernetes_binaries
 from .network_policy import NAME as NETWORK_POLICY_AGENT
 from .network_policy import agent_binary, agent_rbac
 from .node import coredns_binary, install_packages
@@ -675,19 +675,8 @@ class KindCluster:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 600
     ) -> subprocess.CompletedProcess[str]:
-        kubectl = kubernetes_binaries("kubectl")["kubectl"]
-        result = subprocess.run(
-            [str(kubectl), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check and result.returncode != 0:
-            raise ProvisionError(
-                f"kubectl {' '.join(args[:3])} failed (exit {result.returncode}): {result.stderr.strip()}"
-            )
-        return result
+        run_kubectl = kubectl_runner(self.kubeconfig, error=ProvisionError)
+        return run_kubectl(*args, input=input, check=check, timeout=timeout)
 
     def memory_bytes(self) -> dict[str, int]:
         """Each node container's memory use now (podman stats: its cgroup's usage)."""

@@ -509,6 +509,34 @@ class KubectlError(RuntimeError):
     """kubectl exited non-zero; the message carries its stderr."""
 
 
+Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def kubectl_runner(
+    kubeconfig: Path,
+    *,
+    binary: Path | None = None,
+    cache_dir: Path | None = None,
+    error: type[Exception] = KubectlError,
+    default_timeout: float = 120.0,
+) -> Kubectl:
+    """kubectl(*args, input=, check=, timeout=) against one kubeconfig with the pinned kubectl; a non-zero exit
+    raises `error` carrying kubectl's stderr (unless check=False)."""
+
+    def kubectl(
+        *args: str, input: str | None = None, check: bool = True, timeout: float = default_timeout
+    ) -> subprocess.CompletedProcess[str]:
+        command = [str(binary or kubernetes_binaries("kubectl")["kubectl"]), f"--kubeconfig={kubeconfig}"]
+        if cache_dir is not None:
+            command.append(f"--cache-dir={cache_dir}")
+        result = subprocess.run([*command, *args], input=input, capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise error(f"kubectl {' '.join(args)} failed (exit {result.returncode}): {result.stderr.strip()}")
+        return result
+
+    return kubectl
+
+
 @dataclass(frozen=True)
 class Ports:
     etcd_client: int
@@ -614,17 +642,8 @@ class ControlPlane:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
     ) -> subprocess.CompletedProcess[str]:
-        kubectl = kubernetes_binaries("kubectl")["kubectl"]
-        cmd = [
-            str(kubectl),
-            f"--kubeconfig={self.kubeconfig}",
-            f"--cache-dir={self.state_dir / 'kubectl-cache'}",
-            *args,
-        ]
-        result = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
-        if check and result.returncode != 0:
-            raise KubectlError(f"kubectl {' '.join(args)} failed (exit {result.returncode}): {result.stderr.strip()}")
-        return result
+        run_kubectl = kubectl_runner(self.kubeconfig, cache_dir=self.state_dir / "kubectl-cache")
+        return run_kubectl(*args, input=input, check=check, timeout=timeout)
 
     def get_json(self, path: str) -> Any:
         """GET an API path as the cluster admin (e.g. "/version")."""
