@@ -413,6 +413,10 @@ def wordcount_app(
     }
     if checkpoint_claim:
         spec["checkpoint"] = {"location": "/checkpoints", "volumeClaim": checkpoint_claim}
+    # A new driver starts beside the running one on two cores: its handover took 165 s here and passed the
+    # default 5 min on a slower CI machine (rolled back as not healthy in time). Less than the suite's waits,
+    # so a rollout that never becomes healthy still ends, naming what it waited for.
+    spec["updateStrategy"] = {"rollback": {"healthTimeout": "8m"}}
     # A stateless query beside the windowed one: it writes every batch, so a pause of the pipeline shows.
     spec["topics"].append({"name": SEEN, "partitions": 1})
     spec["pipeline"]["nodes"].append({"name": "seen", "inputs": ["non-empty"], "toKafka": {"topic": SEEN}})
