@@ -40,7 +40,16 @@ from sluice.pipelines.local.provision import run_command
 
 from .common import REPO_ROOT, ProvisionError, cache_dir, locked, run, wait_until
 from .images import PAUSE_IMAGE, ImageSpec, archive_names, base_rootfs, image_archive, pause_binary, probe_image
-from .kube import announce, cached_binaries, etcd_binary, go_binary, go_env, kubectl_runner, kubernetes_binaries
+from .kube import (
+    announce,
+    cached_binaries,
+    etcd_binary,
+    go_binary,
+    go_env,
+    go_install,
+    kubectl_runner,
+    kubernetes_binaries,
+)
 from .network_policy import NAME as NETWORK_POLICY_AGENT
 from .network_policy import agent_binary, agent_rbac
 from .node import coredns_binary, install_packages
@@ -105,14 +114,7 @@ DEFAULT_NAME = "sluice"
 
 def kind_binary() -> Path:
     def build(out: Path, names: list[str]) -> None:
-        run(
-            [go_binary(), "install", "-trimpath", "-ldflags=-s -w", f"{KIND_MODULE}@v{KIND}"],
-            what=f"building kind v{KIND} with Go",
-            hint="needs the Go module proxy (GOPROXY)",
-            log=out.parent / "build.log",
-            cwd=out,
-            env=go_env(GOBIN=str(out)),
-        )
+        go_install("kind", f"v{KIND}", KIND_MODULE, ["-s", "-w"], out, out.parent / "build.log")
 
     return cached_binaries(cache_dir("kind", f"v{KIND}"), ["kind"], build)["kind"]
 

@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .common import cache_dir, run
-from .kube import SERVICE_CIDR, cached_binaries, go_binary, go_env
+from .common import cache_dir
+from .kube import SERVICE_CIDR, cached_binaries, go_install
 from .versions import KUBE_ROUTER
 
 NAME = "kube-router"
@@ -27,21 +27,7 @@ IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")  # what it made; its
 
 def agent_binary() -> Path:
     def build(out: Path, names: list[str]) -> None:
-        run(
-            [
-                go_binary(),
-                "install",
-                "-trimpath",
-                "-buildvcs=false",
-                "-ldflags=-s -w",
-                f"{MODULE}/cmd/kube-router@v{KUBE_ROUTER}",
-            ],
-            what=f"building kube-router v{KUBE_ROUTER} with Go",
-            hint="needs the Go module proxy (GOPROXY)",
-            log=out.parent / "build.log",
-            cwd=out,
-            env=go_env(GOBIN=str(out), CGO_ENABLED="0"),
-        )
+        go_install(NAME, f"v{KUBE_ROUTER}", f"{MODULE}/cmd/kube-router", ["-s", "-w"], out, out.parent / "build.log")
 
     return cached_binaries(cache_dir(NAME, f"v{KUBE_ROUTER}"), [NAME], build)[NAME]
 

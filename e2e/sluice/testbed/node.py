@@ -52,8 +52,7 @@ from .kube import (
     announce,
     cached_binaries,
     fetch_go_module,
-    go_binary,
-    go_env,
+    go_install,
     issue_cert,
     kubeconfig_text,
     kubernetes_binaries,
@@ -231,15 +230,7 @@ def coredns_binary() -> Path:
 def _build_coredns(out: Path, names: list[str]) -> None:
     log = out.parent / "build.log"
     fetch_go_module("github.com/coredns/coredns", f"v{COREDNS}", log)
-    announce(f"building CoreDNS v{COREDNS} from source (once); log: {log}")
-    run(
-        [go_binary(), "install", "-trimpath", "-ldflags=-s -w", f"github.com/coredns/coredns@v{COREDNS}"],
-        what=f"building CoreDNS v{COREDNS} with Go",
-        hint="needs the Go module proxy (GOPROXY)",
-        log=log,
-        cwd=out,
-        env=go_env(GOBIN=str(out)),
-    )
+    go_install("CoreDNS", f"v{COREDNS}", "github.com/coredns/coredns", ["-s", "-w"], out, log)
 
 
 # --- PKI and configuration -------------------------------------------------------------------------
