@@ -26,6 +26,7 @@ from sluice.testbed.helm import helm_binary
 from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
 from sluice.testbed.local_images import SPARK_OPERATOR_REPOSITORY, build_local_images
 from sluice.testbed.node import NODE_ADDRESS, Node
+from sluice.testbed.object_store import ObjectStoreAccess
 from sluice.testbed.versions import SPARK_OPERATOR
 
 pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
@@ -39,6 +40,7 @@ DRIVER_KILL_REPORT = REPO_ROOT / ".sluice" / "e2e" / "driver-killed.json"
 class LocalRun:
     target: Target
     kafka: HostKafka
+    object_store: ObjectStoreAccess
 
 
 def spark_operator_values() -> dict:
@@ -80,7 +82,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
         raise
     pids = {**plane.pids(), **node.pids()}
     try:
-        yield LocalRun(target, HostKafka(kafka.bootstrap))
+        yield LocalRun(target, HostKafka(kafka.bootstrap), node.object_store)
     finally:
         stop(kafka, node, plane)
     assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "cluster processes survived the run"
@@ -106,7 +108,12 @@ def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
 @pytest.fixture(scope="module")
 def suite(local_run: LocalRun) -> E2ESuite:
     return E2ESuite(
-        local_run.target, Images.release(), local_run.kafka, strimzi=False, spark_operator=spark_operator_values()
+        local_run.target,
+        Images.release(),
+        local_run.kafka,
+        strimzi=False,
+        spark_operator=spark_operator_values(),
+        object_store_access=local_run.object_store,
     )
 
 

@@ -250,3 +250,24 @@ def test_a_network_policy_denies_what_it_does_not_admit_and_passes_what_it_does(
     assert node.plane.kubectl("logs", "friend").stdout.strip().splitlines()[-1] == "guarded"
     assert _phase(node, "stranger") == "Failed"
     assert "connection refused" in node.plane.kubectl("logs", "stranger").stdout
+
+
+def test_the_object_store_keeps_objects_for_its_key_pair_refuses_another_and_pods_reach_it(node: Node) -> None:
+    from pyarrow.fs import FileSelector
+
+    access = node.object_store
+    store = access.filesystem()
+    for name, body in (("a", b"one"), ("b", b"two")):
+        with store.open_output_stream(f"{access.bucket}/test/{name}.txt") as out:
+            out.write(body)
+    with store.open_input_stream(f"{access.bucket}/test/a.txt") as stream:
+        assert stream.read() == b"one"
+    listed = {info.path: info.size for info in store.get_file_info(FileSelector(f"{access.bucket}/test"))}
+    assert listed == {f"{access.bucket}/test/a.txt": 3, f"{access.bucket}/test/b.txt": 3}
+    store.delete_dir_contents(f"{access.bucket}/test")
+    with pytest.raises(OSError, match=r"(?i)signature|denied|forbidden"):
+        access.filesystem(secret_key=f"not-{access.secret_key}").get_file_info(FileSelector(access.bucket))
+    gateway = node.pids()["object-store"]
+    assert access.secret_key.encode() not in Path(f"/proc/{gateway}/cmdline").read_bytes(), "key pair in ps"
+    apply(node, pod("object-store-client", "get", f"{access.endpoint}/health"))
+    wait_succeeded(node, "object-store-client")

@@ -115,6 +115,8 @@ def _describe(cluster: LocalCluster) -> str:
         f"logs: {plane.state_dir / 'logs'} and {node.state_dir / 'logs'}\n"
         f"load an image (OCI or docker archive): ctr --address {node.containerd_socket} -n k8s.io images "
         f"import IMAGE.tar\n"
+        f"S3 object store: {node.object_store.endpoint}, bucket {node.object_store.bucket} (path-style); its "
+        f"key pair: {node.state_dir / 'object-store.json'}\n"
         f"kubeconfig: {plane.kubeconfig}\n"
         f"  export KUBECONFIG={plane.kubeconfig}"
     )

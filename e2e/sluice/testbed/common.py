@@ -95,8 +95,8 @@ class PidfileProcesses:
         self.state_dir = state_dir
         self.started: dict[str, ManagedProcess] = {}
 
-    def launch(self, name: str, cmd: list[str]) -> ManagedProcess:
-        process = ManagedProcess(name, cmd, self.state_dir / "logs" / f"{name}.log").start()
+    def launch(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> ManagedProcess:
+        process = ManagedProcess(name, cmd, self.state_dir / "logs" / f"{name}.log", env=env).start()
         self.started[name] = process
         self._pidfile(name).write_text(f"{process.pid}\n")
         return process

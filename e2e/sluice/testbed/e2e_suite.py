@@ -34,6 +34,7 @@ from sluice.operator.autoscaler.policy import Policy
 
 from .common import REPO_ROOT, wait_for
 from .kube import Kubectl
+from .object_store import SECRET, ObjectStoreAccess
 from .versions import STRIMZI
 
 CHART_DIR = REPO_ROOT / "charts" / "sluice"
@@ -583,6 +584,23 @@ def driver_get(path: str) -> list[str]:
     return ["python3", "-c", script, path]
 
 
+# Put, list and get through the store's S3 API, path-style, with the key pair from the environment.
+OBJECT_STORE_CLIENT = """
+import json, os
+from pyarrow import fs
+store = fs.S3FileSystem(
+    access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+    endpoint_override=os.environ["S3_ENDPOINT"], scheme="http", region="us-east-1",
+)
+bucket = os.environ["S3_BUCKET"]
+with store.open_output_stream(bucket + "/e2e/hello.txt") as out:
+    out.write(b"hello from a pod")
+listed = sorted(i.path.removeprefix(bucket + "/") for i in store.get_file_info(fs.FileSelector(bucket + "/e2e")))
+with store.open_input_stream(bucket + "/e2e/hello.txt") as stream:
+    print(json.dumps({"listed": listed, "read": stream.read().decode()}))
+"""
+
+
 def restricted_namespace(name: str) -> dict[str, Any]:
     """A namespace where the API server admits only pods that meet Pod Security's "restricted" standard."""
     return {
@@ -677,6 +695,7 @@ class E2ESuite:
     strimzi: bool = True  # install the Strimzi operator (the Kafka of StrimziKafka)
     spark_operator: dict[str, Any] | None = field(default_factory=dict)  # its chart values; None: installed
     timeout: float = 600.0
+    object_store_access: ObjectStoreAccess | None = None  # the cluster's S3-compatible store, where it has one
     app: dict[str, Any] = field(default_factory=dict)
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
@@ -684,6 +703,7 @@ class E2ESuite:
     STEPS = (
         "install",
         "kafka_ready",
+        "object_store",
         "deploy_app",
         "stream",
         "scale",
@@ -889,6 +909,54 @@ class E2ESuite:
 
     def kafka_ready(self) -> None:
         self.kafka.wait_ready(self.timeout)
+
+    def object_store(self) -> None:
+        """The cluster's S3-compatible store from a pod of the Spark image, as an app's driver would reach it:
+        the key pair from a Secret (the AWS SDK's variables), path-style requests to the store's endpoint, a
+        put, a list and a get with pyarrow's S3 client."""
+        import pytest
+
+        access = self.object_store_access
+        if access is None:
+            pytest.skip("this cluster has no object store")
+        name = "object-store-client"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.apps_namespace},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": self.images.spark,
+                        "imagePullPolicy": "IfNotPresent",
+                        # the image's Python with the runner's packages (pyarrow among them)
+                        "command": ["sh", "-c", 'exec "$PYSPARK_PYTHON" -c "$CLIENT"'],
+                        "env": [
+                            {"name": "CLIENT", "value": OBJECT_STORE_CLIENT},
+                            {"name": "S3_ENDPOINT", "value": f"{access.address}:{access.port}"},
+                            {"name": "S3_BUCKET", "value": access.bucket},
+                        ],
+                        "envFrom": [{"secretRef": {"name": SECRET}}],
+                    }
+                ],
+            },
+        }
+        self.target.apply(access.secret(self.apps_namespace), pod)
+
+        def finished() -> str | None:
+            phase = (self.target.get("pod", name, self.apps_namespace) or {}).get("status", {}).get("phase")
+            return phase if phase in ("Succeeded", "Failed") else None
+
+        phase = wait_for(finished, timeout=180, what=f"pod {name} to finish", interval=2)
+        log = self.target.kubectl("logs", "-n", self.apps_namespace, name, check=False).stdout
+        assert phase == "Succeeded", log
+        assert json.loads(log.strip().splitlines()[-1]) == {"listed": ["e2e/hello.txt"], "read": "hello from a pod"}
+        store = access.filesystem()
+        with store.open_input_stream(f"{access.bucket}/e2e/hello.txt") as stream:
+            assert stream.read() == b"hello from a pod", "the host reads what the pod wrote"
+        self.target.kubectl("delete", "pod", "-n", self.apps_namespace, name, "--wait=false")
 
     def deploy_app(self) -> None:
         claim = self.CHECKPOINT_CLAIM

@@ -60,6 +60,7 @@ from .kube import (
 )
 from .network_policy import CLIENT_USER as NETWORK_POLICY_USER
 from .network_policy import agent_args, agent_binary, agent_rbac, remove_ipsets
+from .object_store import ObjectStoreAccess, create_bucket, gateway_args, gateway_binary, gateway_env
 from .storage import (
     BUSYBOX_PACKAGE,
     helper_image,
@@ -96,6 +97,7 @@ NODE_COMPONENTS = (  # start order
     "coredns",
     "local-path-provisioner",
     "kube-router",
+    "object-store",
 )
 SYSCTLS = {"net/ipv4/ip_forward": "1", "net/bridge/bridge-nf-call-iptables": "1"}
 RUNTIME_ROOT = Path("/run/sluice")
@@ -192,6 +194,7 @@ def node_binaries() -> dict[str, Path]:
         "coredns": coredns_binary(),
         "local-path-provisioner": provisioner_binary(),
         "kube-router": agent_binary(),
+        "object-store": gateway_binary(),
     }
 
 
@@ -246,10 +249,11 @@ class NodePorts:
     coredns_health: int
     coredns_ready: int
     network_policy_health: int
+    object_store: int
 
     @classmethod
     def free(cls) -> NodePorts:
-        return cls(*free_ports(8))
+        return cls(*free_ports(9))
 
 
 # (file name, common name, organization): client certificates signed by the cluster CA.
@@ -515,6 +519,11 @@ class Node:
         return self.state_dir / f"{user}.kubeconfig"
 
     @property
+    def object_store(self) -> ObjectStoreAccess:
+        """The node's S3-compatible store: its endpoint on the node's address, its bucket and key pair."""
+        return ObjectStoreAccess.load(self.state_dir / "object-store.json")
+
+    @property
     def volume_root(self) -> Path:
         """Where the node's dynamically provisioned volumes live (removed with the node)."""
         return self.kubelet_dir.parent / "volumes"
@@ -554,6 +563,8 @@ class Node:
             self._start_component("kube-router", binaries, self._network_policy_healthy, timeout)
             self.plane.kubectl("apply", "-f", "-", input=json.dumps(_list(storage_manifests(self._volume_roots()))))
             self._start_component("local-path-provisioner", binaries, self._provisioner_started, timeout)
+            self._start_component("object-store", binaries, self.object_store.healthy, timeout)
+            create_bucket(self.object_store)
         except BaseException:
             self.stop()
             raise
@@ -565,7 +576,14 @@ class Node:
         Only the node that owns the machine touches machine-wide state (a node that never started, e.g.
         because another one runs, leaves that one alone). Logs, config and PKI stay for debugging.
         """
-        for name in ("kube-router", "local-path-provisioner", "coredns", "kube-proxy", "kube-scheduler"):
+        for name in (
+            "object-store",
+            "kube-router",
+            "local-path-provisioner",
+            "coredns",
+            "kube-proxy",
+            "kube-scheduler",
+        ):
             self._processes.stop(name)
         self._drain_pods()
         self._processes.stop("kubelet")
@@ -691,6 +709,8 @@ class Node:
         (state / "kube-proxy.yaml").write_text(_yaml(kube_proxy_config(self.kubeconfig("kube-proxy"), self.ports)))
         (state / "Corefile").write_text(corefile(self.kubeconfig("coredns"), self.ports, self.address))
         (state / "local-path.json").write_text(json.dumps(provisioner_config(self._volume_roots())))
+        ObjectStoreAccess.new(self.address, self.ports.object_store).save(state / "object-store.json")
+        (state / "objects").mkdir(exist_ok=True)  # the store's buckets
 
     def _volume_roots(self) -> dict[str, Path]:
         return {NODE_NAME: self.volume_root}
@@ -727,6 +747,8 @@ class Node:
             return provisioner_args(self.kubeconfig("local-path-provisioner"), state / "local-path.json")
         if name == "kube-router":
             return agent_args(self.kubeconfig("kube-router"), NODE_NAME, self.ports.network_policy_health)
+        if name == "object-store":
+            return gateway_args(self.object_store, state / "objects")
         return ["-conf", str(state / "Corefile")]  # coredns
 
     def _start_containerd(self, timeout: float) -> None:
@@ -737,7 +759,8 @@ class Node:
 
     def _start_component(self, name: str, binaries: dict[str, Path], healthy: Any, timeout: float) -> None:
         started = time.monotonic()
-        process = self._processes.launch(name, [str(binaries[name]), *self._args(name)])
+        env = gateway_env(self.object_store) if name == "object-store" else None
+        process = self._processes.launch(name, [str(binaries[name]), *self._args(name)], env=env)
         wait_until(healthy, timeout=timeout, what=f"{name} to become healthy", process=process)
         announce(f"node: {name} up in {time.monotonic() - started:.1f}s")
 

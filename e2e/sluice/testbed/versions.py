@@ -18,3 +18,5 @@ LOCAL_PATH_PROVISIONER = "0.0.30"  # kind's default storage (Go module github.co
 # sigs.k8s.io/kube-network-policies, needs nftables' queue expression, which this machine's kernel lacks.
 KUBE_ROUTER = "2.1.0"  # the only version the Go proxy serves here
 KIND = "0.33.0"  # kind nodes on podman (sluice.testbed.kind; Go module sigs.k8s.io/kind)
+# The S3-compatible object store (Go module github.com/versity/versitygw, Apache-2.0; sluice.testbed.object_store).
+VERSITYGW = "1.8.0"

@@ -1,0 +1,125 @@
+"""An S3-compatible object store: Versity's S3 gateway (versitygw, Apache-2.0) over a directory of the node.
+
+The issue's example is SeaweedFS's S3 gateway; its Go module needs 494 others and a `replace` (so no plain
+`go install`), where versitygw needs 81 and installs as it is. MinIO's server is AGPL. The gateway serves the
+S3 API over its posix backend (a bucket is a directory, object metadata in extended attributes), checks AWS
+Signature V4 against one root key pair and answers path-style requests (`http://host:port/bucket/key`, what
+Hadoop's s3a does with fs.s3a.path.style.access). It runs on the host beside the node's other host processes,
+on the node's address, so pods and the host reach it at one URL. The key pair is made per node and kept in the
+node's state; apps get it as a Secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .common import cache_dir
+from .kube import cached_binaries, go_install
+from .versions import VERSITYGW
+
+if TYPE_CHECKING:
+    from pyarrow.fs import S3FileSystem
+
+NAME = "object-store"
+BINARY = "versitygw"
+MODULE = "github.com/versity/versitygw"
+BUCKET = "sluice"  # made at start: where checkpoints and tests write
+REGION = "us-east-1"
+HEALTH_PATH = "/health"
+SECRET = "sluice-object-store"  # the Secret an app's pods read the key pair from (AWS SDK variable names)
+
+
+def gateway_binary() -> Path:
+    def build(out: Path, names: list[str]) -> None:
+        go_install(BINARY, f"v{VERSITYGW}", f"{MODULE}/cmd/versitygw", ["-s", "-w"], out, out.parent / "build.log")
+
+    return cached_binaries(cache_dir(BINARY, f"v{VERSITYGW}"), [BINARY], build)[BINARY]
+
+
+@dataclass(frozen=True)
+class ObjectStoreAccess:
+    """Where the store answers and the key pair it accepts."""
+
+    address: str
+    port: int
+    access_key: str
+    secret_key: str
+    bucket: str = BUCKET
+    region: str = REGION
+
+    @classmethod
+    def new(cls, address: str, port: int) -> ObjectStoreAccess:
+        return cls(address, port, access_key=secrets.token_hex(10).upper(), secret_key=secrets.token_urlsafe(30))
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.address}:{self.port}"
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(asdict(self)) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> ObjectStoreAccess:
+        return cls(**json.loads(path.read_text()))
+
+    def secret(self, namespace: str, name: str = SECRET) -> dict[str, Any]:
+        """The key pair as a Secret, under the names every AWS SDK (and s3a's environment provider) reads."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "type": "Opaque",
+            "stringData": {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key},
+        }
+
+    def filesystem(self, secret_key: str | None = None) -> S3FileSystem:
+        """A pyarrow S3 client for the store, path-style (`secret_key`: another one, to be refused)."""
+        from pyarrow.fs import S3FileSystem
+
+        return S3FileSystem(
+            access_key=self.access_key,
+            secret_key=secret_key or self.secret_key,
+            region=self.region,
+            scheme="http",
+            endpoint_override=f"{self.address}:{self.port}",
+            allow_bucket_creation=True,
+            connect_timeout=5,
+            request_timeout=10,
+        )
+
+    def healthy(self) -> bool:
+        from .common import http_status
+
+        return http_status(f"{self.endpoint}{HEALTH_PATH}") == 200
+
+
+def gateway_args(access: ObjectStoreAccess, data_dir: Path) -> list[str]:
+    return [
+        f"--port={access.address}:{access.port}",
+        f"--region={access.region}",
+        f"--health={HEALTH_PATH}",
+        "--quiet",
+        "posix",
+        str(data_dir),
+    ]
+
+
+def gateway_env(access: ObjectStoreAccess) -> dict[str, str]:
+    """The root key pair goes in the environment, not on the command line (which `ps` shows)."""
+    return {**os.environ, "ROOT_ACCESS_KEY_ID": access.access_key, "ROOT_SECRET_ACCESS_KEY": access.secret_key}
+
+
+def create_bucket(access: ObjectStoreAccess) -> None:
+    """The bucket, through the S3 API (the gateway records its owner and ACL with it)."""
+    store = access.filesystem()
+    from pyarrow.fs import FileType
+
+    if store.get_file_info(access.bucket).type == FileType.NotFound:
+        store.create_dir(access.bucket)
