@@ -7,7 +7,8 @@ pods only.
 
 from __future__ import annotations
 
-from typing import Literal
+import time
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -37,8 +38,16 @@ class DriverRefused(DriverUnavailable):
     driver's."""
 
 
+# A status of thousands of queries fits; more is a driver gone wrong, and the driver's image is the app author's.
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+
 class DriverClient:
+    """Every answer is bounded: at most MAX_RESPONSE_BYTES, and complete within the request's timeout (httpx's
+    own timeouts bound each read, not a body trickled byte by byte)."""
+
     def __init__(self, timeout: float = 5.0) -> None:
+        self.timeout = timeout
         self.http = httpx.Client(timeout=timeout)
 
     @staticmethod
@@ -95,34 +104,45 @@ class DriverClient:
         exclude: set[str] | None = None,
     ) -> str:
         """A token-guarded write; DriverRefused with the driver's own error for 409 and 422."""
-        try:
-            response = self.http.request(
-                method,
-                url,
-                content=request.model_dump_json(exclude=exclude),
-                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-                timeout=timeout,
-            )
-        except httpx.HTTPError as exc:
-            raise DriverUnavailable(f"{method} {url}: {exc.__class__.__name__}: {exc}") from exc
-        if response.status_code in (409, 422):
+        code, text = self._exchange(
+            method,
+            url,
+            timeout=timeout,
+            content=request.model_dump_json(exclude=exclude),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        if code in (409, 422):
             try:
-                error = ApiError.model_validate_json(response.text).error
+                error = ApiError.model_validate_json(text).error
             except ValidationError:
-                error = response.text[:300].strip()
+                error = text[:300].strip()
             raise DriverRefused(error)
-        if response.status_code >= 400:
-            raise DriverUnavailable(f"{method} {url}: {response.status_code} {response.text[:300].strip()}")
-        return response.text
+        if code >= 400:
+            raise DriverUnavailable(f"{method} {url}: {code} {text[:300].strip()}")
+        return text
 
-    def _call(self, method: str, url: str, **kwargs: object) -> str:
+    def _call(self, method: str, url: str, **kwargs: Any) -> str:
+        code, text = self._exchange(method, url, **kwargs)
+        if code >= 400:
+            raise DriverUnavailable(f"{method} {url}: {code} {text[:300].strip()}")
+        return text
+
+    def _exchange(self, method: str, url: str, timeout: float | None = None, **kwargs: Any) -> tuple[int, str]:
+        """The status code and body of one request, the body read up to MAX_RESPONSE_BYTES and by the deadline."""
+        limit = timeout or self.timeout
+        deadline = time.monotonic() + limit
+        body = bytearray()
         try:
-            response = self.http.request(method, url, **kwargs)  # type: ignore[arg-type]
+            with self.http.stream(method, url, timeout=limit, **kwargs) as response:
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_RESPONSE_BYTES:
+                        raise DriverUnavailable(f"{method} {url}: answered more than {MAX_RESPONSE_BYTES} bytes")
+                    if time.monotonic() > deadline:
+                        raise DriverUnavailable(f"{method} {url}: no complete answer within {limit:g} s")
+                return response.status_code, body.decode("utf-8", errors="replace")
         except httpx.HTTPError as exc:
             raise DriverUnavailable(f"{method} {url}: {exc.__class__.__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            raise DriverUnavailable(f"{method} {url}: {response.status_code} {response.text[:300].strip()}")
-        return response.text
 
     def close(self) -> None:
         self.http.close()
