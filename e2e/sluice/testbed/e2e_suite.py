@@ -45,9 +45,6 @@ DRIVER_KILL_WORDS = ("kilo", "lima", "mike", "oscar", "papa")  # only the driver
 SEEN = "wordcount-seen"  # the e2e app's stateless query: every word kept, each batch (output gaps are measured on it)
 STRIMZI_CHART = "oci://quay.io/strimzi-helm/strimzi-kafka-operator"
 
-"""kubectl(*args, input=None, check=True, timeout=120) against the target; raises on failure when check
-(the contract of ControlPlane.kubectl)."""
-
 # Cluster-level waits poll kubectl: every 2 s is often enough.
 wait_for = functools.partial(wait_for, interval=2.0)
 
@@ -590,7 +587,7 @@ import json, os
 from pyarrow import fs
 store = fs.S3FileSystem(
     access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-    endpoint_override=os.environ["S3_ENDPOINT"], scheme="http", region="us-east-1",
+    endpoint_override=os.environ["S3_ENDPOINT"], scheme="http", region=os.environ["AWS_REGION"],
 )
 bucket = os.environ["S3_BUCKET"]
 with store.open_output_stream(bucket + "/e2e/hello.txt") as out:
@@ -935,7 +932,8 @@ class E2ESuite:
                         "command": ["sh", "-c", 'exec "$PYSPARK_PYTHON" -c "$CLIENT"'],
                         "env": [
                             {"name": "CLIENT", "value": OBJECT_STORE_CLIENT},
-                            {"name": "S3_ENDPOINT", "value": f"{access.address}:{access.port}"},
+                            {"name": "S3_ENDPOINT", "value": access.authority},
+                            {"name": "AWS_REGION", "value": access.region},
                             {"name": "S3_BUCKET", "value": access.bucket},
                         ],
                         "envFrom": [{"secretRef": {"name": SECRET}}],
@@ -949,7 +947,7 @@ class E2ESuite:
             phase = (self.target.get("pod", name, self.apps_namespace) or {}).get("status", {}).get("phase")
             return phase if phase in ("Succeeded", "Failed") else None
 
-        phase = wait_for(finished, timeout=180, what=f"pod {name} to finish", interval=2)
+        phase = wait_for(finished, timeout=180, what=f"pod {name} to finish")
         log = self.target.kubectl("logs", "-n", self.apps_namespace, name, check=False).stdout
         assert phase == "Succeeded", log
         assert json.loads(log.strip().splitlines()[-1]) == {"listed": ["e2e/hello.txt"], "read": "hello from a pod"}

@@ -510,6 +510,7 @@ class KubectlError(RuntimeError):
 
 
 Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
+"""kubectl(*args, input=None, check=True, timeout=120) against one cluster; raises on failure when check."""
 
 
 def kubectl_runner(

@@ -751,6 +751,10 @@ class Node:
             return gateway_args(self.object_store, state / "objects")
         return ["-conf", str(state / "Corefile")]  # coredns
 
+    def _env(self, name: str) -> dict[str, str] | None:
+        """A component's environment when it needs its own (None: the test bed's)."""
+        return gateway_env(self.object_store) if name == "object-store" else None
+
     def _start_containerd(self, timeout: float) -> None:
         binary = Path(require_tool("containerd", "apt-get install containerd"))
         self._start_component(
@@ -759,8 +763,7 @@ class Node:
 
     def _start_component(self, name: str, binaries: dict[str, Path], healthy: Any, timeout: float) -> None:
         started = time.monotonic()
-        env = gateway_env(self.object_store) if name == "object-store" else None
-        process = self._processes.launch(name, [str(binaries[name]), *self._args(name)], env=env)
+        process = self._processes.launch(name, [str(binaries[name]), *self._args(name)], env=self._env(name))
         wait_until(healthy, timeout=timeout, what=f"{name} to become healthy", process=process)
         announce(f"node: {name} up in {time.monotonic() - started:.1f}s")
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import cache_dir
+from .common import cache_dir, http_status
 from .kube import cached_binaries, go_install
 from .versions import VERSITYGW
 
@@ -57,8 +57,12 @@ class ObjectStoreAccess:
         return cls(address, port, access_key=secrets.token_hex(10).upper(), secret_key=secrets.token_urlsafe(30))
 
     @property
+    def authority(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    @property
     def endpoint(self) -> str:
-        return f"http://{self.address}:{self.port}"
+        return f"http://{self.authority}"
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,15 +92,13 @@ class ObjectStoreAccess:
             secret_key=secret_key or self.secret_key,
             region=self.region,
             scheme="http",
-            endpoint_override=f"{self.address}:{self.port}",
+            endpoint_override=self.authority,
             allow_bucket_creation=True,
             connect_timeout=5,
             request_timeout=10,
         )
 
     def healthy(self) -> bool:
-        from .common import http_status
-
         return http_status(f"{self.endpoint}{HEALTH_PATH}") == 200
 
 
@@ -118,8 +120,8 @@ def gateway_env(access: ObjectStoreAccess) -> dict[str, str]:
 
 def create_bucket(access: ObjectStoreAccess) -> None:
     """The bucket, through the S3 API (the gateway records its owner and ACL with it)."""
-    store = access.filesystem()
     from pyarrow.fs import FileType
 
+    store = access.filesystem()
     if store.get_file_info(access.bucket).type == FileType.NotFound:
         store.create_dir(access.bucket)

@@ -104,25 +104,24 @@ class DriverClient:
         exclude: set[str] | None = None,
     ) -> str:
         """A token-guarded write; DriverRefused with the driver's own error for 409 and 422."""
-        code, text = self._exchange(
+        return self._call(
             method,
             url,
+            refusals=(409, 422),
             timeout=timeout,
             content=request.model_dump_json(exclude=exclude),
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
-        if code in (409, 422):
+
+    def _call(self, method: str, url: str, refusals: tuple[int, ...] = (), **kwargs: Any) -> str:
+        """The body of a 2xx answer; DriverRefused with the driver's own error for a status in `refusals`."""
+        code, text = self._exchange(method, url, **kwargs)
+        if code in refusals:
             try:
                 error = ApiError.model_validate_json(text).error
             except ValidationError:
                 error = text[:300].strip()
             raise DriverRefused(error)
-        if code >= 400:
-            raise DriverUnavailable(f"{method} {url}: {code} {text[:300].strip()}")
-        return text
-
-    def _call(self, method: str, url: str, **kwargs: Any) -> str:
-        code, text = self._exchange(method, url, **kwargs)
         if code >= 400:
             raise DriverUnavailable(f"{method} {url}: {code} {text[:300].strip()}")
         return text
