@@ -110,7 +110,8 @@ def test_chart_app_version_is_the_sluice_version() -> None:
     assert yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())["appVersion"] == image_builder().version()
 
 
-def test_dashboard_shows_the_metrics_sluice_exports(chart_helm: Helm) -> None:
+def exported_metrics() -> set[str]:
+    """Every series name the operator and a driver export."""
     from prometheus_client import REGISTRY, CollectorRegistry
 
     import sluice.operator.metrics  # noqa: F401  (registers the operator's metrics)
@@ -120,6 +121,11 @@ def test_dashboard_shows_the_metrics_sluice_exports(chart_helm: Helm) -> None:
     for registry in (REGISTRY, PipelineMetrics("app", CollectorRegistry()).registry):
         for family in registry.collect():
             exported |= {family.name + suffix for suffix in ("", "_total", "_bucket", "_sum", "_count")}
+    return exported
+
+
+def test_dashboard_shows_the_metrics_sluice_exports(chart_helm: Helm) -> None:
+    exported = exported_metrics()
     (configmap,) = of_kind(chart_helm.template("r", "monitoring", {"grafanaDashboard": {"enabled": True}}), "ConfigMap")
     dashboard = json.loads(configmap["data"]["sluice.json"])
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
@@ -139,6 +145,27 @@ def test_dashboard_shows_the_metrics_sluice_exports(chart_helm: Helm) -> None:
         "sluice_operator_reconcile_duration_seconds_bucket",
     ):
         assert any(needed in expr for expr in exprs), needed
+
+
+def test_alerts_read_the_metrics_sluice_exports_and_the_monitors_jobs(chart_helm: Helm) -> None:
+    rendered = chart_helm.template(
+        "r", "ops", {"monitoring": {"enabled": True}}, "--api-versions", "monitoring.coreos.com/v1"
+    )
+    (rule,) = of_kind(rendered, "PrometheusRule")
+    (pod_monitor,) = of_kind(rendered, "PodMonitor")
+    alerts = {r["alert"]: r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]}
+
+    assert {name for expr in alerts.values() for name in re.findall(r"\bsluice_\w+", expr)} <= exported_metrics()
+    assert f'job="ops/{pod_monitor["metadata"]["name"]}"' in alerts["SluiceOperatorDown"]
+    assert 'job="sluice-app"' in alerts["SluiceDriverDown"]
+    assert "> 1000000" in alerts["SluiceKafkaBacklogHigh"]
+    no_rules = {"monitoring": {"enabled": True, "rules": {"enabled": False}}}
+    assert (
+        of_kind(
+            chart_helm.template("r", "ops", no_rules, "--api-versions", "monitoring.coreos.com/v1"), "PrometheusRule"
+        )
+        == []
+    )
 
 
 # --- lint, render, schema ----------------------------------------------------------------------------

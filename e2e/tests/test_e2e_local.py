@@ -7,7 +7,9 @@ spark-operator built from its Go module) imported into its containerd. spark-ope
 own chart, sluice with charts/sluice. Kafka is a broker of the test bed listening on the node address, which
 the pods and this process both reach (no Kafka image or Strimzi operator image can be pulled here), so apps
 get spec.kafka.bootstrapServers and their topics are managed through the Admin API. Claims bind to node-local
-volumes of the cluster's default StorageClass (local-path, as on kind). Everything is torn down afterwards.
+volumes of the cluster's default StorageClass (local-path, as on kind). The chart's monitors and alerts
+configure a Prometheus built from its Go module (sluice.testbed.prometheus), which scrapes the operator and
+the drivers through the enforced NetworkPolicies. Everything is torn down afterwards.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, pid_alive
 from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
 from sluice.testbed.helm import helm_binary
+from sluice.testbed.images import image_archive
 from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
 from sluice.testbed.local_images import SPARK_OPERATOR_REPOSITORY, build_local_images
 from sluice.testbed.node import NODE_ADDRESS, Node
 from sluice.testbed.object_store import ObjectStoreAccess
+from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
+from sluice.testbed.prometheus import prometheus_image
 from sluice.testbed.versions import SPARK_OPERATOR
 
 pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
@@ -34,6 +39,7 @@ pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
 REPORT = REPO_ROOT / ".sluice" / "e2e" / "autoscale.json"
 ROLLOUT_REPORT = REPO_ROOT / ".sluice" / "e2e" / "rollout.json"
 DRIVER_KILL_REPORT = REPO_ROOT / ".sluice" / "e2e" / "driver-killed.json"
+MONITORING_REPORT = REPO_ROOT / ".sluice" / "e2e" / "monitoring.json"
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
     work = tmp_path_factory.mktemp("e2e-local")
     try:
         archives = build_local_images()  # before the cluster: nothing to tear down when a build fails
+        archives[PROMETHEUS_IMAGE] = image_archive(prometheus_image())
         helm, kubectl = helm_binary(), kubernetes_binaries("kubectl")["kubectl"]
     except ProvisionError as error:
         pytest.fail(str(error), pytrace=False)
@@ -114,6 +121,7 @@ def suite(local_run: LocalRun) -> E2ESuite:
         strimzi=False,
         spark_operator=spark_operator_values(),
         object_store_access=local_run.object_store,
+        prometheus=True,
     )
 
 
@@ -137,6 +145,7 @@ def test_step(suite: E2ESuite, step: str) -> None:
         ):
             reports[rollout_step] = rollout
         reports["driver_killed"] = (DRIVER_KILL_REPORT, suite.driver_kill_report)
+        reports["monitoring"] = (MONITORING_REPORT, suite.monitoring_report)
         if step in reports:  # the figures, for the record (also of a failed run)
             path, report = reports[step]
             path.parent.mkdir(parents=True, exist_ok=True)

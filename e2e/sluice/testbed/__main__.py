@@ -81,9 +81,11 @@ def prefetch_command(args: argparse.Namespace) -> int:
     from sluice.pipelines.local.spark import spark_kafka_jars
 
     from .external_crds import prefetch_external_crds
+    from .images import image_archive
     from .kube import prefetch_kubernetes
     from .kube_score import kube_score_binary
     from .node import prefetch_node
+    from .prometheus import prometheus_image
     from .spark_operator import spark_operator_binary
 
     java_binary()
@@ -94,9 +96,10 @@ def prefetch_command(args: argparse.Namespace) -> int:
     if not args.skip_kubernetes:
         steps.append(("Kubernetes, etcd and helm binaries", prefetch_kubernetes))
         steps.append(("node: kubelet, kube-scheduler, kube-proxy, CoreDNS, images, Debian packages", prefetch_node))
-        steps.append(("spark-operator and Strimzi CRDs", prefetch_external_crds))
+        steps.append(("spark-operator, Strimzi and Prometheus Operator CRDs", prefetch_external_crds))
         steps.append(("spark-operator binary", spark_operator_binary))
         steps.append(("kube-score (chart linter)", kube_score_binary))
+        steps.append(("Prometheus (its image)", lambda: image_archive(prometheus_image())))
     for label, step in steps:
         print(f"prefetch: {label} …", flush=True)
         step()

@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -31,10 +32,15 @@ import yaml
 
 from sluice.api.app import AutoscalingSpec
 from sluice.operator.autoscaler.policy import Policy
+from sluice.operator.children import DRIVER_CLIENT_LABEL
 
 from .common import REPO_ROOT, wait_for
+from .external_crds import install_external_crds
 from .kube import Kubectl
 from .object_store import SECRET, ObjectStoreAccess
+from .prometheus import NAME as PROMETHEUS_JOB
+from .prometheus import NAMESPACE as MONITORING_NAMESPACE
+from .prometheus import Prometheus, monitoring_crds
 from .versions import STRIMZI
 
 CHART_DIR = REPO_ROOT / "charts" / "sluice"
@@ -44,6 +50,15 @@ LINES, COUNTS = "wordcount-lines", "wordcount-counts"  # the word count example'
 DRIVER_KILL_WORDS = ("kilo", "lima", "mike", "oscar", "papa")  # only the driver_killed step sends these
 SEEN = "wordcount-seen"  # the e2e app's stateless query: every word kept, each batch (output gaps are measured on it)
 STRIMZI_CHART = "oci://quay.io/strimzi-helm/strimzi-kafka-operator"
+DRIVER_JOB = "sluice-app"  # the chart's drivers' ServiceMonitor: its jobLabel's value on every driver Service
+MONITORING_INTERVAL = "5s"  # the monitors' scrape interval here: rates over a few minutes have samples soon
+# The users' Prometheus as metricsFrom names it (a NetworkPolicyPeer).
+PROMETHEUS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": PROMETHEUS_JOB}},
+}
+# Counters with labels export a series only once counted: their queries may be empty on a healthy cluster.
+SERIES_ONLY_ONCE_COUNTED = ("sluice_operator_reconcile_errors_total", "sluice_operator_scaling_decisions_total")
 
 # Cluster-level waits poll kubectl: every 2 s is often enough.
 wait_for = functools.partial(wait_for, interval=2.0)
@@ -693,6 +708,7 @@ class E2ESuite:
     spark_operator: dict[str, Any] | None = field(default_factory=dict)  # its chart values; None: installed
     timeout: float = 600.0
     object_store_access: ObjectStoreAccess | None = None  # the cluster's S3-compatible store, where it has one
+    prometheus: bool = False  # the cluster's nodes have the test bed's Prometheus image (sluice.testbed.prometheus)
     app: dict[str, Any] = field(default_factory=dict)
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
@@ -704,6 +720,7 @@ class E2ESuite:
         "deploy_app",
         "stream",
         "scale",
+        "monitoring",
         "hot_swap",
         "rollback",
         "operator_killed_mid_rollout",
@@ -752,6 +769,7 @@ class E2ESuite:
     CHECKPOINT_CLAIM = "wordcount-checkpoints"
     autoscale_report: dict[str, Any] = field(default_factory=dict)
     rollout_report: dict[str, Any] = field(default_factory=dict)  # hot swap and rollback figures
+    monitoring_report: dict[str, Any] = field(default_factory=dict)
     driver_kill_report: dict[str, Any] = field(default_factory=dict)
     driver_kills: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_DRIVER_KILLS", "2")))
     start_changes: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_START_CHANGES", "1")))
@@ -890,6 +908,10 @@ class E2ESuite:
             install_spark_operator(self.target, self.spark_operator)
         values = {**self.images.chart_values(), **self.kafka.chart_values()}
         values["networkPolicy"] = {**values.get("networkPolicy", {}), "apiServerPorts": self.api_server_ports()}
+        if self.prometheus:  # its CRDs first: the chart renders its monitors and alerts where they are served
+            install_external_crds(self.target.kubectl, crds=monitoring_crds())
+            values["monitoring"] = {"enabled": True, "interval": MONITORING_INTERVAL}
+            values["networkPolicy"]["metricsFrom"] = [PROMETHEUS_PEER]
         self.target.apply(restricted_namespace(self.release_namespace))  # the chart's pods are hardened
         self.target.helm.install(self.release, CHART_DIR, self.release_namespace, values, "--wait", "--timeout", "5m")
         self.target.kubectl("create", "namespace", self.apps_namespace, check=False)
@@ -955,6 +977,71 @@ class E2ESuite:
         with store.open_input_stream(f"{access.bucket}/e2e/hello.txt") as stream:
             assert stream.read() == b"hello from a pod", "the host reads what the pod wrote"
         self.target.kubectl("delete", "pod", "-n", self.apps_namespace, name, "--wait=false")
+
+    def monitoring(self) -> None:
+        """A real Prometheus, configured from the chart's monitors and alert rules as the Prometheus Operator
+        would configure it, scrapes the operator and the app's driver through their NetworkPolicies (the chart's
+        metricsFrom and the drivers' client label admit it); every query of the Grafana dashboard evaluates, the
+        ones over series that exist by now return them, and every alert rule loads and evaluates."""
+        import pytest
+
+        if not self.prometheus:
+            pytest.skip("this cluster has no Prometheus")
+        started = time.monotonic()
+        prometheus = Prometheus(self.target.kubectl)
+        prometheus.deploy({DRIVER_CLIENT_LABEL: "true"}, evaluation_interval=MONITORING_INTERVAL)
+        operator_job = f"{self.release_namespace}/{self.release}"
+        targets = prometheus.wait_up((operator_job, DRIVER_JOB), timeout=180)
+        drivers = [t["labels"] for t in targets if t["labels"]["job"] == DRIVER_JOB]
+        assert {(d["namespace"], d["service"]) for d in drivers} == {(self.apps_namespace, f"{self.app_name}-driver")}
+
+        dashboard = json.loads((CHART_DIR / "dashboards" / "sluice.json").read_text())
+        variables = {"$namespace": self.apps_namespace, "$app": self.app_name}
+        expressions = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+        def answered() -> dict[str, int] | None:
+            series = {}
+            for expression in expressions:
+                query = functools.reduce(lambda q, v: q.replace(v, variables[v]), variables, expression)
+                series[expression] = len(prometheus.query(query))  # a query Prometheus refuses raises here
+            empty = [e for e, n in series.items() if not n and not any(c in e for c in SERIES_ONLY_ONCE_COUNTED)]
+            return None if empty else series
+
+        series = wait_for(answered, timeout=120, what="every dashboard query over present series to return data")
+        for variable in dashboard["templating"]["list"]:  # label_values(metric{...}, label): Grafana's, not PromQL
+            match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable.get("definition", ""))
+            if match:
+                values = prometheus.label_values(match[2], match[1].replace("$namespace", self.apps_namespace))
+                assert variables[f"${variable['name']}"] in values, (variable["name"], values)
+
+        chart_rules = [
+            rule["alert"]
+            for item in json.loads(self.target.kubectl("get", "prometheusrules", "-A", "-o", "json").stdout)["items"]
+            for group in item["spec"]["groups"]
+            for rule in group["rules"]
+        ]
+
+        def evaluated() -> list[dict[str, Any]] | None:
+            rules = prometheus.rules()
+            return (
+                rules
+                if all(r["health"] == "ok" and r.get("lastEvaluation", "").startswith("2") for r in rules)
+                else None
+            )
+
+        rules = wait_for(evaluated, timeout=60, what="every alert rule evaluated")
+        assert sorted(r["name"] for r in rules) == sorted(chart_rules) and chart_rules, "the chart's alerts, loaded"
+        states = {r["name"]: r["state"] for r in rules}
+        assert states["SluiceOperatorDown"] == "inactive" and states["SluiceDriverDown"] == "inactive", states
+        (memory,) = prometheus.query(f'process_resident_memory_bytes{{job="{PROMETHEUS_JOB}"}}')
+        self.monitoring_report = {
+            "seconds": round(time.monotonic() - started, 1),
+            "targets": len(targets),
+            "dashboard_queries": series,
+            "alerts": states,
+            "prometheus_resident_mib": round(float(memory["value"][1]) / 2**20, 1),
+        }
+        print(json.dumps(self.monitoring_report, indent=1))
 
     def deploy_app(self) -> None:
         claim = self.CHECKPOINT_CLAIM

@@ -1,5 +1,8 @@
 """CRDs of the operators sluice drives, so the test API server validates the children it creates.
 
+The Prometheus Operator's (PodMonitor, ServiceMonitor, PrometheusRule) come from its Go module: the chart
+renders its monitors and alerts where the cluster serves them (sluice.testbed.prometheus).
+
 spark-operator's CRDs (and its Helm chart) come from its Go module through the Go module proxy. Strimzi
 publishes no CRD YAML on Maven Central, so its CRDs are generated with Strimzi's own crd-generator from
 its io.strimzi artifacts, with the arguments Strimzi's api module build uses (see the api POM).
@@ -12,14 +15,15 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sluice.pipelines.local.maven import fetch_jars
 
 from .common import ProvisionError, cache_dir, locked, run
-from .kube import KubectlError, fetch_go_module, go_binary, go_env
+from .kube import KubectlError, go_module_directory
+from .prometheus import monitoring_crds
 from .versions import SPARK_OPERATOR, STRIMZI
 
 SPARK_OPERATOR_MODULE = "github.com/kubeflow/spark-operator/v2"
@@ -40,18 +44,7 @@ FIELD_MANAGER = "sluice-testbed"
 def spark_operator_module() -> Path:
     """The spark-operator module's (read-only) directory in the Go module cache, downloaded once."""
     version = f"v{SPARK_OPERATOR}"
-    fetch_go_module(SPARK_OPERATOR_MODULE, version, cache_dir("spark-operator", version) / "fetch.log")
-    modcache = subprocess.run(
-        [go_binary(), "env", "GOMODCACHE"], capture_output=True, text=True, env=go_env()
-    ).stdout.strip()
-    # The module cache escapes upper-case letters in paths as "!" + lower case.
-    escaped = re.sub(r"[A-Z]", lambda m: "!" + m.group().lower(), SPARK_OPERATOR_MODULE)
-    directory = Path(modcache) / f"{escaped}@{version}"
-    if not directory.is_dir():
-        raise ProvisionError(
-            f"{SPARK_OPERATOR_MODULE}@{version} was downloaded but {directory} is missing; check `go env GOMODCACHE`"
-        )
-    return directory
+    return go_module_directory(SPARK_OPERATOR_MODULE, version, cache_dir("spark-operator", version) / "fetch.log")
 
 
 def spark_operator_crds() -> list[Path]:
@@ -166,24 +159,26 @@ def java_at_least(major: int, needed_by: str) -> Path:
 
 
 def external_crds() -> list[Path]:
-    return [*spark_operator_crds(), *strimzi_crds()]
+    return [*spark_operator_crds(), *strimzi_crds(), *monitoring_crds()]
 
 
-def install_external_crds(kubectl: Callable[..., Any], timeout: float = 60.0) -> None:
-    """Server-side apply every external CRD and wait until all are Established.
+def install_external_crds(
+    kubectl: Callable[..., Any], timeout: float = 60.0, crds: Sequence[Path] | None = None
+) -> None:
+    """Server-side apply the external CRDs (`crds`, or all of them) and wait until all are Established.
 
     kubectl(*args) runs kubectl against the target cluster and raises KubectlError on failure, like
     ControlPlane.kubectl. Server-side because the SparkApplication CRD is too big for the annotation
     client-side apply keeps; idempotent, so clusters that already have the CRDs are fine.
     """
-    files = [arg for crd in external_crds() for arg in ("-f", str(crd))]
+    files = [arg for crd in (external_crds() if crds is None else crds) for arg in ("-f", str(crd))]
     try:
         kubectl("apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", *files)
         kubectl("wait", "--for=condition=Established", f"--timeout={timeout:.0f}s", *files)
     except KubectlError as error:
         first = str(error).strip().splitlines()[0][:400]
         raise ProvisionError(
-            f"installing the spark-operator {SPARK_OPERATOR} and Strimzi {STRIMZI} CRDs failed: {first}"
+            f"installing the spark-operator, Strimzi or Prometheus Operator CRDs failed: {first}"
         ) from error
 
 
@@ -192,3 +187,4 @@ def prefetch_external_crds() -> None:
     spark_operator_crds()
     spark_operator_chart()
     strimzi_crds()
+    monitoring_crds()

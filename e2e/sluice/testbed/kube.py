@@ -100,6 +100,7 @@ class GoModule:
     gomod: str
     time: str  # commit time from the proxy, used as a reproducible build date
     commit: str = ""  # VCS revision the proxy recorded (its Origin), when it did
+    directory: Path | None = None  # the extracted module in the module cache (read-only)
 
 
 def fetch_go_module(path: str, version: str, log: Path) -> GoModule:
@@ -127,7 +128,24 @@ def fetch_go_module(path: str, version: str, log: Path) -> GoModule:
     gomod = Path(info["GoMod"]).read_text()
     require_go(go_directive(gomod), f"{path}@{version}")
     published = json.loads(Path(info["Info"]).read_text())
-    return GoModule(path, version, gomod, published.get("Time", ""), (published.get("Origin") or {}).get("Hash", ""))
+    return GoModule(
+        path,
+        version,
+        gomod,
+        published.get("Time", ""),
+        (published.get("Origin") or {}).get("Hash", ""),
+        Path(info["Dir"]) if info.get("Dir") else None,
+    )
+
+
+def go_module_directory(path: str, version: str, log: Path) -> Path:
+    """The module's extracted (read-only) directory in the Go module cache, downloaded once."""
+    directory = fetch_go_module(path, version, log).directory
+    if directory is None or not directory.is_dir():
+        raise ProvisionError(
+            f"{path}@{version} was downloaded but not extracted ({directory}); check `go env GOMODCACHE`"
+        )
+    return directory
 
 
 _REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+(?:\s+v\S+)?\s*=>\s*\S+(?:\s+v\S+)?)\s*$")

@@ -1,4 +1,4 @@
-"""Helpers for pointing an example StreamingApp at the topics of one test run."""
+"""Manifests the test bed writes (RBAC of its components) and rewrites (an example app's topics for one run)."""
 
 from __future__ import annotations
 
@@ -26,3 +26,24 @@ def retarget_topics(manifest: dict[str, Any], rename: Callable[[dict[str, Any]],
     for body in kafka_bodies(manifest["spec"]["pipeline"]):
         body["topic"] = ",".join(renamed.get(t, t) for t in body["topic"].split(","))
     return renamed
+
+
+def cluster_role_with_binding(
+    name: str, rules: list[dict[str, Any]], subjects: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A ClusterRole `name` with `rules`, bound to `subjects`."""
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": subjects,
+        },
+    ]

@@ -16,6 +16,7 @@ from typing import Any
 from .common import cache_dir
 from .images import ImageSpec
 from .kube import cached_binaries, go_install
+from .manifests import cluster_role_with_binding
 from .versions import LOCAL_PATH_PROVISIONER
 
 PROVISIONER = "rancher.io/local-path"
@@ -107,19 +108,7 @@ def storage_manifests(volume_roots: dict[str, Path]) -> list[dict[str, Any]]:
             "metadata": {"name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}},
         },
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": rules,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": subjects,
-        },
+        *cluster_role_with_binding(name, rules, subjects),
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",

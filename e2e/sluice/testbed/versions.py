@@ -20,3 +20,7 @@ KUBE_ROUTER = "2.1.0"  # the only version the Go proxy serves here
 KIND = "0.33.0"  # kind nodes on podman (sluice.testbed.kind; Go module sigs.k8s.io/kind)
 # The S3-compatible object store (Go module github.com/versity/versitygw, Apache-2.0; sluice.testbed.object_store).
 VERSITYGW = "1.8.0"
+# Prometheus (Go module github.com/prometheus/prometheus, Apache-2.0; its v0.3XX.Y tags are releases 3.XX.Y) and
+# the Prometheus Operator's CRDs it is configured from (sluice.testbed.prometheus).
+PROMETHEUS_MODULE_VERSION = "0.316.0"
+PROMETHEUS_OPERATOR = "0.85.0"
