@@ -421,6 +421,85 @@ def test_checkpoint_claim_and_env_reach_both_pods_through_templates(raw_spec):
     assert "volumes" not in spark["spec"], "volumes outside the templates need spark-operator's webhook"
 
 
+def test_driver_and_executor_pods_meet_pod_security_restricted(raw_spec):
+    raw_spec = copy.deepcopy(raw_spec)
+    raw_spec.setdefault("spark", {})["pod"] = {"runAsUser": 1000, "fsGroup": 2000}
+    spark = desired_state("wc", "apps", parse_spec(raw_spec)).children[-1]
+    for role in ("driver", "executor"):
+        pod = spark["spec"][role]["template"]["spec"]
+        assert pod["securityContext"] == {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 2000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        for container in pod["containers"]:
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False
+            assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    default = desired_state("wc", "apps", parse_spec({**raw_spec, "spark": {}})).children[-1]
+    assert default["spec"]["driver"]["template"]["spec"]["securityContext"]["runAsUser"] == 185
+
+
+SCHEDULING = {
+    "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}],
+    "priorityClassName": "streaming",
+    "imagePullSecrets": ["registry-login"],
+    "envFrom": [{"secretRef": {"name": "app-secrets"}}, {"configMapRef": {"name": "app-settings"}, "prefix": "APP_"}],
+    "volumes": [{"name": "certs", "secret": {"secretName": "app-certs"}}, {"name": "scratch", "emptyDir": {}}],
+    "volumeMounts": [
+        {"name": "certs", "mountPath": "/etc/certs", "readOnly": True},
+        {"name": "scratch", "mountPath": "/x"},
+    ],
+}
+
+
+def test_pod_scheduling_env_sources_and_volumes_reach_both_pods_through_templates(raw_spec):
+    raw_spec = copy.deepcopy(raw_spec)
+    raw_spec.setdefault("spark", {})["pod"] = copy.deepcopy(SCHEDULING)
+    spark = desired_state("wc", "apps", parse_spec(raw_spec)).children[-1]
+    for role in ("driver", "executor"):
+        pod = spark["spec"][role]["template"]["spec"]
+        container = pod["containers"][0]
+        for key in ("tolerations", "affinity", "topologySpreadConstraints", "priorityClassName"):
+            assert pod[key] == SCHEDULING[key], key
+        assert pod["imagePullSecrets"] == [{"name": "registry-login"}]
+        assert container["envFrom"] == SCHEDULING["envFrom"]
+        assert SCHEDULING["volumes"] == [v for v in pod["volumes"] if v["name"] in ("certs", "scratch")]
+        assert SCHEDULING["volumeMounts"] == [m for m in container["volumeMounts"] if m["name"] in ("certs", "scratch")]
+
+
+@pytest.mark.parametrize(
+    ("pod", "problem"),
+    [
+        ({"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}, "spec.spark.pod.volumes[0]: "),
+        ({"volumes": [{"name": "checkpoints", "emptyDir": {}}]}, "is the pods' own"),
+        ({"volumes": [{"name": "two", "emptyDir": {}, "secret": {"secretName": "s"}}]}, "exactly one source"),
+        ({"volumeMounts": [{"name": "nowhere", "mountPath": "/x"}]}, "volumeMounts[0]: no volume named 'nowhere'"),
+        ({"envFrom": [{"secretRef": {"name": "a"}, "configMapRef": {"name": "b"}}]}, "spec.spark.pod.envFrom[0]"),
+        ({"affinity": {"nodeAffinty": {}}}, "unknown affinity nodeAffinty"),
+        ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "[0] needs topologyKey, whenUnsatisfiable"),
+        ({"imagePullSecrets": ["Not_A_Name"]}, "spec.spark.pod.imagePullSecrets[0]"),
+    ],
+)
+def test_pod_settings_that_kubernetes_or_restricted_would_refuse_are_invalid_by_field(raw_spec, pod, problem):
+    raw_spec = copy.deepcopy(raw_spec)
+    raw_spec.setdefault("spark", {})["pod"] = pod
+    invalid = parse_spec(raw_spec)
+    assert isinstance(invalid, Invalid)
+    assert problem in invalid.message, invalid.message
+
+
+def test_a_root_uid_for_spark_pods_is_refused_by_field(raw_spec):
+    raw_spec = copy.deepcopy(raw_spec)
+    raw_spec.setdefault("spark", {})["pod"] = {"runAsUser": 0}
+    invalid = parse_spec(raw_spec)
+    assert isinstance(invalid, Invalid)
+    assert "spec.spark.pod.runAsUser: " in invalid.message, invalid.message
+
+
 # ------------------------------------------------------------------------------------- driver failures
 
 status_args = {"generation": 1, "revision": "r", "children": [], "now": "t"}

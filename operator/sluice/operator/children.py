@@ -262,15 +262,23 @@ def _pod_spec(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[
     return out
 
 
+# What Pod Security "restricted" asks of every container (with a non-root user and the runtime's seccomp
+# profile on the pod), so Spark's pods run in namespaces that enforce it.
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[str, Any]:
-    """Env and volumes as a Spark pod template: Spark applies it itself, so apps need no spark-operator
-    webhook (which is what applies SparkApplication's env/configMaps/volumes fields). `driver`: the
-    SparkApplication, whose runner ConfigMap its driver mounts."""
+    """Env, volumes and the security context as a Spark pod template: Spark applies it itself, so apps need
+    no spark-operator webhook (which is what applies SparkApplication's env/configMaps/volumes fields).
+    `driver`: the SparkApplication, whose runner ConfigMap its driver mounts."""
     container: dict[str, Any] = {"name": SPARK_CONTAINERS[role]}
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
-    if spec.spark.pod.env:
-        container["env"] = [{"name": k, "value": v} for k, v in sorted(spec.spark.pod.env.items())]
+    pod = spec.spark.pod
+    if pod.env:
+        container["env"] = [{"name": k, "value": v} for k, v in sorted(pod.env.items())]
+    if pod.envFrom:
+        container["envFrom"] = [source.model_dump(exclude_none=True) for source in pod.envFrom]
     claim = checkpoint_claim_name(app, spec)
     if claim:
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
@@ -280,9 +288,33 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> d
         mounts.append({"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True})
         volumes.append({"name": "control", "secret": {"secretName": control_secret_name(app)}})
         mounts.append({"name": "control", "mountPath": CONTROL_TOKEN_MOUNT, "readOnly": True})
+    volumes += [volume.model_dump() for volume in pod.volumes]
+    mounts += [mount.model_dump(exclude_defaults=True) for mount in pod.volumeMounts]
     if mounts:
         container["volumeMounts"] = mounts
-    return {"spec": {"containers": [container], **({"volumes": volumes} if volumes else {})}}
+    container["securityContext"] = CONTAINER_SECURITY
+    security = {
+        "runAsNonRoot": True,
+        "runAsUser": pod.runAsUser,
+        "runAsGroup": pod.runAsUser,
+        "fsGroup": pod.fsGroup,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    scheduling = {
+        "tolerations": [t.model_dump(exclude_defaults=True) | {"operator": t.operator} for t in pod.tolerations],
+        "affinity": pod.affinity,
+        "topologySpreadConstraints": pod.topologySpreadConstraints,
+        "priorityClassName": pod.priorityClassName,
+        "imagePullSecrets": [{"name": name} for name in pod.imagePullSecrets],
+        "volumes": volumes,
+    }
+    return {
+        "spec": {
+            "securityContext": security,
+            "containers": [container],
+            **{key: value for key, value in scheduling.items() if value},
+        }
+    }
 
 
 def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:

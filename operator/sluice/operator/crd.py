@@ -70,6 +70,8 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out["properties"] = {name: structural(sub, defs) for name, sub in schema["properties"].items()}
             if schema.get("required"):
                 out["required"] = list(schema["required"])
+            if extra is True:  # named fields plus others (e.g. a volume's source), checked by the model
+                out["x-kubernetes-preserve-unknown-fields"] = True
         elif isinstance(extra, dict) and extra:
             out["additionalProperties"] = structural(extra, defs)
         else:

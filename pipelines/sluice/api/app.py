@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
@@ -83,11 +84,143 @@ class Resources(Strict):
     memoryOverhead: Quantity | None = None
 
 
+ObjectName = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253),
+    Field(description="A Kubernetes object's name (DNS subdomain)."),
+]
+VolumeName = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63),
+    Field(description="A volume's name (DNS label)."),
+]
+# The pods' own volumes (sluice's and Spark's): an app's volumes take other names.
+RESERVED_VOLUMES = ("checkpoints", "pipeline", "control")
+RESERVED_VOLUME_PREFIX = "spark-"
+# The volume sources Pod Security "restricted" admits: no hostPath, no other node or network storage drivers.
+VOLUME_SOURCES = (
+    "configMap",
+    "secret",
+    "emptyDir",
+    "persistentVolumeClaim",
+    "projected",
+    "downwardAPI",
+    "csi",
+    "ephemeral",
+)
+
+
+class Toleration(Strict):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = Field(None, ge=0)
+
+
+class LocalObjectReference(Strict):
+    name: ObjectName
+
+
+class EnvFromSource(Strict):
+    """Every key of a Secret or a ConfigMap as environment variables (Kubernetes' EnvFromSource)."""
+
+    model_config = cel(
+        "has(self.secretRef) != has(self.configMapRef)", "set exactly one of 'secretRef' or 'configMapRef'"
+    )
+
+    secretRef: LocalObjectReference | None = None
+    configMapRef: LocalObjectReference | None = None
+    prefix: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> EnvFromSource:
+        if (self.secretRef is None) == (self.configMapRef is None):
+            raise ValueError("set exactly one of 'secretRef' or 'configMapRef'")
+        return self
+
+
+class Volume(Strict):
+    """A volume of Spark's pods (Kubernetes' Volume, one of the sources Pod Security "restricted" admits)."""
+
+    model_config = ConfigDict(extra="allow")  # the source: its key is checked below, its body by the API server
+
+    name: VolumeName
+
+    @model_validator(mode="after")
+    def _one_admitted_source(self) -> Volume:
+        sources = sorted((self.model_extra or {}).keys())
+        if len(sources) != 1 or sources[0] not in VOLUME_SOURCES:
+            raise ValueError(
+                f"volume {self.name!r} needs exactly one source of {', '.join(VOLUME_SOURCES)}"
+                + (f" (has {', '.join(sources)})" if sources else "")
+            )
+        if self.name in RESERVED_VOLUMES or self.name.startswith(RESERVED_VOLUME_PREFIX):
+            raise ValueError(f"volume name {self.name!r} is the pods' own: choose another")
+        if not isinstance((self.model_extra or {})[sources[0]], dict):
+            raise ValueError(f"volume {self.name!r}: {sources[0]} is an object")
+        return self
+
+
+class VolumeMount(Strict):
+    name: VolumeName
+    mountPath: str = Field(pattern=r"^/", description="An absolute path in the Spark container.")
+    readOnly: bool = False
+    subPath: str | None = None
+
+
 class PodTemplate(Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     nodeSelector: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
+    envFrom: list[EnvFromSource] = Field(default_factory=list, description="Env from Secrets and ConfigMaps.")
+    tolerations: list[Toleration] = Field(default_factory=list)
+    affinity: dict[str, Any] | None = Field(None, description="Kubernetes Affinity: nodeAffinity, podAffinity, ...")
+    topologySpreadConstraints: list[dict[str, Any]] = Field(default_factory=list)
+    priorityClassName: ObjectName | None = None
+    imagePullSecrets: list[ObjectName] = Field(
+        default_factory=list, description="Names of Secrets in the app's namespace."
+    )
+    volumes: list[Volume] = Field(default_factory=list)
+    volumeMounts: list[VolumeMount] = Field(
+        default_factory=list, description="Mounts of `volumes` in Spark's container."
+    )
+    runAsUser: int = Field(
+        185,
+        ge=1,
+        description="The uid (and gid) Spark's pods run as: never root (the apache/spark images' spark user is 185).",
+    )
+    fsGroup: int = Field(185, ge=1, description="The group volumes (the checkpoint claim) are writable by.")
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity_kinds(cls, affinity: dict[str, Any] | None) -> dict[str, Any] | None:
+        unknown = sorted(set(affinity or {}) - {"nodeAffinity", "podAffinity", "podAntiAffinity"})
+        if unknown:
+            raise ValueError(f"unknown affinity {', '.join(unknown)}: nodeAffinity, podAffinity or podAntiAffinity")
+        return affinity
+
+    @field_validator("topologySpreadConstraints")
+    @classmethod
+    def _spread_fields(cls, constraints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, constraint in enumerate(constraints):
+            missing = [k for k in ("maxSkew", "topologyKey", "whenUnsatisfiable") if k not in constraint]
+            if missing:
+                raise ValueError(f"[{index}] needs {', '.join(missing)}")
+        return constraints
+
+    @model_validator(mode="after")
+    def _mounts_name_volumes(self) -> PodTemplate:
+        names = [v.name for v in self.volumes]
+        if len(set(names)) != len(names):
+            raise ValueError(
+                f"volumes: a name used twice ({', '.join(sorted({n for n in names if names.count(n) > 1}))})"
+            )
+        for index, mount in enumerate(self.volumeMounts):
+            if mount.name not in names:
+                raise ValueError(f"volumeMounts[{index}]: no volume named {mount.name!r} in volumes")
+        return self
 
 
 class SparkSpec(Strict):
