@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import json
 import os
 import re
@@ -166,6 +167,34 @@ def test_alerts_read_the_metrics_sluice_exports_and_the_monitors_jobs(chart_helm
         )
         == []
     )
+
+
+def test_guard_rails_reach_the_operator_as_its_settings(chart_helm: Helm) -> None:
+    from sluice.operator.settings import Settings
+
+    rails = {
+        "allowedImages": ["registry.example/spark:", "sluice/"],
+        "allowedServiceAccounts": ["spark-jobs"],
+        "pythonSteps": False,
+        "allowedPythonModules": ["company.transforms"],
+        "forbiddenSparkConf": ["spark.jars", "spark.kubernetes."],
+        "refusedSqlFunctions": ["java_method"],
+    }
+    (deployment,) = of_kind(chart_helm.template("r", "ops", {"guardRails": rails}), "Deployment")
+    env = {
+        e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e
+    }
+    settings = Settings.from_env(env).guard_rails
+
+    assert settings.allowed_images == ("registry.example/spark:", "sluice/")
+    assert settings.allowed_service_accounts == ("spark-jobs",)
+    assert settings.python_steps is False
+    assert settings.allowed_python_modules == ("company.transforms",)
+    assert settings.forbidden_spark_conf == ("spark.jars", "spark.kubernetes.")
+    assert settings.refused_sql_functions == ("java_method",)
+    (default,) = of_kind(chart_helm.template("r", "ops", {}), "Deployment")
+    env = {e["name"]: e["value"] for e in default["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+    assert Settings.from_env(env).guard_rails == Settings().guard_rails
 
 
 # --- lint, render, schema ----------------------------------------------------------------------------
@@ -1015,6 +1044,12 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
         # An invalid pipeline is refused at apply, with the field path, by the webhook this operator serves.
         invalid = with_unknown_input({**app, "metadata": {"name": "invalid", "namespace": namespace}})
         refused = target.kubectl("apply", "-f", "-", input=json.dumps(invalid), check=False)
+        # And one crossing a guard rail (by default: SQL that calls Java methods), refused at its field.
+        reflecting = copy.deepcopy({**app, "metadata": {"name": "reflecting", "namespace": namespace}})
+        nodes = reflecting["spec"]["pipeline"]["nodes"]
+        filtered = next(i for i, node in enumerate(nodes) if "filter" in node)
+        nodes[filtered]["filter"] = "reflect('java.lang.System', 'exit', 1) IS NULL"
+        railed = target.kubectl("apply", "-f", "-", input=json.dumps(reflecting), check=False)
         # One accepted while no webhook was configured: Valid=False and a Warning event, by the operator.
         with webhook_configuration_removed(target, release):
             wait_for(
@@ -1045,6 +1080,8 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
     assert refused.returncode != 0
     assert f'admission webhook "{WEBHOOK}" denied the request: ' in refused.stderr
     assert "spec.pipeline.nodes[1].inputs[0]: unknown node 'missing'" in refused.stderr
+    assert railed.returncode != 0
+    assert f"spec.pipeline.nodes[{filtered}].filter: calls reflect, refused on this cluster" in railed.stderr
     assert events[0]["involvedObject"]["name"] == "invalid"
     assert running.get("observedAt") is None and running.get("lag") is None
     assert running["desiredExecutors"] == app["spec"].get("executors", {}).get("instances", 1)

@@ -236,3 +236,12 @@ def test_the_syntax_errors_users_make_are_refused_by_both(spark_session) -> None
     assert [d for d in DDL_ERRORS if isinstance(spark_ddl(d), list)] == []
     assert {e: static_sql_parser(e) for e in SYNTAX_ERRORS if static_sql_parser(e) is None} == {}
     assert {d: static_ddl_parser(d) for d in DDL_ERRORS if isinstance(static_ddl_parser(d), list)} == {}
+
+
+def test_called_functions_are_found_through_comments_and_case_but_not_in_strings() -> None:
+    from sluice.api.sqlcheck import called_functions
+
+    assert "java_method" in called_functions("JAVA_METHOD /* why */ ('java.lang.Math', 'random') > 0")
+    assert {"upper", "reflect"} <= called_functions("upper(reflect('a', 'b'))")
+    assert "reflect" not in called_functions("value = 'reflect(x)'"), "a string is not a call"
+    assert "try_reflect" in called_functions("value:a.b = try_reflect('a', 'b')"), "what sqlglot cannot read"

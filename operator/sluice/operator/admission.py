@@ -39,7 +39,7 @@ def refuse_invalid_app(
     # existed must still be deletable and handled.
     if operation == "UPDATE" and old is not None and old.get("spec") == spec:
         return
-    invalid = admissible_spec(dict(spec), SETTINGS.checkpoints)
+    invalid = admissible_spec(dict(spec), SETTINGS)
     if isinstance(invalid, Invalid):
         # kubectl prints it after `admission webhook "…" denied the request: `.
         raise kopf.AdmissionError(invalid.message, code=DENIED_CODE)

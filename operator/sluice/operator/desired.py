@@ -12,8 +12,9 @@ from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
 from sluice.api.validation import Problem
 
 from . import children as ch
+from .guard_rails import guard_rail_problems
 from .model import StreamingAppSpec, TopicSpec
-from .settings import ClaimDefaults
+from .settings import ClaimDefaults, Settings
 
 
 @dataclass
@@ -63,13 +64,15 @@ def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults) -> Problem
     )
 
 
-def admissible_spec(raw: dict[str, Any], claims: ClaimDefaults) -> StreamingAppSpec | Invalid:
-    """What the operator accepts: a parsed spec, or every problem (the admission webhook asks the same)."""
+def admissible_spec(raw: dict[str, Any], settings: Settings) -> StreamingAppSpec | Invalid:
+    """What the operator accepts: a parsed spec, or every problem (the admission webhook asks the same): the
+    model's, a checkpoint this operator cannot keep, the administrator's guard rails."""
     parsed = parse_spec(raw)
     if isinstance(parsed, Invalid):
         return parsed
-    problem = checkpoint_problem(parsed, claims)
-    return Invalid([problem]) if problem else parsed
+    problems = [p for p in [checkpoint_problem(parsed, settings.checkpoints)] if p]
+    problems += guard_rail_problems(parsed, settings.guard_rails)
+    return Invalid(problems) if problems else parsed
 
 
 def desired_state(

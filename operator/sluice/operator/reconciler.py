@@ -91,7 +91,7 @@ class Reconciler:
         clock = time.time() if clock is None else clock
         now = dt.datetime.fromtimestamp(clock, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         old_status = body.get("status") or {}
-        spec = admissible_spec(body.get("spec") or {}, self.settings.checkpoints)
+        spec = admissible_spec(body.get("spec") or {}, self.settings)
         if isinstance(spec, Invalid):  # nothing is created or changed: what runs keeps running
             obs = Observation(valid=spec)
             return Outcome(status_for(obs, generation=meta.get("generation"), revision=None, children=[],

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .guard_rails import GuardRails
+
 
 @dataclass(frozen=True)
 class ClaimDefaults:
@@ -23,6 +25,7 @@ class Settings:
     status_figures_seconds: float = 30.0  # a running app's lag, inputRate and observedAt: written at most this often
     workers: int = 8
     checkpoints: ClaimDefaults = field(default_factory=ClaimDefaults)
+    guard_rails: GuardRails = field(default_factory=GuardRails)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -38,6 +41,7 @@ class Settings:
                 storage_class=env.get("SLUICE_CHECKPOINT_STORAGE_CLASS") or None,
                 access_mode=env.get("SLUICE_CHECKPOINT_ACCESS_MODE", "ReadWriteOnce"),
             ),
+            guard_rails=GuardRails.from_env(env),
         )
 
 

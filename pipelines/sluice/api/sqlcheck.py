@@ -84,3 +84,20 @@ def strictest(spark_sql: SqlParser, spark_ddl: DdlParser) -> tuple[SqlParser, Dd
         return static if isinstance(fields, list) and isinstance(static, str) else fields
 
     return sql, ddl
+
+
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+
+
+def called_functions(expression: str) -> set[str]:
+    """The names (lower case) of every function `expression` calls: from the parse tree where sqlglot reads it
+    (comments and spacing do not hide a call), and from the text outside quotes (what sqlglot cannot read)."""
+    names = {name.lower() for name in _CALL.findall(_QUOTED.sub("''", expression))}
+    parsed = _parse(expression)
+    if not isinstance(parsed, str):
+        for node in parsed.walk():
+            if isinstance(node, exp.Anonymous):
+                names.add(node.name.lower())
+            elif isinstance(node, exp.Func):
+                names.add(node.sql_name().lower())
+    return names
