@@ -1,90 +1,92 @@
-"""`make e2e`: the end-to-end suite (sluice.testbed.e2e_suite) on a throwaway kind cluster.
+"""`make e2e`: the end-to-end suite (sluice.testbed.e2e_suite) on a throwaway 3-node kind cluster on podman.
 
-Needs a running Docker engine. kind is built from source through the Go module proxy (pinned); the
-images are built with `make images`' code and loaded into the cluster; the cluster is deleted
-afterwards, whatever happened.
+The cluster is sluice.testbed.kind's (a control plane and two workers from the node image built here, pod
+networking across nodes, NetworkPolicies enforced by kube-router, local-path volumes bound to one node, Pod
+Security). The images are those of `make e2e-local` (buildah: the sluice operator and Spark images, the
+spark-operator and Prometheus from their Go modules), loaded into every node with `kind load`. Kafka and the
+S3-compatible object store are host processes of the test bed at the podman network's gateway, which the
+pods reach (their traffic leaving the pod network is masqueraded behind their node, as kindnetd does).
+Everything is deleted afterwards, whatever happened. Needs root (rootful podman); run by `make e2e` only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 
-from sluice.testbed.common import REPO_ROOT, ProvisionError, cache_dir, run
-from sluice.testbed.e2e_suite import E2ESuite, Helm, Images, StrimziKafka, Target, image_builder
+from sluice.pipelines.local.kafka import KafkaCluster
+from sluice.testbed.common import REPO_ROOT, ProvisionError, free_ports
+from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
 from sluice.testbed.helm import helm_binary
-from sluice.testbed.kube import cached_binaries, go_binary, go_env, kubectl_runner, kubernetes_binaries
+from sluice.testbed.images import image_archive
+from sluice.testbed.kind import KindCluster
+from sluice.testbed.kube import kubectl_runner, kubernetes_binaries
+from sluice.testbed.local_images import build_local_images, suite_on_local_images
+from sluice.testbed.object_store import ObjectStoreAccess, serving
+from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
+from sluice.testbed.prometheus import prometheus_image
 
-KIND = "v0.30.0"  # default node image: Kubernetes v1.34
-KIND_CONFIG = REPO_ROOT / "e2e" / "kind" / "cluster.yaml"
-NO_DOCKER = (
-    "kind e2e needs a running Docker engine (docker info failed); the same suite runs on the local "
-    "cluster with make e2e-local"
-)
+pytestmark = [pytest.mark.kube, pytest.mark.kind]
 
-
-def docker_running() -> bool:
-    if not shutil.which("docker"):
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
+WORKERS = 2
+REPORTS = REPO_ROOT / ".sluice" / "e2e-kind"
 
 
-def kind_binary() -> Path:
-    def build(out: Path, names: list[str]) -> None:
-        run(
-            [go_binary(), "install", f"sigs.k8s.io/kind@{KIND}"],
-            what=f"building kind {KIND} with Go",
-            hint="needs the Go module proxy (GOPROXY)",
-            log=out.parent / "build.log",
-            cwd=out,
-            env=go_env(GOBIN=str(out)),
-        )
-
-    return cached_binaries(cache_dir("kind", KIND), ["kind"], build)["kind"]
+@dataclass(frozen=True)
+class KindRun:
+    target: Target
+    kafka: HostKafka
+    object_store: ObjectStoreAccess
 
 
 @pytest.fixture(scope="module")
-def kind_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    if not docker_running():
-        pytest.skip(NO_DOCKER)
+def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindRun]:
+    work = tmp_path_factory.mktemp("e2e-kind")
     try:
-        kind, helm, kubectl = kind_binary(), helm_binary(), kubernetes_binaries("kubectl")["kubectl"]
+        archives = build_local_images()  # before the cluster: nothing to delete when a build fails
+        archives[PROMETHEUS_IMAGE] = image_archive(prometheus_image())
+        helm, kubectl = helm_binary(), kubernetes_binaries("kubectl")["kubectl"]
     except ProvisionError as error:
         pytest.fail(str(error), pytrace=False)
-    work = tmp_path_factory.mktemp("kind")
-    name, kubeconfig = f"sluice-e2e-{os.getpid()}", work / "kubeconfig"
-    images = Images.release()
-
-    def kind_run(*args: str) -> None:
-        subprocess.run([str(kind), *args, "--name", name], check=True, timeout=900)
-
-    try:
-        kind_run("create", "cluster", f"--kubeconfig={kubeconfig}", f"--config={KIND_CONFIG}", "--wait=180s")
-        assert image_builder().main([]) == 0, "building the images failed (output above)"
-        subprocess.run(["docker", "tag", images.spark, images.spark_next], check=True, timeout=60)
-        for image in (images.operator, images.spark, images.spark_next):
-            kind_run("load", "docker-image", image)
-        yield Target(kubeconfig, kubectl_runner(kubeconfig, binary=kubectl), Helm(helm, kubeconfig, work / "helm"))
-    finally:
-        subprocess.run([str(kind), "delete", "cluster", "--name", name], timeout=300)
+    cluster = KindCluster(f"sluice-e2e-{os.getpid()}", work / "kind")
+    with contextlib.ExitStack() as stack:
+        stack.callback(cluster.delete)
+        try:
+            cluster.create(workers=WORKERS)
+            for archive in archives.values():
+                cluster.load(archive)
+            images = Images.release()
+            cluster.tag_image(images.spark, images.spark_next)
+            host = cluster.gateway()
+            kafka = KafkaCluster.on_free_ports(work / "kafka", host=host)
+            stack.callback(kafka.stop)
+            kafka.start()
+            (store_port,) = free_ports(1)
+            store = stack.enter_context(serving(host, store_port, work / "objects"))
+        except ProvisionError as error:
+            pytest.fail(str(error), pytrace=False)
+        target = Target(
+            cluster.kubeconfig,
+            kubectl_runner(cluster.kubeconfig, binary=kubectl),
+            Helm(helm, cluster.kubeconfig, work / "helm"),
+        )
+        yield KindRun(target, HostKafka(kafka.bootstrap), store)
 
 
 @pytest.fixture(scope="module")
-def suite(kind_cluster: Target) -> E2ESuite:
-    namespace = "sluice-system"
-    return E2ESuite(kind_cluster, Images.release(), StrimziKafka(kind_cluster, namespace), release_namespace=namespace)
+def suite(kind_run: KindRun) -> E2ESuite:
+    return suite_on_local_images(kind_run.target, kind_run.kafka, kind_run.object_store)
 
 
 @pytest.mark.parametrize("step", E2ESuite.step_params())
 def test_step(suite: E2ESuite, step: str) -> None:
     if suite.failed:
         pytest.skip(f"step {suite.failed} failed")
-    suite.run(step)
+    try:
+        suite.run(step)
+    finally:
+        suite.write_report(step, REPORTS)

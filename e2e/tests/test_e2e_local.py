@@ -15,7 +15,6 @@ the drivers through the enforced NetworkPolicies. Everything is torn down afterw
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,19 +26,15 @@ from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.images import image_archive
 from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
-from sluice.testbed.local_images import SPARK_OPERATOR_REPOSITORY, build_local_images
+from sluice.testbed.local_images import build_local_images, suite_on_local_images
 from sluice.testbed.node import NODE_ADDRESS, Node
 from sluice.testbed.object_store import ObjectStoreAccess
 from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
 from sluice.testbed.prometheus import prometheus_image
-from sluice.testbed.versions import SPARK_OPERATOR
 
 pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
 
-REPORT = REPO_ROOT / ".sluice" / "e2e" / "autoscale.json"
-ROLLOUT_REPORT = REPO_ROOT / ".sluice" / "e2e" / "rollout.json"
-DRIVER_KILL_REPORT = REPO_ROOT / ".sluice" / "e2e" / "driver-killed.json"
-MONITORING_REPORT = REPO_ROOT / ".sluice" / "e2e" / "monitoring.json"
+REPORTS = REPO_ROOT / ".sluice" / "e2e"
 
 
 @dataclass(frozen=True)
@@ -47,16 +42,6 @@ class LocalRun:
     target: Target
     kafka: HostKafka
     object_store: ObjectStoreAccess
-
-
-def spark_operator_values() -> dict:
-    """The locally built image; no webhook (sluice's SparkApplications carry their pods' settings as Spark pod
-    templates, which Spark applies itself)."""
-    registry, repository = SPARK_OPERATOR_REPOSITORY.split("/", 1)
-    return {
-        "image": {"registry": registry, "repository": repository, "tag": SPARK_OPERATOR},
-        "webhook": {"enable": False},
-    }
 
 
 @pytest.fixture(scope="module")
@@ -114,15 +99,7 @@ def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
 
 @pytest.fixture(scope="module")
 def suite(local_run: LocalRun) -> E2ESuite:
-    return E2ESuite(
-        local_run.target,
-        Images.release(),
-        local_run.kafka,
-        strimzi=False,
-        spark_operator=spark_operator_values(),
-        object_store_access=local_run.object_store,
-        prometheus=True,
-    )
+    return suite_on_local_images(local_run.target, local_run.kafka, local_run.object_store)
 
 
 @pytest.mark.parametrize("step", E2ESuite.step_params())
@@ -132,21 +109,4 @@ def test_step(suite: E2ESuite, step: str) -> None:
     try:
         suite.run(step)
     finally:
-        rollout = (ROLLOUT_REPORT, suite.rollout_report)
-        reports = {"autoscale": (REPORT, suite.autoscale_report), "hot_swap": rollout, "rollback": rollout}
-        for rollout_step in (
-            "operator_killed_mid_rollout",
-            "fenced_handover",
-            "handover_rolled_back",
-            "checkpoint_migration",
-            "migration_in_new_driver",
-            "change_while_driver_starts",
-            "idle_app_migration",
-        ):
-            reports[rollout_step] = rollout
-        reports["driver_killed"] = (DRIVER_KILL_REPORT, suite.driver_kill_report)
-        reports["monitoring"] = (MONITORING_REPORT, suite.monitoring_report)
-        if step in reports:  # the figures, for the record (also of a failed run)
-            path, report = reports[step]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(report, indent=1))
+        suite.write_report(step, REPORTS)  # the figures, for the record (also of a failed run)

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from sluice.testbed.e2e_suite import image_builder
-from sluice.testbed.local_images import LOCAL_IMAGES, full_name
+from sluice.testbed.images import full_name
+from sluice.testbed.local_images import LOCAL_IMAGES
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ image names and a way to reach Kafka, and runs the steps of `E2ESuite` in order 
 install the operators (Strimzi, spark-operator, sluice with helm), wait for the Kafka cluster, deploy
 the word count app with kubectl, stream data through it and check the counts, scale it with
 `kubectl scale`, suspend and resume it (it continues from its checkpoint), uninstall.
-tests/test_e2e_kind.py runs it on a kind cluster; a local-cluster run reuses it unchanged.
+tests/test_e2e_local.py runs it on the local cluster (CI's `make e2e-local`), tests/test_e2e_kind.py on a
+3-node kind cluster on podman (`make e2e`), unchanged.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import yaml
 
 from sluice.api.app import AutoscalingSpec
 from sluice.operator.autoscaler.policy import Policy
-from sluice.operator.children import DRIVER_CLIENT_LABEL
+from sluice.operator.children import CONTROL_PORT, DRIVER_CLIENT_LABEL
 
 from .common import REPO_ROOT, wait_for
 from .external_crds import install_external_crds
@@ -57,6 +58,7 @@ PROMETHEUS_PEER = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}},
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": PROMETHEUS_JOB}},
 }
+JAVA_FRAME = re.compile(r"\s+at \S+\(|\s+\.\.\. \d+ more$")  # a stack frame of a Java exception: left out of dumps
 # Counters with labels export a series only once counted: their queries may be empty on a healthy cluster.
 SERIES_ONLY_ONCE_COUNTED = ("sluice_operator_reconcile_errors_total", "sluice_operator_scaling_decisions_total")
 
@@ -613,6 +615,17 @@ with store.open_input_stream(bucket + "/e2e/hello.txt") as stream:
 """
 
 
+CONTROL_API_PROBE = """
+import os, urllib.error, urllib.request
+try:
+    print(urllib.request.urlopen(os.environ["URL"], timeout=10).status)
+except urllib.error.HTTPError as answer:
+    print(answer.code)
+except OSError as error:
+    print("no connection:", error)
+"""
+
+
 def restricted_namespace(name: str) -> dict[str, Any]:
     """A namespace where the API server admits only pods that meet Pod Security's "restricted" standard."""
     return {
@@ -721,6 +734,7 @@ class E2ESuite:
         "stream",
         "scale",
         "monitoring",
+        "control_api_policy",
         "hot_swap",
         "rollback",
         "operator_killed_mid_rollout",
@@ -739,13 +753,7 @@ class E2ESuite:
     # Steps the product cannot pass yet: they run, and must fail with their defect's symptom (a strict
     # expected failure: once a fix makes one pass, the run fails until its entry goes; a failure without the
     # symptom is a plain failure). Their failure does not stop the steps after them.
-    KNOWN_DEFECTS: ClassVar[dict[str, KnownDefect]] = {
-        "restricted_namespace": KnownDefect(
-            "#34: Spark's driver and executor pods set no securityContext, so a namespace enforcing "
-            'Pod Security "restricted" refuses them',
-            symptom="violates PodSecurity",
-        ),
-    }
+    KNOWN_DEFECTS: ClassVar[dict[str, KnownDefect]] = {}
 
     @classmethod
     def steps(cls) -> tuple[str, ...]:
@@ -773,6 +781,31 @@ class E2ESuite:
     driver_kill_report: dict[str, Any] = field(default_factory=dict)
     driver_kills: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_DRIVER_KILLS", "2")))
     start_changes: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_START_CHANGES", "1")))
+
+    ROLLOUT_STEPS = (
+        "hot_swap",
+        "rollback",
+        "operator_killed_mid_rollout",
+        "fenced_handover",
+        "handover_rolled_back",
+        "checkpoint_migration",
+        "migration_in_new_driver",
+        "change_while_driver_starts",
+        "idle_app_migration",
+    )
+
+    def write_report(self, step: str, directory: Path) -> None:
+        """The step's figures as JSON in `directory`, where the step has any (rollout steps share one file)."""
+        reports = {
+            "autoscale": ("autoscale.json", self.autoscale_report),
+            "driver_killed": ("driver-killed.json", self.driver_kill_report),
+            "monitoring": ("monitoring.json", self.monitoring_report),
+            **{name: ("rollout.json", self.rollout_report) for name in self.ROLLOUT_STEPS},
+        }
+        if step in reports:
+            name, report = reports[step]
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / name).write_text(json.dumps(report, indent=1))
 
     def run(self, step: str) -> None:
         try:
@@ -821,14 +854,17 @@ class E2ESuite:
             )
             pod = f"{self.driver_name()}-driver"
             commands.append(("exec", "-n", self.apps_namespace, pod, "--", *driver_get("/v1/status")))
-            commands.append(("logs", "-n", self.apps_namespace, pod, "--tail=150"))
+            commands.append(("logs", "-n", self.apps_namespace, pod))  # Java's stack frames left out below
         for namespace, pod in self.troubled_pods():
             commands.append(("logs", "-n", namespace, pod, "--all-containers", "--tail=80"))
             commands.append(("logs", "-n", namespace, pod, "--all-containers", "--previous", "--tail=40"))
         out = []
         for args in commands:
             result = self.target.kubectl(*args, check=False)
-            out.append(f"$ kubectl {' '.join(args)}\n{result.stdout[-6000:]}{result.stderr[-2000:]}")
+            text = result.stdout
+            if args[0] == "logs" and not any(arg.startswith("--tail") for arg in args):
+                text = "\n".join([line for line in text.splitlines() if not JAVA_FRAME.match(line)][-200:])
+            out.append(f"$ kubectl {' '.join(args)}\n{text[-12000:]}{result.stderr[-2000:]}")
         return "\n".join(out)
 
     def troubled_pods(self) -> list[tuple[str, str]]:
@@ -929,6 +965,42 @@ class E2ESuite:
     def kafka_ready(self) -> None:
         self.kafka.wait_ready(self.timeout)
 
+    def run_python_pod(
+        self,
+        name: str,
+        code: str,
+        env: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        secret_env: str | None = None,
+    ) -> tuple[str, str]:
+        """`code` run by the Spark image's Python (with the runner's packages) in a pod of the apps' namespace
+        until it ends: (its phase, its log). `secret_env`: a Secret whose keys become its environment."""
+        container: dict[str, Any] = {
+            "name": "main",
+            "image": self.images.spark,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", 'exec "$PYSPARK_PYTHON" -c "$CODE"'],
+            "env": [{"name": k, "value": v} for k, v in {"CODE": code, **(env or {})}.items()],
+        }
+        if secret_env:
+            container["envFrom"] = [{"secretRef": {"name": secret_env}}]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.apps_namespace, "labels": labels or {}},
+            "spec": {"restartPolicy": "Never", "containers": [container]},
+        }
+        self.target.apply(pod)
+
+        def finished() -> str | None:
+            phase = (self.target.get("pod", name, self.apps_namespace) or {}).get("status", {}).get("phase")
+            return phase if phase in ("Succeeded", "Failed") else None
+
+        phase = wait_for(finished, timeout=180, what=f"pod {name} to finish")
+        log = self.target.kubectl("logs", "-n", self.apps_namespace, name, check=False).stdout
+        self.target.kubectl("delete", "pod", "-n", self.apps_namespace, name, "--wait=false")
+        return phase, log
+
     def object_store(self) -> None:
         """The cluster's S3-compatible store from a pod of the Spark image, as an app's driver would reach it:
         the key pair from a Secret (the AWS SDK's variables), path-style requests to the store's endpoint, a
@@ -938,45 +1010,26 @@ class E2ESuite:
         access = self.object_store_access
         if access is None:
             pytest.skip("this cluster has no object store")
-        name = "object-store-client"
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": self.apps_namespace},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": self.images.spark,
-                        "imagePullPolicy": "IfNotPresent",
-                        # the image's Python with the runner's packages (pyarrow among them)
-                        "command": ["sh", "-c", 'exec "$PYSPARK_PYTHON" -c "$CLIENT"'],
-                        "env": [
-                            {"name": "CLIENT", "value": OBJECT_STORE_CLIENT},
-                            {"name": "S3_ENDPOINT", "value": access.authority},
-                            {"name": "AWS_REGION", "value": access.region},
-                            {"name": "S3_BUCKET", "value": access.bucket},
-                        ],
-                        "envFrom": [{"secretRef": {"name": SECRET}}],
-                    }
-                ],
-            },
-        }
-        self.target.apply(access.secret(self.apps_namespace), pod)
-
-        def finished() -> str | None:
-            phase = (self.target.get("pod", name, self.apps_namespace) or {}).get("status", {}).get("phase")
-            return phase if phase in ("Succeeded", "Failed") else None
-
-        phase = wait_for(finished, timeout=180, what=f"pod {name} to finish")
-        log = self.target.kubectl("logs", "-n", self.apps_namespace, name, check=False).stdout
+        self.target.apply(access.secret(self.apps_namespace))
+        settings = {"S3_ENDPOINT": access.authority, "AWS_REGION": access.region, "S3_BUCKET": access.bucket}
+        phase, log = self.run_python_pod("object-store-client", OBJECT_STORE_CLIENT, settings, secret_env=SECRET)
         assert phase == "Succeeded", log
         assert json.loads(log.strip().splitlines()[-1]) == {"listed": ["e2e/hello.txt"], "read": "hello from a pod"}
         store = access.filesystem()
         with store.open_input_stream(f"{access.bucket}/e2e/hello.txt") as stream:
             assert stream.read() == b"hello from a pod", "the host reads what the pod wrote"
-        self.target.kubectl("delete", "pod", "-n", self.apps_namespace, name, "--wait=false")
+
+    def control_api_policy(self) -> None:
+        """The driver's control port through its enforced NetworkPolicy: a pod with the driver-client label gets
+        an answer; the same pod without it gets no connection."""
+        url = f"http://{self.driver_pod()['status']['podIP']}:{CONTROL_PORT}/healthz"  # as the operator calls it
+        answers = {}
+        for name, labels in (("client-labelled", {DRIVER_CLIENT_LABEL: "true"}), ("client-unlabelled", {})):
+            phase, log = self.run_python_pod(name, CONTROL_API_PROBE, {"URL": url}, labels=labels)
+            assert phase == "Succeeded", log
+            answers[name] = log.strip().splitlines()[-1]
+        assert answers["client-labelled"] == "200", answers
+        assert answers["client-unlabelled"].startswith("no connection"), answers
 
     def monitoring(self) -> None:
         """A real Prometheus, configured from the chart's monitors and alert rules as the Prometheus Operator

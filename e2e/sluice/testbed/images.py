@@ -157,6 +157,14 @@ def oci_archive(spec: ImageSpec, out: Path) -> Path:
     return out
 
 
+def full_name(name: str) -> str:
+    """The name the kubelet asks containerd for: sluice/spark:1 is docker.io/sluice/spark:1."""
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        return f"docker.io/library/{name}"
+    return name if "." in first or ":" in first or first == "localhost" else f"docker.io/{name}"
+
+
 def archive_names(archive: Path) -> list[str]:
     """The image names an OCI archive's index gives containerd."""
     with tarfile.open(archive) as tar:

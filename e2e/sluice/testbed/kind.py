@@ -13,10 +13,11 @@ kind (pinned, `go install`ed) runs with its podman provider. Its node image is m
 kind's own CNI (kindnetd) cannot be built here: its Go module (sigs.k8s.io/kind/images/kindnetd) is not
 served by the Go module proxy. So clusters start without kind's CNI; KindCluster gives each node a
 bridge CNI config for its pod CIDR and routes to the other nodes' pod CIDRs (no masquerading between
-pods, so policies see real source addresses). NetworkPolicies are enforced by kube-router's firewall as
-a DaemonSet (network_policy.py says why not kube-network-policies, kind's choice, on this kernel).
-The default StorageClass is local-path-provisioner in kind's shape (the manifest kind applies from the
-node image), with the images built here.
+pods, so policies see real source addresses); what leaves the pod network (for the host, e.g. the test bed's
+Kafka at the podman network's gateway) is masqueraded behind the node's address, as kindnetd does.
+NetworkPolicies are enforced by kube-router's firewall as a DaemonSet (network_policy.py says why not
+kube-network-policies, kind's choice, on this kernel). The default StorageClass is local-path-provisioner in
+kind's shape (the manifest kind applies from the node image), with the images built here.
 """
 
 from __future__ import annotations
@@ -39,7 +40,16 @@ from typing import Any
 from sluice.pipelines.local.provision import run_command
 
 from .common import REPO_ROOT, ProvisionError, cache_dir, locked, run, wait_until
-from .images import PAUSE_IMAGE, ImageSpec, archive_names, base_rootfs, image_archive, pause_binary, probe_image
+from .images import (
+    PAUSE_IMAGE,
+    ImageSpec,
+    archive_names,
+    base_rootfs,
+    full_name,
+    image_archive,
+    pause_binary,
+    probe_image,
+)
 from .kube import (
     announce,
     cached_binaries,
@@ -152,7 +162,9 @@ def containers_conf() -> Path:
     nofile = hard_limit(resource.RLIMIT_NOFILE)
     # runc may not set more processes than pid_max (it fails with "error setting rlimit type 6").
     nproc = min(hard_limit(resource.RLIMIT_NPROC), int(Path("/proc/sys/kernel/pid_max").read_text()))
-    text = f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
+    # pids_limit: podman caps each container at 2048 tasks by default, and a node container holds every thread
+    # of its pods (a Spark driver and three executors on one node passed that: "unable to create native thread").
+    text = f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\npids_limit = 0\n'
     path = cache_dir("kind") / "containers.conf"
     if not path.is_file() or path.read_text() != text:
         path.write_text(text)
@@ -610,6 +622,18 @@ class KindCluster:
             env=podman_env(),
         )
 
+    def tag_image(self, image: str, alias: str) -> None:
+        """A second name for a loaded image in every node's containerd: an image change that pulls nothing."""
+        for node in self.nodes():
+            self._exec(
+                node, "ctr", "--namespace", "k8s.io", "images", "tag", "--force", full_name(image), full_name(alias)
+            )
+
+    def gateway(self) -> str:
+        """The host's address on the nodes' network: where pods reach processes of the host."""
+        network = json.loads(podman("network", "inspect", PODMAN_NETWORK).stdout)[0]
+        return next(str(s["gateway"]) for s in network["subnets"] if ":" not in s["gateway"])  # kind's is dual-stack
+
     def _check_network(self) -> None:
         """kind's podman network, when left from before, must resolve names; an unused one without DNS goes."""
         inspected = podman("network", "inspect", PODMAN_NETWORK, check=False)
@@ -665,9 +689,12 @@ class KindCluster:
             what="every node to get a pod CIDR (kube-controller-manager allocates them)",
         )
         nodes = self._node_networks()
+        leaving = ["POSTROUTING", "-s", POD_SUBNET, "!", "-d", POD_SUBNET, "-j", "MASQUERADE"]
         for name, (_, pod_cidr) in nodes.items():
             config = json.dumps(bridge_cni_config(pod_cidr), indent=2)
             self._exec(name, "sh", "-c", f"mkdir -p /etc/cni/net.d && cat > {CNI_CONFIG}", input=config)
+            if self._exec(name, "iptables", "-t", "nat", "-C", *leaving, check=False).returncode != 0:
+                self._exec(name, "iptables", "-t", "nat", "-A", *leaving)
             for other, (other_address, other_cidr) in nodes.items():
                 if other != name:
                     self._exec(name, "ip", "route", "replace", other_cidr, "via", other_address)

@@ -17,11 +17,13 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .common import REPO_ROOT, ProvisionError, cache_dir, locked, run
-from .e2e_suite import image_builder
-from .images import BASE_IMAGE, CONTAINERD_NAME, OCI_REF_NAME, base_image, image_archive
+from .e2e_suite import E2ESuite, HostKafka, Images, Target, image_builder
+from .images import BASE_IMAGE, CONTAINERD_NAME, OCI_REF_NAME, base_image, full_name, image_archive
 from .node import RUNTIME_ROOT, install_packages
+from .object_store import ObjectStoreAccess
 from .versions import SPARK_OPERATOR
 
 BUILDAH_PACKAGES = ("buildah",)
@@ -76,14 +78,6 @@ def debian_base() -> str:
         )
         buildah("tag", pulled, name, what=f"tagging {name}")
     return name
-
-
-def full_name(name: str) -> str:
-    """The name the kubelet asks containerd for: sluice/spark:1 is docker.io/sluice/spark:1."""
-    first = name.split("/", 1)[0]
-    if "/" not in name:
-        return f"docker.io/library/{name}"
-    return name if "." in first or ":" in first or first == "localhost" else f"docker.io/{name}"
 
 
 def export(name: str) -> Path:
@@ -157,3 +151,27 @@ def build_local_images(names: Sequence[str] = LOCAL_IMAGES) -> dict[str, Path]:
                 raise ProvisionError(str(error)) from error
             archives[full_name(image.tag)] = export(image.tag)
         return archives
+
+
+def spark_operator_chart_values() -> dict[str, Any]:
+    """The spark-operator chart on the image built here; no webhook (sluice's SparkApplications carry their
+    pods' settings as Spark pod templates, which Spark applies itself)."""
+    registry, repository = SPARK_OPERATOR_REPOSITORY.split("/", 1)
+    return {
+        "image": {"registry": registry, "repository": repository, "tag": SPARK_OPERATOR},
+        "webhook": {"enable": False},
+    }
+
+
+def suite_on_local_images(target: Target, kafka: HostKafka, object_store: ObjectStoreAccess) -> E2ESuite:
+    """The e2e suite on a cluster of the test bed's (local or kind) that has the images built here: spark-operator
+    from its chart on its image, the test bed's Prometheus; Kafka and the object store are host processes."""
+    return E2ESuite(
+        target,
+        Images.release(),
+        kafka,
+        strimzi=False,
+        spark_operator=spark_operator_chart_values(),
+        object_store_access=object_store,
+        prometheus=True,
+    )

@@ -11,14 +11,16 @@ node's state; apps get it as a Secret.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import cache_dir, http_status
+from .common import ManagedProcess, cache_dir, http_status, wait_until
 from .kube import cached_binaries, go_install
 from .versions import VERSITYGW
 
@@ -125,3 +127,19 @@ def create_bucket(access: ObjectStoreAccess) -> None:
     store = access.filesystem()
     if store.get_file_info(access.bucket).type == FileType.NotFound:
         store.create_dir(access.bucket)
+
+
+@contextlib.contextmanager
+def serving(address: str, port: int, data_dir: Path, timeout: float = 60) -> Iterator[ObjectStoreAccess]:
+    """The gateway as a child process on address:port over data_dir, with a new key pair and the bucket;
+    stopped on exit (a cluster without a node of the test bed's own, e.g. kind, runs it so)."""
+    access = ObjectStoreAccess.new(address, port)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    command = [str(gateway_binary()), *gateway_args(access, data_dir)]
+    process = ManagedProcess(NAME, command, data_dir.parent / f"{NAME}.log", env=gateway_env(access)).start()
+    try:
+        wait_until(access.healthy, timeout=timeout, what=f"the object store at {access.endpoint}", process=process)
+        create_bucket(access)
+        yield access
+    finally:
+        process.stop()
