@@ -615,14 +615,22 @@ with store.open_input_stream(bucket + "/e2e/hello.txt") as stream:
 """
 
 
+# The first answer's status within SECONDS, else the last error. A policy agent admits a new pod's address a
+# moment after the pod starts, so an admitted client tries until answered and a refused one for all of SECONDS.
 CONTROL_API_PROBE = """
-import os, urllib.error, urllib.request
-try:
-    print(urllib.request.urlopen(os.environ["URL"], timeout=10).status)
-except urllib.error.HTTPError as answer:
-    print(answer.code)
-except OSError as error:
-    print("no connection:", error)
+import os, time, urllib.error, urllib.request
+deadline, result = time.monotonic() + float(os.environ["SECONDS"]), "no connection: never tried"
+while time.monotonic() < deadline:
+    try:
+        result = str(urllib.request.urlopen(os.environ["URL"], timeout=5).status)
+    except urllib.error.HTTPError as answer:
+        result = str(answer.code)
+    except OSError as error:
+        result = f"no connection: {error}"
+        time.sleep(1)
+        continue
+    break
+print(result)
 """
 
 
@@ -1021,11 +1029,14 @@ class E2ESuite:
 
     def control_api_policy(self) -> None:
         """The driver's control port through its enforced NetworkPolicy: a pod with the driver-client label gets
-        an answer; the same pod without it gets no connection."""
+        an answer; the same pod without it gets no connection for 20 s."""
         url = f"http://{self.driver_pod()['status']['podIP']}:{CONTROL_PORT}/healthz"  # as the operator calls it
         answers = {}
-        for name, labels in (("client-labelled", {DRIVER_CLIENT_LABEL: "true"}), ("client-unlabelled", {})):
-            phase, log = self.run_python_pod(name, CONTROL_API_PROBE, {"URL": url}, labels=labels)
+        for name, labels, seconds in (
+            ("client-labelled", {DRIVER_CLIENT_LABEL: "true"}, 60),
+            ("client-unlabelled", {}, 20),
+        ):
+            phase, log = self.run_python_pod(name, CONTROL_API_PROBE, {"URL": url, "SECONDS": str(seconds)}, labels)
             assert phase == "Succeeded", log
             answers[name] = log.strip().splitlines()[-1]
         assert answers["client-labelled"] == "200", answers
