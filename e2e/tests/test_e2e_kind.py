@@ -20,9 +20,10 @@ import pytest
 
 from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, free_ports
-from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
+from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, SecuredKafka, Target
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.images import image_archive
+from sluice.testbed.kafka_security import secured_kafka
 from sluice.testbed.kind import KindCluster
 from sluice.testbed.kube import kubectl_runner, kubernetes_binaries
 from sluice.testbed.local_images import build_local_images, suite_on_local_images
@@ -41,6 +42,7 @@ class KindRun:
     target: Target
     kafka: HostKafka
     object_store: ObjectStoreAccess
+    secured_kafka: SecuredKafka
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,7 @@ def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindRun]:
             kafka.start()
             (store_port,) = free_ports(1)
             store = stack.enter_context(serving(host, store_port, work / "objects"))
+            secured = stack.enter_context(secured_kafka(host, work / "kafka-secured"))
         except ProvisionError as error:
             pytest.fail(str(error), pytrace=False)
         target = Target(
@@ -74,12 +77,12 @@ def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindRun]:
             kubectl_runner(cluster.kubeconfig, binary=kubectl),
             Helm(helm, cluster.kubeconfig, work / "helm"),
         )
-        yield KindRun(target, HostKafka(kafka.bootstrap), store)
+        yield KindRun(target, HostKafka(kafka.bootstrap), store, secured)
 
 
 @pytest.fixture(scope="module")
 def suite(kind_run: KindRun) -> E2ESuite:
-    return suite_on_local_images(kind_run.target, kind_run.kafka, kind_run.object_store)
+    return suite_on_local_images(kind_run.target, kind_run.kafka, kind_run.object_store, kind_run.secured_kafka)
 
 
 @pytest.mark.parametrize("step", E2ESuite.step_params())

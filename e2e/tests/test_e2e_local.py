@@ -22,9 +22,10 @@ import pytest
 
 from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, pid_alive
-from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
+from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, SecuredKafka, Target
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.images import image_archive
+from sluice.testbed.kafka_security import secured_kafka
 from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
 from sluice.testbed.local_images import build_local_images, suite_on_local_images
 from sluice.testbed.node import NODE_ADDRESS, Node
@@ -42,6 +43,7 @@ class LocalRun:
     target: Target
     kafka: HostKafka
     object_store: ObjectStoreAccess
+    secured_kafka: SecuredKafka
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,8 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
         raise
     pids = {**plane.pids(), **node.pids()}
     try:
-        yield LocalRun(target, HostKafka(kafka.bootstrap), node.object_store)
+        with secured_kafka(NODE_ADDRESS, work / "kafka-secured") as secured:
+            yield LocalRun(target, HostKafka(kafka.bootstrap), node.object_store, secured)
     finally:
         stop(kafka, node, plane)
     assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "cluster processes survived the run"
@@ -99,7 +102,7 @@ def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
 
 @pytest.fixture(scope="module")
 def suite(local_run: LocalRun) -> E2ESuite:
-    return suite_on_local_images(local_run.target, local_run.kafka, local_run.object_store)
+    return suite_on_local_images(local_run.target, local_run.kafka, local_run.object_store, local_run.secured_kafka)
 
 
 @pytest.mark.parametrize("step", E2ESuite.step_params())

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -361,6 +361,22 @@ class HostKafka:
         from sluice.pipelines.local.kafka_io import consume_all
 
         return [(r.timestamp_ms, r.value.decode()) for r in consume_all(self.bootstrap, topic) if r.value is not None]
+
+
+@dataclass(frozen=True)
+class SecuredKafka:
+    """A broker that takes only SASL_SSL (TLS with the test bed's CA, SCRAM-SHA-512) from the cluster's pods, at
+    `bootstrap`; the test itself reads and writes through `host`, its plaintext listener on loopback."""
+
+    bootstrap: str
+    host: HostKafka
+    user: str
+    password: str
+    ca_pem: str
+
+    @property
+    def ports(self) -> list[int]:
+        return sorted({int(address.rsplit(":", 1)[1]) for address in self.bootstrap.split(",")})
 
 
 # --- installing ----------------------------------------------------------------------------------------
@@ -730,6 +746,7 @@ class E2ESuite:
     timeout: float = 600.0
     object_store_access: ObjectStoreAccess | None = None  # the cluster's S3-compatible store, where it has one
     prometheus: bool = False  # the cluster's nodes have the test bed's Prometheus image (sluice.testbed.prometheus)
+    secured_kafka_access: SecuredKafka | None = None  # a second broker, SASL_SSL only, where the cluster has one
     app: dict[str, Any] = field(default_factory=dict)
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
@@ -756,12 +773,19 @@ class E2ESuite:
         "migration_in_new_driver",
         "idle_app_migration",
         "restricted_namespace",
+        "secured_kafka",
         "uninstall",
     )
     # Steps the product cannot pass yet: they run, and must fail with their defect's symptom (a strict
     # expected failure: once a fix makes one pass, the run fails until its entry goes; a failure without the
     # symptom is a plain failure). Their failure does not stop the steps after them.
-    KNOWN_DEFECTS: ClassVar[dict[str, KnownDefect]] = {}
+    KNOWN_DEFECTS: ClassVar[dict[str, KnownDefect]] = {
+        "secured_kafka": KnownDefect(
+            "#34: a StreamingApp cannot name Kafka credentials or a CA (spec.kafka.tls, spec.kafka.authentication), "
+            "and sluice's own Kafka clients never authenticate",
+            symptom='unknown field "authentication"',
+        ),
+    }
 
     @classmethod
     def steps(cls) -> tuple[str, ...]:
@@ -952,6 +976,9 @@ class E2ESuite:
             install_spark_operator(self.target, self.spark_operator)
         values = {**self.images.chart_values(), **self.kafka.chart_values()}
         values["networkPolicy"] = {**values.get("networkPolicy", {}), "apiServerPorts": self.api_server_ports()}
+        if self.secured_kafka_access is not None:  # its topics are managed through the Admin API as well
+            ports = values["networkPolicy"].get("kafkaPorts", [])
+            values["networkPolicy"]["kafkaPorts"] = sorted({*ports, *self.secured_kafka_access.ports})
         if self.prometheus:  # its CRDs first: the chart renders its monitors and alerts where they are served
             install_external_crds(self.target.kubectl, crds=monitoring_crds())
             values["monitoring"] = {"enabled": True, "interval": MONITORING_INTERVAL}
@@ -1856,32 +1883,91 @@ class E2ESuite:
         """An app in a namespace that enforces Pod Security "restricted", as production namespaces do, with the
         checkpoint claim the operator makes on the cluster's default StorageClass: it runs and counts."""
         name, namespace = self.RESTRICTED_APP, self.RESTRICTED_NAMESPACE
-        lines, counts = f"{name}-lines", f"{name}-counts"
-        app = wordcount_app(namespace, self.images, self.kafka.app_kafka())
-        app = json.loads(json.dumps(app).replace('"wordcount-', f'"{name}-'))  # topics of its own
-        app["metadata"]["name"] = name
-        self.target.apply(restricted_namespace(namespace), app)
         try:
-
-            def running() -> bool:
-                self.assert_admitted(namespace)
-                status = (self.target.get("streamingapp", name, namespace) or {}).get("status") or {}
-                return status.get("phase") == "Running"
-
-            wait_for(running, timeout=self.timeout, what=f"{name} running in {namespace}", interval=3)
-            self.kafka.produce(lines, ["omega omega"] * 10)
-
-            def counted() -> Counter[str] | None:
-                self.assert_admitted(namespace)
-                self.kafka.produce(lines, ["flush"])
-                got = word_counts(self.kafka.consume(counts))
-                return got if got["omega"] >= 20 else None
-
-            got = wait_for(counted, timeout=self.timeout, what=f"{name}'s counts", interval=3)
-            assert got["omega"] == 20, got
-            assert duplicated_windows(self.kafka.consume(counts)) == [], "a result was written twice"
+            self.count_in_own_app(
+                name,
+                namespace,
+                self.kafka.app_kafka(),
+                self.kafka,
+                restricted_namespace(namespace),
+                check=lambda: self.assert_admitted(namespace),
+            )
         finally:
             self.target.kubectl("delete", "namespace", namespace, "--wait=true", timeout=self.timeout)
+
+    SECURED_APP = "secured-count"
+
+    def secured_kafka(self) -> None:
+        """The word count against a broker that takes only SASL_SSL from pods, its CA and the app's SCRAM-SHA-512
+        password from Secrets, in the shape Strimzi users write for KafkaConnect (spec.kafka.tls.trustedCertificates,
+        spec.kafka.authentication): it runs, its topics are made, and it counts exactly."""
+        import pytest
+
+        secured = self.secured_kafka_access
+        if secured is None:
+            pytest.skip("this cluster has no secured Kafka")
+        name, namespace = self.SECURED_APP, self.apps_namespace
+        credentials: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-kafka-user", "namespace": namespace},
+            "stringData": {"password": secured.password},
+        }
+        ca: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-kafka-ca", "namespace": namespace},
+            "stringData": {"ca.crt": secured.ca_pem},
+        }
+        kafka = {
+            "bootstrapServers": secured.bootstrap,
+            "tls": {"trustedCertificates": [{"secretName": ca["metadata"]["name"], "certificate": "ca.crt"}]},
+            "authentication": {
+                "type": "scram-sha-512",
+                "username": secured.user,
+                "passwordSecret": {"secretName": credentials["metadata"]["name"], "password": "password"},
+            },
+        }
+        try:
+            self.count_in_own_app(name, namespace, kafka, secured.host, credentials, ca)
+        finally:
+            self.target.kubectl("delete", "streamingapp", name, "-n", namespace, "--ignore-not-found", "--wait=true")
+
+    def count_in_own_app(
+        self,
+        name: str,
+        namespace: str,
+        app_kafka: dict[str, Any],
+        kafka: KafkaAccess,
+        *before: dict[str, Any],
+        check: Callable[[], None] = lambda: None,
+    ) -> None:
+        """A word count app `name` with topics of its own on `app_kafka`, applied after `before`: it runs, and ten
+        lines "omega omega" come out as exactly 20 (`kafka`: where the test writes and reads; `check`: run while
+        waiting, to fail at once on a refusal)."""
+        lines, counts = f"{name}-lines", f"{name}-counts"
+        app = wordcount_app(namespace, self.images, app_kafka)
+        app = json.loads(json.dumps(app).replace('"wordcount-', f'"{name}-'))  # topics of its own
+        app["metadata"]["name"] = name
+        self.target.apply(*before, app)
+
+        def running() -> bool:
+            check()
+            status = (self.target.get("streamingapp", name, namespace) or {}).get("status") or {}
+            return status.get("phase") == "Running"
+
+        wait_for(running, timeout=self.timeout, what=f"{name} running in {namespace}", interval=3)
+        kafka.produce(lines, ["omega omega"] * 10)
+
+        def counted() -> Counter[str] | None:
+            check()
+            kafka.produce(lines, ["flush"])
+            got = word_counts(kafka.consume(counts))
+            return got if got["omega"] >= 20 else None
+
+        got = wait_for(counted, timeout=self.timeout, what=f"{name}'s counts", interval=3)
+        assert got["omega"] == 20, got
+        assert duplicated_windows(kafka.consume(counts)) == [], "a result was written twice"
 
     def assert_admitted(self, namespace: str) -> None:
         """Fails at once, with the API server's words, when Pod Security refused a pod of the namespace."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import REPO_ROOT, ProvisionError, cache_dir, locked, run
-from .e2e_suite import E2ESuite, HostKafka, Images, Target, image_builder
+from .e2e_suite import E2ESuite, HostKafka, Images, SecuredKafka, Target, image_builder
 from .images import BASE_IMAGE, CONTAINERD_NAME, OCI_REF_NAME, base_image, full_name, image_archive
 from .node import RUNTIME_ROOT, install_packages
 from .object_store import ObjectStoreAccess
@@ -163,7 +163,9 @@ def spark_operator_chart_values() -> dict[str, Any]:
     }
 
 
-def suite_on_local_images(target: Target, kafka: HostKafka, object_store: ObjectStoreAccess) -> E2ESuite:
+def suite_on_local_images(
+    target: Target, kafka: HostKafka, object_store: ObjectStoreAccess, secured_kafka: SecuredKafka
+) -> E2ESuite:
     """The e2e suite on a cluster of the test bed's (local or kind) that has the images built here: spark-operator
     from its chart on its image, the test bed's Prometheus; Kafka and the object store are host processes."""
     return E2ESuite(
@@ -174,4 +176,5 @@ def suite_on_local_images(target: Target, kafka: HostKafka, object_store: Object
         spark_operator=spark_operator_chart_values(),
         object_store_access=object_store,
         prometheus=True,
+        secured_kafka_access=secured_kafka,
     )
