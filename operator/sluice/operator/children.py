@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.api.app import CHECKPOINT_VOLUME, CONTROL_VOLUME, PIPELINE_VOLUME
 from sluice.api.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, Migration, RunnerConfig
 
 from .model import StreamingAppSpec, TopicSpec
@@ -281,13 +282,13 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> d
         container["envFrom"] = [source.model_dump(exclude_none=True) for source in pod.envFrom]
     claim = checkpoint_claim_name(app, spec)
     if claim:
-        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
-        mounts.append({"name": "checkpoints", "mountPath": spec.checkpoint.location})
+        volumes.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.location})
     if role == "driver":
-        volumes.append({"name": "pipeline", "configMap": {"name": runner_configmap_name(driver)}})
-        mounts.append({"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True})
-        volumes.append({"name": "control", "secret": {"secretName": control_secret_name(app)}})
-        mounts.append({"name": "control", "mountPath": CONTROL_TOKEN_MOUNT, "readOnly": True})
+        volumes.append({"name": PIPELINE_VOLUME, "configMap": {"name": runner_configmap_name(driver)}})
+        mounts.append({"name": PIPELINE_VOLUME, "mountPath": PIPELINE_MOUNT, "readOnly": True})
+        volumes.append({"name": CONTROL_VOLUME, "secret": {"secretName": control_secret_name(app)}})
+        mounts.append({"name": CONTROL_VOLUME, "mountPath": CONTROL_TOKEN_MOUNT, "readOnly": True})
     volumes += [volume.model_dump() for volume in pod.volumes]
     mounts += [mount.model_dump(exclude_defaults=True) for mount in pod.volumeMounts]
     if mounts:
@@ -301,7 +302,7 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> d
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     scheduling = {
-        "tolerations": [t.model_dump(exclude_defaults=True) | {"operator": t.operator} for t in pod.tolerations],
+        "tolerations": [toleration.model_dump(exclude_none=True) for toleration in pod.tolerations],
         "affinity": pod.affinity,
         "topologySpreadConstraints": pod.topologySpreadConstraints,
         "priorityClassName": pod.priorityClassName,
@@ -320,7 +321,7 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> d
 def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
     """The name of the ConfigMap a SparkApplication's driver mounts (the app's runner ConfigMap)."""
     volumes = spark_app["spec"]["driver"]["template"]["spec"]["volumes"]
-    return next(v["configMap"]["name"] for v in volumes if v["name"] == "pipeline")
+    return next(v["configMap"]["name"] for v in volumes if v["name"] == PIPELINE_VOLUME)
 
 
 MIN_MEMORY_OVERHEAD = "768m"  # per driver and executor pod, above Spark's 384m: see spark_conf

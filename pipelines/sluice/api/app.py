@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from .pipeline import Duration, PipelineSpec, Strict, cel
+from .pipeline import DNS_LABEL, Duration, PipelineSpec, Strict, cel
 from .validation import DdlParser, PipelineInvalid, Problem, SqlParser, join_path, model_problems, natural_key, validate
 
 GROUP = "sluice.dev"
@@ -89,13 +89,10 @@ ObjectName = Annotated[
     StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253),
     Field(description="A Kubernetes object's name (DNS subdomain)."),
 ]
-VolumeName = Annotated[
-    str,
-    StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63),
-    Field(description="A volume's name (DNS label)."),
-]
-# The pods' own volumes (sluice's and Spark's): an app's volumes take other names.
-RESERVED_VOLUMES = ("checkpoints", "pipeline", "control")
+VolumeName = Annotated[str, DNS_LABEL, Field(description="A volume's name (DNS label).")]
+# The pods' own volumes (sluice's, which the operator mounts, and Spark's): an app's volumes take other names.
+CHECKPOINT_VOLUME, PIPELINE_VOLUME, CONTROL_VOLUME = "checkpoints", "pipeline", "control"
+RESERVED_VOLUMES = (CHECKPOINT_VOLUME, PIPELINE_VOLUME, CONTROL_VOLUME)
 RESERVED_VOLUME_PREFIX = "spark-"
 # The volume sources Pod Security "restricted" admits: no hostPath, no other node or network storage drivers.
 VOLUME_SOURCES = (

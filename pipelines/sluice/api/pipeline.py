@@ -31,11 +31,8 @@ SqlExpr = Annotated[
 ]
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
-NodeName = Annotated[
-    str,
-    StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63),
-    Field(description="Unique node name (DNS label: lower case, digits, '-')."),
-]
+DNS_LABEL = StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+NodeName = Annotated[str, DNS_LABEL, Field(description="Unique node name (DNS label: lower case, digits, '-').")]
 
 
 def duration_to_spark(value: str) -> str:
