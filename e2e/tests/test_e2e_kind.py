@@ -14,20 +14,19 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, free_ports
-from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, SecuredKafka, Target
+from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.images import image_archive
 from sluice.testbed.kafka_security import secured_kafka
 from sluice.testbed.kind import KindCluster
 from sluice.testbed.kube import kubectl_runner, kubernetes_binaries
-from sluice.testbed.local_images import build_local_images, suite_on_local_images
-from sluice.testbed.object_store import ObjectStoreAccess, serving
+from sluice.testbed.local_images import LocalImagesRun, build_local_images
+from sluice.testbed.object_store import serving
 from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
 from sluice.testbed.prometheus import prometheus_image
 
@@ -37,16 +36,8 @@ WORKERS = 2
 REPORTS = REPO_ROOT / ".sluice" / "e2e-kind"
 
 
-@dataclass(frozen=True)
-class KindRun:
-    target: Target
-    kafka: HostKafka
-    object_store: ObjectStoreAccess
-    secured_kafka: SecuredKafka
-
-
 @pytest.fixture(scope="module")
-def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindRun]:
+def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesRun]:
     work = tmp_path_factory.mktemp("e2e-kind")
     try:
         archives = build_local_images()  # before the cluster: nothing to delete when a build fails
@@ -77,12 +68,12 @@ def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindRun]:
             kubectl_runner(cluster.kubeconfig, binary=kubectl),
             Helm(helm, cluster.kubeconfig, work / "helm"),
         )
-        yield KindRun(target, HostKafka(kafka.bootstrap), store, secured)
+        yield LocalImagesRun(target, HostKafka(kafka.bootstrap), store, secured)
 
 
 @pytest.fixture(scope="module")
-def suite(kind_run: KindRun) -> E2ESuite:
-    return suite_on_local_images(kind_run.target, kind_run.kafka, kind_run.object_store, kind_run.secured_kafka)
+def suite(kind_run: LocalImagesRun) -> E2ESuite:
+    return kind_run.suite()
 
 
 @pytest.mark.parametrize("step", E2ESuite.step_params())

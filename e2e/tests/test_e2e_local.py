@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, pid_alive
-from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, SecuredKafka, Target
+from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.images import image_archive
 from sluice.testbed.kafka_security import secured_kafka
 from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
-from sluice.testbed.local_images import build_local_images, suite_on_local_images
+from sluice.testbed.local_images import LocalImagesRun, build_local_images
 from sluice.testbed.node import NODE_ADDRESS, Node
-from sluice.testbed.object_store import ObjectStoreAccess
 from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
 from sluice.testbed.prometheus import prometheus_image
 
@@ -38,16 +36,8 @@ pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
 REPORTS = REPO_ROOT / ".sluice" / "e2e"
 
 
-@dataclass(frozen=True)
-class LocalRun:
-    target: Target
-    kafka: HostKafka
-    object_store: ObjectStoreAccess
-    secured_kafka: SecuredKafka
-
-
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
+def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesRun]:
     work = tmp_path_factory.mktemp("e2e-local")
     try:
         archives = build_local_images()  # before the cluster: nothing to tear down when a build fails
@@ -62,7 +52,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
         plane.start()
         node.start()
         images = Images.release()
-        tag_image(node, images.spark, images.spark_next)
+        node.tag_image(images.spark, images.spark_next)
         kafka.start()  # on the node address, which exists while the node runs
         target = Target(
             plane.kubeconfig,
@@ -77,19 +67,10 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
     pids = {**plane.pids(), **node.pids()}
     try:
         with secured_kafka(NODE_ADDRESS, work / "kafka-secured") as secured:
-            yield LocalRun(target, HostKafka(kafka.bootstrap), node.object_store, secured)
+            yield LocalImagesRun(target, HostKafka(kafka.bootstrap), node.object_store, secured)
     finally:
         stop(kafka, node, plane)
     assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "cluster processes survived the run"
-
-
-def tag_image(node: Node, image: str, alias: str) -> None:
-    """A second name for an image in the node's containerd: an image change that pulls nothing."""
-    names = node.ctr("images", "ls", "-q").stdout.split()
-    source = next((n for n in names if n == image or n.endswith(f"/{image}")), None)
-    if source is None:
-        raise ProvisionError(f"no image {image} in the node's containerd (it has {', '.join(names)})")
-    node.ctr("images", "tag", "--force", source, source[: -len(image)] + alias)
 
 
 def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
@@ -101,8 +82,8 @@ def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
 
 
 @pytest.fixture(scope="module")
-def suite(local_run: LocalRun) -> E2ESuite:
-    return suite_on_local_images(local_run.target, local_run.kafka, local_run.object_store, local_run.secured_kafka)
+def suite(local_run: LocalImagesRun) -> E2ESuite:
+    return local_run.suite()
 
 
 @pytest.mark.parametrize("step", E2ESuite.step_params())

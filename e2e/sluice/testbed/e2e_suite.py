@@ -312,6 +312,11 @@ class StrimziKafka:
         return [(int(stamp.removeprefix("CreateTime:")), value) for stamp, value in records]
 
 
+def bootstrap_ports(bootstrap: str) -> list[int]:
+    """The ports of a host:port[,host:port] list, each once."""
+    return sorted({int(address.rsplit(":", 1)[1]) for address in bootstrap.split(",")})
+
+
 @functools.cache
 def _host_producer(bootstrap: str) -> Any:
     from confluent_kafka import Producer
@@ -328,8 +333,7 @@ class HostKafka:
     def chart_values(self) -> dict[str, Any]:
         """The operator's NetworkPolicy lets its Admin client out to the broker's ports (a user with Kafka on
         other ports than 9092/9093 sets the same value)."""
-        ports = sorted({int(address.rsplit(":", 1)[1]) for address in self.bootstrap.split(",")})
-        return {"networkPolicy": {"kafkaPorts": ports}}
+        return {"networkPolicy": {"kafkaPorts": bootstrap_ports(self.bootstrap)}}
 
     def app_kafka(self) -> dict[str, Any]:
         return {"bootstrapServers": self.bootstrap}
@@ -373,10 +377,6 @@ class SecuredKafka:
     user: str
     password: str
     ca_pem: str
-
-    @property
-    def ports(self) -> list[int]:
-        return sorted({int(address.rsplit(":", 1)[1]) for address in self.bootstrap.split(",")})
 
 
 # --- installing ----------------------------------------------------------------------------------------
@@ -978,7 +978,9 @@ class E2ESuite:
         values["networkPolicy"] = {**values.get("networkPolicy", {}), "apiServerPorts": self.api_server_ports()}
         if self.secured_kafka_access is not None:  # its topics are managed through the Admin API as well
             ports = values["networkPolicy"].get("kafkaPorts", [])
-            values["networkPolicy"]["kafkaPorts"] = sorted({*ports, *self.secured_kafka_access.ports})
+            values["networkPolicy"]["kafkaPorts"] = sorted(
+                {*ports, *bootstrap_ports(self.secured_kafka_access.bootstrap)}
+            )
         if self.prometheus:  # its CRDs first: the chart renders its monitors and alerts where they are served
             install_external_crds(self.target.kubectl, crds=monitoring_crds())
             values["monitoring"] = {"enabled": True, "interval": MONITORING_INTERVAL}

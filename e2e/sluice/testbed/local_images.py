@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -163,18 +164,25 @@ def spark_operator_chart_values() -> dict[str, Any]:
     }
 
 
-def suite_on_local_images(
-    target: Target, kafka: HostKafka, object_store: ObjectStoreAccess, secured_kafka: SecuredKafka
-) -> E2ESuite:
-    """The e2e suite on a cluster of the test bed's (local or kind) that has the images built here: spark-operator
-    from its chart on its image, the test bed's Prometheus; Kafka and the object store are host processes."""
-    return E2ESuite(
-        target,
-        Images.release(),
-        kafka,
-        strimzi=False,
-        spark_operator=spark_operator_chart_values(),
-        object_store_access=object_store,
-        prometheus=True,
-        secured_kafka_access=secured_kafka,
-    )
+@dataclass(frozen=True)
+class LocalImagesRun:
+    """A cluster of the test bed's (local or kind) with the images built here, and the host processes the suite
+    uses beside it: Kafka, the object store and the SASL_SSL-only broker."""
+
+    target: Target
+    kafka: HostKafka
+    object_store: ObjectStoreAccess
+    secured_kafka: SecuredKafka
+
+    def suite(self) -> E2ESuite:
+        """The e2e suite there: spark-operator from its chart on its image, the test bed's Prometheus."""
+        return E2ESuite(
+            self.target,
+            Images.release(),
+            self.kafka,
+            strimzi=False,
+            spark_operator=spark_operator_chart_values(),
+            object_store_access=self.object_store,
+            prometheus=True,
+            secured_kafka_access=self.secured_kafka,
+        )

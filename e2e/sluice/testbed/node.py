@@ -46,7 +46,7 @@ from .common import (
     stop_process_group,
     wait_until,
 )
-from .images import archive_names, base_image, image_archive, pause_image, probe_image
+from .images import archive_names, base_image, full_name, image_archive, pause_image, probe_image
 from .kube import (
     ControlPlane,
     announce,
@@ -640,6 +640,10 @@ class Node:
                 f"importing {archive} into containerd gave no image named "
                 f"{', '.join(missing) or '(the archive names none)'}"
             )
+
+    def tag_image(self, image: str, alias: str) -> None:
+        """A second name for an imported image in the node's containerd: an image change that pulls nothing."""
+        self.ctr("images", "tag", "--force", full_name(image), full_name(alias))
 
     def images(self) -> list[str]:
         """Image names as the kubelet sees them through CRI (what `crictl images` would list)."""
