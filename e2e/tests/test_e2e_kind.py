@@ -22,10 +22,9 @@ from sluice.testbed.common import REPO_ROOT, ProvisionError, free_ports
 from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.images import image_archive
-from sluice.testbed.kafka_security import secured_kafka
 from sluice.testbed.kind import KindCluster
 from sluice.testbed.kube import kubectl_runner, kubernetes_binaries
-from sluice.testbed.local_images import LocalImagesRun, build_local_images
+from sluice.testbed.local_images import LocalImagesRun, build_local_images, secured_kafka
 from sluice.testbed.object_store import serving
 from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
 from sluice.testbed.prometheus import prometheus_image

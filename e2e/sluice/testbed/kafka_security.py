@@ -3,16 +3,14 @@ the addresses clients dial, SCRAM-SHA-512 users, and the client settings that lo
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sluice.pipelines.local.kafka import SCRAM_MECHANISM, KafkaCluster, SecuredListener
+from sluice.pipelines.local.kafka import SCRAM_MECHANISM, SecuredListener
 
-from .e2e_suite import HostKafka, SecuredKafka
 from .kube import issue_cert, write_key_pair
 
 CA_FILE = "kafka-ca.crt"
@@ -70,22 +68,3 @@ def scram_client_settings(listener: SecuredListener, user: str, password: str | 
         "ssl.ca.location": str(listener.truststore),
         "ssl.endpoint.identification.algorithm": "https",
     }
-
-
-@contextlib.contextmanager
-def secured_kafka(host: str, directory: Path, user: str = "sluice-app") -> Iterator[SecuredKafka]:
-    """A broker of its own whose only listener on `host` is SASL_SSL (a certificate for `host`, SCRAM user `user`);
-    its plaintext listener is on loopback, for the test's own reads and writes. Stopped on exit."""
-    listener = secured_listener(directory / "pki", [host], [user])
-    cluster = KafkaCluster.on_free_ports(directory, host=host, secured=listener)
-    try:
-        cluster.start()
-        yield SecuredKafka(
-            cluster.secured_bootstrap,
-            HostKafka(cluster.bootstrap),
-            user,
-            listener.users[user],
-            listener.truststore.read_text(),
-        )
-    finally:
-        cluster.stop()

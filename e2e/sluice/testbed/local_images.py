@@ -8,21 +8,28 @@
 
 buildah (Debian's) keeps its storage and layer cache under the sluice cache; builds never reach a package
 index or a registry (`--network none`, `--pull=never`): wheels and jars come in the build contexts.
+
+LocalImagesRun is a cluster with these images (the local one or kind) and the host processes the e2e suite
+uses beside it; secured_kafka starts the SASL_SSL-only broker among them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice.pipelines.local.kafka import KafkaCluster
+
 from .common import REPO_ROOT, ProvisionError, cache_dir, locked, run
 from .e2e_suite import E2ESuite, HostKafka, Images, SecuredKafka, Target, image_builder
 from .images import BASE_IMAGE, CONTAINERD_NAME, OCI_REF_NAME, base_image, full_name, image_archive
+from .kafka_security import secured_listener
 from .node import RUNTIME_ROOT, install_packages
 from .object_store import ObjectStoreAccess
 from .versions import SPARK_OPERATOR
@@ -186,3 +193,22 @@ class LocalImagesRun:
             prometheus=True,
             secured_kafka_access=self.secured_kafka,
         )
+
+
+@contextlib.contextmanager
+def secured_kafka(host: str, directory: Path, user: str = "sluice-app") -> Iterator[SecuredKafka]:
+    """A broker of its own whose only listener on `host` is SASL_SSL (a certificate for `host`, SCRAM user `user`);
+    its plaintext listener is on loopback, for the test's own reads and writes. Stopped on exit."""
+    listener = secured_listener(directory / "pki", [host], [user])
+    cluster = KafkaCluster.on_free_ports(directory, host=host, secured=listener)
+    try:
+        cluster.start()
+        yield SecuredKafka(
+            cluster.secured_bootstrap,
+            HostKafka(cluster.bootstrap),
+            user,
+            listener.users[user],
+            listener.truststore.read_text(),
+        )
+    finally:
+        cluster.stop()
