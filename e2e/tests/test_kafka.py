@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from sluice.api.app import KafkaSpec
+from sluice.api.kafka_clients import KafkaClient, kafka_security, read_credentials
 from sluice.pipelines.local import kafka as kafka_mod
 from sluice.pipelines.local.kafka_io import consume_all, create_topic, end_offsets, produce
 from sluice.testbed.common import ProvisionError
@@ -208,3 +210,54 @@ def test_secured_server_properties_keep_plaintext_on_loopback(tmp_path):
     assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19001,SASL_SSL://10.245.0.1:19201"
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert "pw" not in "".join(props.values()), "passwords live in the storage's SCRAM records, not the config"
+
+
+def app_login(bootstrap: str, password: str, ca_pem: str) -> KafkaClient:
+    """The login an app with SCRAM over TLS gets (sluice.api.kafka_clients), its Secrets' values given."""
+    kafka = KafkaSpec.model_validate(
+        {
+            "bootstrapServers": bootstrap,
+            "tls": {"trustedCertificates": [{"secretName": "ca", "certificate": "ca.crt"}]},
+            "authentication": {
+                "type": "scram-sha-512",
+                "username": "sluice-app",
+                "passwordSecret": {"secretName": "user", "password": "password"},
+            },
+        }
+    )
+    security, _ = kafka_security(kafka)
+    values = {security.passwordFile: password, **dict.fromkeys(security.trustedCertificateFiles, ca_pem)}
+    return KafkaClient(bootstrap, security, read_credentials(security, values.__getitem__))
+
+
+def test_the_apps_login_manages_topics_and_writes_over_scram_and_tls(kafka_broker, kafka_secured, new_topic):
+    from confluent_kafka import Producer
+
+    from sluice.operator.topics import AdminTopics
+
+    topic = new_topic(partitions=2)
+    login = app_login(
+        kafka_broker.secured_bootstrap, kafka_secured.users["sluice-app"], kafka_secured.truststore.read_text()
+    )
+    assert AdminTopics(login, timeout=15).existing([topic])[topic].partitions == 2
+    producer = Producer(login.librdkafka())
+    producer.produce(topic, b"through the app's login")
+    assert producer.flush(30) == 0
+    assert sum(end_offsets(kafka_broker.bootstrap, topic).values()) == 1
+
+
+@pytest.mark.parametrize("wrong", ["password", "ca"])
+def test_a_refused_login_names_the_field_that_gave_it(kafka_broker, kafka_secured, tmp_path, wrong):
+    from sluice.operator.topics import AdminTopics, KafkaLoginRefused
+
+    password, ca = kafka_secured.users["sluice-app"], kafka_secured.truststore.read_text()
+    if wrong == "password":
+        password = "not-the-password"
+    else:
+        ca = write_kafka_pki(tmp_path / "other", ["127.0.0.1"])[0].read_text()
+    login = app_login(kafka_broker.secured_bootstrap, password, ca)
+    with pytest.raises(KafkaLoginRefused) as refused:
+        AdminTopics(login, timeout=10).existing(["any"])
+    field = "spec.kafka.authentication" if wrong == "password" else "spec.kafka.tls"
+    assert str(refused.value).startswith(f"{field}: Kafka at {kafka_broker.secured_bootstrap} refused the login: ")
+    assert password not in str(refused.value)

@@ -22,6 +22,7 @@ from bench_workload import PacedProducer
 from rich.console import Console
 from rich.table import Table
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, FromKafka
 from sluice.pipelines.compiler import kafka_source_options
 from sluice.testbed.common import REPO_ROOT
@@ -38,7 +39,11 @@ SETTINGS = {"sluice": {}, "java-default": {"kafka.fetch.max.wait.ms": "500"}}
 
 def run_once(spark, bootstrap: str, topic: str, options: dict[str, str]) -> dict[str, Any]:
     source = FromKafka(topic=topic, startingOffsets="earliest", options=options)
-    frame = spark.readStream.format("kafka").options(**kafka_source_options(source, bootstrap, "earliest")).load()
+    frame = (
+        spark.readStream.format("kafka")
+        .options(**kafka_source_options(source, KafkaClient(bootstrap), "earliest"))
+        .load()
+    )
     query = frame.writeStream.format("noop").trigger(processingTime="1 second").start()
     try:
         sent = PacedProducer(bootstrap, topic, PARTITIONS, RATE, SECONDS).start().result(SECONDS + 60).records

@@ -23,7 +23,7 @@ def rules(*nodes: dict[str, Any]) -> tuple[LateRule, ...]:
     spec = PipelineSpec.model_validate(
         {"nodes": [SOURCE, *nodes], "deadLetter": {"toConsole": {}, "lateRecords": True}}
     )
-    return Compiler(None, spec, bootstrap_servers=None)._late_rules("events")  # type: ignore[arg-type]
+    return Compiler(None, spec, kafka=None)._late_rules("events")  # type: ignore[arg-type]
 
 
 def sink(name: str, upstream: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from sluice.api.contract import CheckpointsDeleted, Migration, QueryStep, RunnerConfig
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import FromKafka, PipelineSpec
 from sluice.pipelines.checkpoints import Handover, OutputGrid, committed_batch
 from sluice.pipelines.compiler import compile_pipeline
@@ -436,7 +437,7 @@ def test_a_windowed_query_knows_where_its_windows_end(spark_session: SparkSessio
         nodes = [n.model_dump(exclude_none=True, by_alias=True) for n in spec.nodes]
         nodes[1]["aggregate"]["window"] = window
         changed = PipelineSpec.model_validate({**spec.model_dump(exclude_none=True, by_alias=True), "nodes": nodes})
-        compiled = compile_pipeline(spark_session, changed, bootstrap_servers="127.0.0.1:9")
+        compiled = compile_pipeline(spark_session, changed, kafka=KafkaClient("127.0.0.1:9"))
         return next(q for q in compiled.queries if q.name == "counts").final_grid_ms
 
     assert grid({"tumbling": "4s"}) == 4_000

@@ -152,7 +152,7 @@ def test_no_example_is_refused(name: str, spark_session, monkeypatch: pytest.Mon
     compiled = compile_pipeline(  # compiles in full here (plan_problems would skip a plan it cannot build)
         spark_session,
         spec,
-        bootstrap_servers=None,
+        kafka=None,
         prefix=document.prefix,
         source_frames=stand_in_frames(spark_session),
     )

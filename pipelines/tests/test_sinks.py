@@ -18,6 +18,7 @@ from kafka_output import read_committed
 from pydantic import ValidationError
 from pyspark.sql import DataFrame, SparkSession
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import ToKafka
 from sluice.pipelines.local.kafka_io import ConsumedRecord, produce
 from sluice.pipelines.sinks import SinkContext
@@ -63,7 +64,7 @@ class Target:
         _Workers.producers.clear()
         config = ToKafka(topic=self.topic, key="k", value="v", writers=self.writers)
         return ExactlyOnceKafkaSink(
-            config, SinkContext("out", checkpoint or self.checkpoint, self.bootstrap, self.app_id)
+            config, SinkContext("out", checkpoint or self.checkpoint, KafkaClient(self.bootstrap), self.app_id)
         )
 
     def rows(self, sink: ExactlyOnceKafkaSink, tag: str, keys: list[str] = KEYS) -> DataFrame:
@@ -193,7 +194,7 @@ def test_a_query_without_a_shuffle_writes_a_topic_of_one_partition_from_the_stag
     for shuffled in (False, True):
         target = Target(spark_session, kafka_bootstrap, new_topic(partitions=1), tmp_path / str(shuffled), "executors")
         config = ToKafka(topic=target.topic, key="k", value="v", writers="executors")
-        context = SinkContext("out", target.checkpoint, target.bootstrap, target.app_id, shuffled=shuffled)
+        context = SinkContext("out", target.checkpoint, KafkaClient(target.bootstrap), target.app_id, shuffled=shuffled)
         sink = ExactlyOnceKafkaSink(config, context)
         placed = sink._by_partition(with_kafka_partition(sink.records(frame), 1), 1)
         plan = placed._jdf.queryExecution().executedPlan().toString()
@@ -241,7 +242,9 @@ def test_binary_keys_string_values_and_headers_reach_kafka_as_given(target: Targ
     record of each transaction only."""
     headers = "array(named_struct('key', 'origin', 'value', cast(upper(k) as binary)))"
     config = ToKafka(topic=target.topic, key="cast(k as binary)", value="v", headers=headers, writers=target.writers)
-    sink = ExactlyOnceKafkaSink(config, SinkContext("out", target.checkpoint, target.bootstrap, target.app_id))
+    sink = ExactlyOnceKafkaSink(
+        config, SinkContext("out", target.checkpoint, KafkaClient(target.bootstrap), target.app_id)
+    )
     frame = target.spark.createDataFrame([(k, f"b0:{k}") for k in KEYS], "k STRING, v STRING")
     sink.write_batch(sink.records(frame), 0)
     out = target.output()
@@ -254,7 +257,9 @@ def test_binary_keys_string_values_and_headers_reach_kafka_as_given(target: Targ
 def test_values_alone_without_key_or_headers(target: Target) -> None:
     """A sink of values only: each record placed by its value, none lost or doubled."""
     config = ToKafka(topic=target.topic, value="v", writers=target.writers)
-    sink = ExactlyOnceKafkaSink(config, SinkContext("out", target.checkpoint, target.bootstrap, target.app_id))
+    sink = ExactlyOnceKafkaSink(
+        config, SinkContext("out", target.checkpoint, KafkaClient(target.bootstrap), target.app_id)
+    )
     frame = target.spark.createDataFrame([(k, f"b0:{k}") for k in KEYS], "k STRING, v STRING")
     sink.write_batch(sink.records(frame), 0)
     out = target.output()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, FromKafka
 from sluice.pipelines.compiler import kafka_source_options
 
 
 def test_a_stream_reads_with_a_short_fetch_wait_and_the_nodes_settings() -> None:
     src = FromKafka(topic="lines", maxRecordsPerTrigger=1000, minPartitions=8, metadata=["headers"])
-    options = kafka_source_options(src, "kafka:9092", "earliest")
+    options = kafka_source_options(src, KafkaClient("kafka:9092"), "earliest")
     assert options == {
         "kafka.bootstrap.servers": "kafka:9092",
         "kafka.isolation.level": "read_committed",
@@ -27,7 +28,7 @@ def test_the_nodes_own_options_win() -> None:
         isolationLevel="readUncommitted",
         options={"kafka.fetch.max.wait.ms": "500", "failOnDataLoss": "false"},
     )
-    options = kafka_source_options(src, "kafka:9092", "latest")
+    options = kafka_source_options(src, KafkaClient("kafka:9092"), "latest")
     assert options["kafka.fetch.max.wait.ms"] == "500"
     assert options["failOnDataLoss"] == "false"
     assert options["subscribePattern"] == "lines-.*" and "subscribe" not in options
@@ -36,7 +37,7 @@ def test_the_nodes_own_options_win() -> None:
 
 def test_a_warm_up_streams_from_the_records_of_a_time() -> None:
     src = FromKafka(topic="lines", maxRecordsPerTrigger=1000)
-    options = kafka_source_options(src, "kafka:9092", "earliest", since_ms=1_700_000_000_000)
+    options = kafka_source_options(src, KafkaClient("kafka:9092"), "earliest", since_ms=1_700_000_000_000)
     assert options["startingTimestamp"] == "1700000000000"
     assert options["startingOffsetsByTimestampStrategy"] == "latest"
     assert "startingOffsets" not in options and options["maxOffsetsPerTrigger"] == "1000"

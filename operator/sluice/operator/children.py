@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.api.app import CHECKPOINT_VOLUME, CONTROL_VOLUME, PIPELINE_VOLUME
+from sluice.api.app import CHECKPOINT_VOLUME, CONTROL_VOLUME, KAFKA_SECRET_VOLUME_PREFIX, PIPELINE_VOLUME
 from sluice.api.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, Migration, RunnerConfig
+from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT, SPARK_REDACTED_OPTIONS, kafka_security
 
 from .model import StreamingAppSpec, TopicSpec
 from .settings import ClaimDefaults
@@ -154,6 +155,7 @@ def runner_config(
         namespace=namespace,
         revision=revision(spec),
         kafkaBootstrap=bootstrap,
+        kafkaSecurity=kafka_security(spec.kafka)[0],
         pipeline=spec.pipeline,
         checkpointRoot=checkpoint_root(app, spec),
         checkpoints=dict(checkpoints or {}),
@@ -289,6 +291,9 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> d
         mounts.append({"name": PIPELINE_VOLUME, "mountPath": PIPELINE_MOUNT, "readOnly": True})
         volumes.append({"name": CONTROL_VOLUME, "secret": {"secretName": control_secret_name(app)}})
         mounts.append({"name": CONTROL_VOLUME, "mountPath": CONTROL_TOKEN_MOUNT, "readOnly": True})
+        for volume, mount in kafka_secret_volumes(spec):
+            volumes.append(volume)
+            mounts.append(mount)
     volumes += [volume.model_dump() for volume in pod.volumes]
     mounts += [mount.model_dump(exclude_defaults=True) for mount in pod.volumeMounts]
     if mounts:
@@ -318,6 +323,28 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> d
     }
 
 
+def kafka_secret_volumes(spec: StreamingAppSpec) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The driver's volume and mount of each Secret spec.kafka names (only the keys it names), where
+    kafka_security's files are. Executors get the login inline from the driver (KafkaClient)."""
+    keys: dict[str, set[str]] = {}
+    for source in kafka_security(spec.kafka)[1].values():
+        keys.setdefault(source.secret, set()).add(source.key)
+    return [
+        (
+            {
+                "name": f"{KAFKA_SECRET_VOLUME_PREFIX}{index}",
+                "secret": {"secretName": secret, "items": [{"key": key, "path": key} for key in sorted(keys[secret])]},
+            },
+            {
+                "name": f"{KAFKA_SECRET_VOLUME_PREFIX}{index}",
+                "mountPath": f"{KAFKA_SECRETS_MOUNT}/{secret}",
+                "readOnly": True,
+            },
+        )
+        for index, secret in enumerate(sorted(keys))
+    ]
+
+
 def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
     """The name of the ConfigMap a SparkApplication's driver mounts (the app's runner ConfigMap)."""
     volumes = spark_app["spec"]["driver"]["template"]["spec"]["volumes"]
@@ -345,6 +372,8 @@ def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
         # Spark 4.2 creates an executor NetworkPolicy at submission, which needs RBAC spark-operator
         # does not hold; the operator makes the same policy itself (network_policies).
         "spark.kubernetes.driver.pod.excludedFeatureSteps": SPARK_NETWORK_POLICY_STEP,
+        # The Kafka login goes to Spark's source and sink as options (KafkaClient.spark_options): kept out of plans.
+        "spark.sql.redaction.options.regex": SPARK_REDACTED_OPTIONS,
     }
     return {**defaults, **spec.spark.sparkConf}
 

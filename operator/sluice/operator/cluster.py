@@ -15,14 +15,16 @@ from typing import Any, cast
 
 import kopf
 
+from sluice.api.app import KafkaSpec
 from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
+from sluice.api.kafka_clients import CredentialUnreadable, KafkaClient, kafka_security, read_credentials
 
 from . import children as ch
 from .desired import DesiredState, Invalid, desired_state, parse_spec
 from .kube import KindNotServed, Kube, KubeError
 from .model import GROUP, KIND, VERSION, StreamingAppSpec
 from .status import Observation
-from .topics import AdminTopics, plan_topics
+from .topics import AdminTopics, KafkaLoginRefused, plan_topics
 
 FIELD_MANAGER = "sluice-operator"
 log = logging.getLogger("sluice.operator")
@@ -67,10 +69,41 @@ class Cluster:
             return None
 
     # ----------------------------------------------------------------------------- children
+    # ------------------------------------------------------------------------------- Kafka
+    def kafka_client(self, namespace: str, kafka: KafkaSpec, bootstrap: str) -> KafkaClient:
+        """The operator's own login to the app's Kafka: the Secrets spec.kafka names, read through the API server
+        (the driver reads the same keys as mounted files). Raises CredentialUnreadable naming the spec field."""
+        security, files = kafka_security(kafka)
+        data: dict[str, dict[str, str] | None] = {}
+
+        def read(path: str) -> str:
+            source = files[path]
+            if source.secret not in data:
+                secret = self.get("v1", "Secret", namespace, source.secret)
+                data[source.secret] = None if secret is None else (secret.get("data") or {})
+            values = data[source.secret]
+            if values is None:
+                raise CredentialUnreadable(f"{source.field}: no Secret {source.secret} in namespace {namespace}")
+            if not values.get(source.key):
+                raise CredentialUnreadable(f"{source.field}: Secret {source.secret} has no key {source.key}")
+            return base64.b64decode(values[source.key]).decode()
+
+        def name(path: str) -> str:
+            return f"{files[path].field} (Secret {files[path].secret}, key {files[path].key})"
+
+        return KafkaClient(bootstrap, security, read_credentials(security, read, name))
+
     def ensure_topics(self, owner: dict[str, Any], desired: DesiredState, obs: Observation) -> None:
+        """The app's topics; first its Kafka credentials are read (the driver would mount them), so a missing
+        Secret or a refused login is reported (obs.kafka_error) before anything else is made."""
+        try:
+            client = self.kafka_client(owner["metadata"]["namespace"], desired.spec.kafka, desired.bootstrap)
+        except CredentialUnreadable as exc:
+            obs.kafka_error = str(exc)
+            return
         try:
             if desired.admin_topics:
-                admin = AdminTopics(desired.bootstrap, timeout=15)
+                admin = AdminTopics(client, timeout=15)
                 plan = plan_topics(desired.admin_topics, admin.existing([t.name for t in desired.admin_topics]))
                 admin.apply(plan)
                 obs.topics_refused.update(plan.refused)
@@ -80,6 +113,8 @@ class Cluster:
             obs.topics_error = f"KafkaTopic: {exc}"
         except KindNotServed:
             obs.topics_error = "the KafkaTopic CRD (kafka.strimzi.io) is not installed"
+        except KafkaLoginRefused as exc:
+            obs.kafka_error = str(exc)
         except Exception as exc:  # Kafka unreachable, auth, ...: reported, retried on the next pass
             obs.topics_error = f"Kafka admin: {exc}"
 
@@ -150,8 +185,14 @@ class Cluster:
             return
         desired = desired_state("_", namespace, parsed)
         doomed = [t.name for t in desired.admin_topics if t.deletionPolicy == "delete"]
-        if doomed:
-            AdminTopics(desired.bootstrap, timeout=15).delete(doomed)
+        if not doomed:
+            return
+        try:
+            client = self.kafka_client(namespace, parsed.kafka, desired.bootstrap)
+        except CredentialUnreadable as exc:  # its Secret went first (a namespace deleted): the app still goes
+            log.warning("%s: topics %s kept, the login is gone: %s", namespace, ", ".join(doomed), exc)
+            return
+        AdminTopics(client, timeout=15).delete(doomed)
 
     # ---------------------------------------------------------------------------- revisions
     def revisions(self, namespace: str, app: str) -> set[str]:

@@ -30,7 +30,7 @@ from .observer import Observer, submitted_executors
 from .rollout_actions import RolloutActions
 from .rollout_pass import RolloutPass, Rollouts
 from .settings import SETTINGS, Settings
-from .status import Observation, last_driver_failure, status_for, status_write_due
+from .status import KAFKA_LOGIN_FAILED, Observation, last_driver_failure, status_for, status_write_due
 
 log = logging.getLogger("sluice.operator")
 
@@ -130,21 +130,23 @@ class Reconciler:
         if full:
             topics = desired_state(app, namespace, spec, claims=self.settings.checkpoints)
             self.cluster.ensure_topics(body, topics, obs)
-            self.cluster.ensure_control_secret(body)
+            if obs.kafka_error is None:  # an app that cannot log in gets nothing made (see _apply)
+                self.cluster.ensure_control_secret(body)
         else:
-            obs.topics_error, obs.topics_refused, obs.apply_error = self._last_full_errors(old_status)
+            obs.kafka_error, obs.topics_error, obs.topics_refused, obs.apply_error = self._last_full_errors(old_status)
         self.observer.app_driver(spark_app, namespace, obs)
         return obs, spark_app
 
     @staticmethod
-    def _last_full_errors(old_status: dict[str, Any]) -> tuple[str | None, dict[str, str], str | None]:
+    def _last_full_errors(old_status: dict[str, Any]) -> tuple[str | None, str | None, dict[str, str], str | None]:
         """A tick applies nothing, so the errors of the last full pass stand (from its conditions)."""
         by_type = {c.get("type"): c for c in old_status.get("conditions") or []}
         topics, submitted = by_type.get("TopicsReady") or {}, by_type.get("DriverSubmitted") or {}
+        kafka_error = topics.get("message") or None if topics.get("reason") == KAFKA_LOGIN_FAILED else None
         topics_error = topics.get("message") or None if topics.get("reason") == "TopicError" else None
         refused = {"_": topics["message"]} if topics.get("reason") == "PartitionShrinkRefused" else {}
         apply_error = submitted.get("message") or None if submitted.get("reason") == "ApplyFailed" else None
-        return topics_error, refused, apply_error
+        return kafka_error, topics_error, refused, apply_error
 
     # ------------------------------------------------------------------------------- act
     def _apply(
@@ -165,16 +167,19 @@ class Reconciler:
             driver_spec=rollout.driver_spec,
             driver=None if rollout.driver == app else rollout.driver,
         )
-        if full:
+        # Nothing is made for a driver that could not log in to Kafka (obs.kafka_error says why); one that runs
+        # keeps its children.
+        login_failed = obs.kafka_error is not None and rollout.driver_app is None
+        if full and not login_failed:
             self.cluster.ensure_children(body, desired, obs, rollout.decision.keep, rollout.driver)
             for retired in rollout.retired:
                 self.cluster.delete_driver(namespace, retired)
-        elif rollout.moved:
+        elif rollout.moved and not full:
             runner = ch.runner_configmap_name(rollout.driver)
             self.cluster.apply(next(c for c in desired.children if c["metadata"]["name"] == runner))
-        if rollout.driver_app is None and not spec.suspend and full:
+        if rollout.driver_app is None and not spec.suspend and full and not login_failed:
             self.observer.app_driver(self.cluster.spark_application(namespace, rollout.driver), namespace, obs)
-        return desired.children
+        return [] if full and login_failed else desired.children
 
     # ---------------------------------------------------------------------------- record
     def _record(self, body: dict[str, Any], outcome: Outcome) -> None:

@@ -22,6 +22,7 @@ class Observation:
 
     valid: Invalid | None = None
     topics_error: str | None = None
+    kafka_error: str | None = None  # the app's Kafka credentials unreadable, or its login refused (names the field)
     topics_refused: dict[str, str] = field(default_factory=dict)
     apply_error: str | None = None
     suspended: bool = False
@@ -36,6 +37,7 @@ class Observation:
 
 
 DRIVER_FAILED = "DriverFailed"  # the Running condition's reason when a driver left its error
+KAFKA_LOGIN_FAILED = "KafkaLoginFailed"  # TopicsReady's reason: credentials unreadable or refused
 
 
 def driver_failure(pod: dict[str, Any] | None) -> str | None:
@@ -84,9 +86,17 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
 
     if obs.valid is not None:
         return [cond("Valid", False, "InvalidSpec", obs.valid.message[:4000])]
-    topics_ok = not (obs.topics_error or obs.topics_refused)
-    topics_message = obs.topics_error or "; ".join(obs.topics_refused.values())
-    reason = "TopicError" if obs.topics_error else "PartitionShrinkRefused" if obs.topics_refused else "Ready"
+    topics_ok = not (obs.kafka_error or obs.topics_error or obs.topics_refused)
+    topics_message = obs.kafka_error or obs.topics_error or "; ".join(obs.topics_refused.values())
+    reason = (
+        KAFKA_LOGIN_FAILED
+        if obs.kafka_error
+        else "TopicError"
+        if obs.topics_error
+        else "PartitionShrinkRefused"
+        if obs.topics_refused
+        else "Ready"
+    )
     state = (obs.spark_state or "").upper()
     if obs.suspended:
         submitted = cond("DriverSubmitted", False, "Suspended", "spec.suspend is true")
@@ -210,6 +220,7 @@ def status_for(
             obs.valid.message[:4000]
             if obs.valid
             else obs.apply_error
+            or obs.kafka_error
             or obs.topics_error
             or "; ".join(obs.topics_refused.values())
             or (obs.driver_failure or "")[:4000]

@@ -10,7 +10,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.api.kafka_clients import KafkaClient
+
 from .model import TopicSpec
+
+# librdkafka errors that are the login's, not the network's: the spec field whose setting Kafka refused.
+LOGIN_ERRORS = {"_AUTHENTICATION": "spec.kafka.authentication", "_SSL": "spec.kafka.tls"}
+
+
+class KafkaLoginRefused(RuntimeError):
+    """Kafka refused the operator's login with the app's credentials (its message names the spec field)."""
 
 
 @dataclass(frozen=True)
@@ -54,16 +63,31 @@ def plan_topics(desired: list[TopicSpec], existing: dict[str, ExistingTopic]) ->
 class AdminTopics:
     """Reads and changes topics of one Kafka cluster through the Admin API."""
 
-    def __init__(self, bootstrap: str, timeout: float = 30.0) -> None:
+    def __init__(self, client: KafkaClient, timeout: float = 30.0) -> None:
         from confluent_kafka.admin import AdminClient
 
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+        self.bootstrap = client.bootstrap
+        self.refused: str | None = None  # the login's error librdkafka reported, if any
+        settings: dict[str, Any] = {**client.librdkafka(), "log_level": 3, "error_cb": self._on_error}
+        self.admin = AdminClient(settings)
         self.timeout = timeout
 
+    def _on_error(self, error: Any) -> None:
+        field = LOGIN_ERRORS.get(error.name())
+        if field and self.refused is None:
+            self.refused = f"{field}: Kafka at {self.bootstrap} refused the login: {error.str()}"
+
     def existing(self, names: list[str]) -> dict[str, ExistingTopic]:
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import ConfigResource, ResourceType
 
-        metadata = self.admin.list_topics(timeout=self.timeout).topics
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout).topics
+        except KafkaException:
+            self.admin.poll(1)  # serves error_cb, where librdkafka tells why it could not connect
+            if self.refused:
+                raise KafkaLoginRefused(self.refused) from None
+            raise
         present = [n for n in names if n in metadata and metadata[n].error is None]
         if not present:
             return {}

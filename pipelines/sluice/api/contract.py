@@ -32,6 +32,21 @@ class Migration(Strict):
     rewindMs: int | None = Field(None, ge=0, description="As a migrate step's (QueryStep.rewindMs).")
 
 
+class KafkaSecurity(Strict):
+    """How the driver's Kafka clients log in: the protocol, and the files of the driver pod that hold the
+    credentials (Secrets the operator mounts); never the credentials themselves (sluice.api.kafka_clients)."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    saslMechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] | None = None
+    username: str | None = None
+    passwordFile: str | None = None
+    trustedCertificateFiles: list[str] = Field(
+        default_factory=list, description="PEM CA certificates; none: the system's CAs."
+    )
+    certificateFile: str | None = Field(None, description="The PEM client certificate (mTLS).")
+    keyFile: str | None = Field(None, description="Its PEM (PKCS#8) private key.")
+
+
 class RunnerConfig(Strict):
     """What the driver runs: one revision of one app."""
 
@@ -41,6 +56,9 @@ class RunnerConfig(Strict):
     namespace: str = "default"
     revision: str = Field(min_length=1, description="Hash of what the user wrote that the driver runs.")
     kafkaBootstrap: str = Field(min_length=1, description="host:port[,host:port], resolved by the operator.")
+    kafkaSecurity: KafkaSecurity = Field(
+        default_factory=KafkaSecurity, description="How every Kafka client of the app logs in."
+    )
     pipeline: PipelineSpec
     checkpointRoot: str = Field(min_length=1, description="The app's checkpoint folder (a query per subfolder).")
     checkpoints: dict[str, CheckpointFolder] = Field(

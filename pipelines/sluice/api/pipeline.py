@@ -93,6 +93,22 @@ KAFKA_METADATA_COLUMNS = ("key", "timestamp", "headers", "topic", "partition", "
 SOURCE_FETCH_MAX_WAIT_MS = 10
 
 
+# Kafka client settings that carry a credential: given in an option they would be copied into every object the
+# spec is (the app, its revisions, the SparkApplication); spec.kafka.authentication reads them from Secrets.
+CREDENTIAL_OPTION = re.compile(r"(?i)password|secret|jaas|(^|\.)ssl\.(keystore\.key|key\.pem|key\.location)$")
+
+
+def credential_options(options: dict[str, str]) -> dict[str, str]:
+    """The options refused as credentials, as the error says it."""
+    refused = sorted(k for k in options if CREDENTIAL_OPTION.search(k))
+    if refused:
+        raise ValueError(
+            f"options {', '.join(refused)}: credentials are not options (they would be copied into the app's "
+            "objects): set spec.kafka.authentication and spec.kafka.tls, which read them from Secrets"
+        )
+    return options
+
+
 class FromKafka(Strict):
     """Read a Kafka topic (or topics matching a pattern) as a stream."""
 
@@ -137,8 +153,9 @@ class FromKafka(Strict):
     options: dict[str, str] = Field(
         default_factory=dict,
         description="Extra Spark Kafka source options (kafka.* go to the consumers; sluice sets "
-        f"kafka.fetch.max.wait.ms to {SOURCE_FETCH_MAX_WAIT_MS}).",
+        f"kafka.fetch.max.wait.ms to {SOURCE_FETCH_MAX_WAIT_MS}; credentials come from spec.kafka).",
     )
+    _no_credentials = field_validator("options")(credential_options)
 
     @model_validator(mode="after")
     def _check(self) -> FromKafka:
@@ -349,8 +366,9 @@ class ToKafka(SinkBase):
         default_factory=dict,
         description="Kafka client settings prefixed kafka. "
         "(atLeastOnce: Java client and Spark sink options; exactlyOnce: librdkafka "
-        "settings, e.g. kafka.sasl.username, kafka.transactional.id as the prefix).",
+        "settings, e.g. kafka.transactional.id as the prefix; credentials come from spec.kafka).",
     )
+    _no_credentials = field_validator("options")(credential_options)
 
     @model_validator(mode="after")
     def _client_options(self) -> ToKafka:

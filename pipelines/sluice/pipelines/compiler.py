@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, TimestampNTZType, TimestampType
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import (
     SINK_OPS,
     SOURCE_FETCH_MAX_WAIT_MS,
@@ -128,12 +129,12 @@ class CompiledPipeline:
 
 
 def kafka_source_options(
-    src: FromKafka, bootstrap: str, starting_offsets: str, since_ms: int | None = None
+    src: FromKafka, kafka: KafkaClient, starting_offsets: str, since_ms: int | None = None
 ) -> dict[str, str]:
     """The Spark Kafka source's options for a fromKafka node: sluice's defaults under the node's own options.
     since_ms: the stream starts at the records of that time (a standby driver's warm-up), not at its offsets."""
     options = {
-        "kafka.bootstrap.servers": bootstrap,
+        **kafka.spark_options(),
         "kafka.isolation.level": ISOLATION_LEVELS[src.isolationLevel],
         "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_MAX_WAIT_MS),
         "includeHeaders": str("headers" in src.metadata).lower(),
@@ -156,7 +157,7 @@ class Compiler:
         spark: SparkSession,
         spec: PipelineSpec,
         *,
-        bootstrap_servers: str | None,
+        kafka: KafkaClient | None,
         prefix: str = "",
         app_name: str = "app",
         source_frames: SourceFrames | None = None,
@@ -168,7 +169,7 @@ class Compiler:
         self.source_frames = source_frames
         self.starting_offsets = dict(starting_offsets or {})  # source node -> startingOffsets, over the spec's
         self.spec = spec
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = kafka  # the app's Kafka and login
         self.prefix = prefix
         self.app_name = app_name
         self.index = {node.name: i for i, node in enumerate(spec.nodes)}
@@ -236,8 +237,8 @@ class Compiler:
         return Stream(df, event_time=src.eventTime, watermarked=bool(src.watermark))
 
     def _kafka_frame(self, node: Node, src: FromKafka) -> DataFrame:
-        bootstrap = src.bootstrapServers or self.bootstrap_servers
-        if not bootstrap:
+        kafka = self.kafka.at(src.bootstrapServers) if self.kafka else KafkaClient(src.bootstrapServers or "")
+        if not kafka.bootstrap:
             raise self.fail(
                 node,
                 "no Kafka bootstrap servers: set spec.kafka.bootstrapServers, "
@@ -246,7 +247,7 @@ class Compiler:
             )
         options = kafka_source_options(
             src,
-            bootstrap,
+            kafka,
             self.starting_offsets.get(node.name, src.startingOffsets),
             since_ms=self.since_ms,
         )
@@ -695,7 +696,7 @@ def compile_pipeline(
     spark: SparkSession,
     spec: PipelineSpec,
     *,
-    bootstrap_servers: str | None,
+    kafka: KafkaClient | None,
     prefix: str = "",
     app_name: str = "app",
     source_frames: SourceFrames | None = None,
@@ -707,7 +708,7 @@ def compile_pipeline(
     return Compiler(
         spark,
         spec,
-        bootstrap_servers=bootstrap_servers,
+        kafka=kafka,
         prefix=prefix,
         app_name=app_name,
         source_frames=source_frames,

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import FromKafka
 
 from .checkpoints import Handover, OffsetLog, OutputGrid, committed_batch, source_starts
@@ -93,7 +94,7 @@ class HandoverFailed(RuntimeError):
 
 
 def offsets_for_times(
-    spark: SparkSession, source: FromKafka, bootstrap: str, partitions: list[TopicPartition], at_ms: int
+    spark: SparkSession, source: FromKafka, kafka: KafkaClient, partitions: list[TopicPartition], at_ms: int
 ) -> dict[TopicPartition, int | None]:
     """Per partition, the earliest offset whose record time is at or after `at_ms`; None where no record is that
     late (an empty partition, one whose records are all earlier or deleted by retention). Asked as Spark's
@@ -108,7 +109,8 @@ def offsets_for_times(
     for key, value in source.options.items():
         if key.startswith("kafka."):
             props.put(key.removeprefix("kafka."), value)
-    props.put("bootstrap.servers", source.bootstrapServers or bootstrap)
+    for key, value in kafka.at(source.bootstrapServers).java().items():
+        props.put(key, value)
     admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
     try:
         spec = jvm.org.apache.kafka.clients.admin.OffsetSpec.forTimestamp(at_ms)
@@ -148,7 +150,7 @@ def hand_over(
     target_checkpoint: str,
     rewind_ms: int | None,
     sources: Mapping[str, FromKafka],
-    bootstrap: str,
+    kafka: KafkaClient,
     query: str,
 ) -> Handover:
     """Decide how the query on `target_checkpoint` takes over the output of the one on `source_checkpoint`
@@ -177,11 +179,11 @@ def hand_over(
                 # Batch 0 runs with watermark 0: a cut that early rewinds to the first record.
                 at_ms = max(0, cut - rewind_ms)
                 try:
-                    found.update(offsets_for_times(spark, sources[name], bootstrap, parts, at_ms))
+                    found.update(offsets_for_times(spark, sources[name], kafka, parts, at_ms))
                 except Exception as exc:
                     raise HandoverFailed(
                         f"query {query}: the migration from checkpoint {source_checkpoint} could not find where "
-                        f"source {name} starts: Kafka at {sources[name].bootstrapServers or bootstrap} did not "
+                        f"source {name} starts: Kafka at {kafka.at(sources[name].bootstrapServers).bootstrap} did not "
                         f"give the offsets of {described(parts)} at record time {at_ms} ms (the cut {cut} ms "
                         f"less rewindMs {rewind_ms}): {java_cause(exc)}"
                     ) from exc

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.api.contract import CheckpointsDeleted, QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
+from sluice.api.kafka_clients import KafkaClient, read_credentials, read_file
 from sluice.api.pipeline import PipelineSpec
 from sluice.api.validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
 
@@ -169,6 +170,15 @@ class PipelineRun:
         self._logged_runs: set[Any] = set()
         self._state: RunState = "running"
         self._standby_plan: CompiledPipeline | None = None
+        self._kafka_credentials = read_credentials(config.kafkaSecurity, read_file)  # a new login is a new driver
+
+    @property
+    def kafka(self) -> KafkaClient:
+        """The app's Kafka, as the config that runs names it."""
+        return self.kafka_of(self.config)
+
+    def kafka_of(self, config: RunnerConfig) -> KafkaClient:
+        return KafkaClient(config.kafkaBootstrap, config.kafkaSecurity, self._kafka_credentials)
 
     @classmethod
     def from_document(
@@ -334,7 +344,7 @@ class PipelineRun:
             raise PipelineInvalid(problems)
         compiled = self._plans(config, starting_offsets=starting_offsets)
         problems = streaming_problems(self.spark, compiled, config.pipeline, self.pipeline_path)
-        problems += real_time_slot_problems(self.spark, config.pipeline, self.pipeline_path, config.kafkaBootstrap)
+        problems += real_time_slot_problems(self.spark, config.pipeline, self.pipeline_path, self.kafka_of(config))
         if problems:
             raise PipelineInvalid(problems)
         return compiled
@@ -346,7 +356,7 @@ class PipelineRun:
         return compile_pipeline(
             self.spark,
             config.pipeline,
-            bootstrap_servers=config.kafkaBootstrap,
+            kafka=self.kafka_of(config),
             prefix=self.pipeline_path,
             app_name=config.app,
             starting_offsets=starting_offsets,
@@ -370,7 +380,7 @@ class PipelineRun:
                 target_checkpoint=config.checkpoint(query),
                 rewind_ms=migration.rewindMs,
                 sources=compiled.sources,
-                bootstrap=config.kafkaBootstrap,
+                kafka=self.kafka_of(config),
                 query=query,
             )
         return Handover.latest(self.spark, config.checkpoint(query))
@@ -387,7 +397,7 @@ class PipelineRun:
             plan,
             checkpoint_root=config.checkpointRoot,
             trigger=config.pipeline.trigger,
-            bootstrap=config.kafkaBootstrap,
+            kafka=self.kafka_of(config),
             spark_version=self.spark.version,
             on_dead_letters=self._count_dead_letters,
             app_id=f"{config.namespace}/{config.app}",
@@ -476,7 +486,7 @@ class PipelineRun:
                             target_checkpoint=config.checkpoint(name),
                             rewind_ms=rewind[name],
                             sources=compiled.sources,
-                            bootstrap=config.kafkaBootstrap,
+                            kafka=self.kafka_of(config),
                             query=name,
                         )
                     self._start_query(plans[name], config, handover)
@@ -539,7 +549,7 @@ class PipelineRun:
         self, config: RunnerConfig, steps: Sequence[QueryStep], plans: dict[str, QueryPlan]
     ) -> dict[str, list[str]]:
         """The steps' query names by action (migrate and restore: "move"), or SwapRefused."""
-        for field in ("app", "namespace", "kafkaBootstrap", "checkpointRoot"):
+        for field in ("app", "namespace", "kafkaBootstrap", "kafkaSecurity", "checkpointRoot"):
             if getattr(config, field) != getattr(self.config, field):
                 raise SwapRefused(
                     f"a hot swap keeps the run's {field} ({getattr(self.config, field)!r})", f"config.{field}"

@@ -99,9 +99,7 @@ def plan_problems(spark: SparkSession, spec: PipelineSpec, prefix: str) -> list[
     The compiler's own refusals are reported too, except at a node that reads from its environment: there
     this machine cannot judge, and the plan is not checked (the runner checks it at start)."""
     try:
-        compiled = compile_pipeline(
-            spark, spec, bootstrap_servers=None, prefix=prefix, source_frames=stand_in_frames(spark)
-        )
+        compiled = compile_pipeline(spark, spec, kafka=None, prefix=prefix, source_frames=stand_in_frames(spark))
     except PipelineInvalid as exc:
         local = {join_path(prefix, "nodes", i) for i, n in enumerate(spec.nodes) if n.operation in ENVIRONMENT_OPS}
         if any(_at_node(problem.path, local) for problem in exc.problems):

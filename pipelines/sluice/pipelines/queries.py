@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import ProcessingTime, duration_to_spark
 
 from .checkpoints import OffsetLog, running_query_at
@@ -252,7 +253,7 @@ def start_query(
     *,
     checkpoint_root: str,
     trigger: ProcessingTime,
-    bootstrap: str | None,
+    kafka: KafkaClient | None,
     spark_version: str,
     on_dead_letters: Callable[[str, int], None] | None = None,
     app_id: str | None = None,
@@ -273,7 +274,7 @@ def start_query(
         SinkContext(
             plan.name,
             checkpoint,
-            bootstrap,
+            kafka,
             app_id or plan.app,
             dead_letters=plan.dead_letter_source is not None,
             grouped=plan.grouped,

@@ -14,18 +14,17 @@ from collections.abc import Callable, Mapping
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import PipelineSpec
 from sluice.api.validation import Problem, join_path
 
 log = logging.getLogger(__name__)
 
-TopicPartitions = Callable[[str], Mapping[str, int]]  # bootstrap servers -> partitions by topic
+TopicPartitions = Callable[[KafkaClient], Mapping[str, int]]  # a cluster -> partitions by topic
 
 
-def kafka_topic_partitions(bootstrap: str, timeout: float = 10.0) -> dict[str, int]:
-    metadata = AdminClient({"bootstrap.servers": bootstrap, "client.id": "sluice-realtime"}).list_topics(
-        timeout=timeout
-    )
+def kafka_topic_partitions(kafka: KafkaClient, timeout: float = 10.0) -> dict[str, int]:
+    metadata = AdminClient({**kafka.librdkafka(), "client.id": "sluice-realtime"}).list_topics(timeout=timeout)
     return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
 
 
@@ -87,7 +86,7 @@ def real_time_slot_problems(
     spark: SparkSession,
     spec: PipelineSpec,
     prefix: str,
-    bootstrap: str | None,
+    kafka: KafkaClient | None,
     topic_partitions: TopicPartitions = kafka_topic_partitions,
 ) -> list[Problem]:
     """slot_problems with the partitions asked of Kafka (a source Kafka does not answer for is not counted)."""
@@ -98,12 +97,13 @@ def real_time_slot_problems(
     def partitions_of(i: int) -> int | None:
         src = spec.nodes[i].fromKafka
         assert src is not None
-        servers = src.bootstrapServers or bootstrap
+        client = kafka.at(src.bootstrapServers) if kafka else KafkaClient(src.bootstrapServers or "")
+        servers = client.bootstrap
         if not servers:
             return None
         if servers not in listed:
             try:
-                listed[servers] = topic_partitions(servers)
+                listed[servers] = topic_partitions(client)
             except Exception as exc:  # the query reports an unreachable Kafka itself
                 log.warning("real-time mode: cannot list the topics of %s to count task slots: %s", servers, exc)
                 listed[servers] = {}

@@ -136,7 +136,7 @@ def compile_rows(spark: SparkSession, pipeline: dict[str, Any], rows: Rows) -> t
     spec = validate(
         {"trigger": {"availableNow": True}, **pipeline}, sql=spark_sql_parser(spark), ddl=spark_ddl_parser(spark)
     )
-    return spec, compile_pipeline(spark, spec, bootstrap_servers=None, source_frames=rows.frame)
+    return spec, compile_pipeline(spark, spec, kafka=None, source_frames=rows.frame)
 
 
 def run(
@@ -146,7 +146,7 @@ def run(
     spec, compiled = compile_rows(spark, pipeline, rows)
     queries = [
         start_query(
-            plan, checkpoint_root=str(checkpoints), trigger=spec.trigger, bootstrap=None, spark_version=spark.version
+            plan, checkpoint_root=str(checkpoints), trigger=spec.trigger, kafka=None, spark_version=spark.version
         )
         for plan in compiled.queries
     ]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.compiler import compile_pipeline
 from sluice.pipelines.queries import DEFAULT_POOL, pool_of
@@ -45,7 +46,7 @@ def test_queries_with_a_shuffle_run_in_the_default_pool(spark_session: SparkSess
             "deadLetter": {"toMemory": {"table": "dead"}},
         }
     )
-    plans = compile_pipeline(spark_session, spec, bootstrap_servers="127.0.0.1:9").queries
+    plans = compile_pipeline(spark_session, spec, kafka=KafkaClient("127.0.0.1:9")).queries
     shuffled = {plan.name: plan.shuffled for plan in plans}
     assert shuffled == {
         "plain": False,

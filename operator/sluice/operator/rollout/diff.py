@@ -153,7 +153,7 @@ class _Graph:
         app's)."""
         plain = _dump(config)
         if operation in ("fromKafka", "toKafka") and not config.bootstrapServers:
-            plain["bootstrapServers"] = self.spec.kafka.model_dump(mode="json", exclude_none=True)
+            plain["bootstrapServers"] = self.spec.kafka.address()
         return plain
 
     # ------------------------------------------------------------------ rewind of a new checkpoint
@@ -487,6 +487,10 @@ def _runtime_reasons(old: StreamingAppSpec, new: StreamingAppSpec) -> Iterator[R
     for key, why in _RUNTIME_WHY.items():
         if _dump(getattr(old.spark, key)) != _dump(getattr(new.spark, key)):
             yield Reason(f"spec.spark.{key}", Change.COMPATIBLE, f"{why}: a new driver, on the same checkpoints")
+    for key in ("tls", "authentication"):
+        if _dump(getattr(old.kafka, key)) != _dump(getattr(new.kafka, key)):
+            why = "the clients log in to Kafka another way (the driver mounts its Secrets when it starts)"
+            yield Reason(f"spec.kafka.{key}", Change.COMPATIBLE, f"{why}: a new driver, on the same checkpoints")
     if old.checkpoint.volumeClaim != new.checkpoint.volumeClaim:
         yield Reason("spec.checkpoint.volumeClaim", Change.COMPATIBLE, "the driver mounts another claim")
 

@@ -14,23 +14,33 @@ from collections.abc import Callable, Iterable, Mapping
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from sluice.api.kafka_clients import KafkaClient
+
 from .backlog import TopicPartition as Partition
 
-AdminFactory = Callable[[str], AdminClient]
+AdminFactory = Callable[[KafkaClient], AdminClient]
 
 
 class LatestOffsetsUnavailable(Exception):
     """Kafka did not tell the end offsets in time."""
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "client.id": "sluice-control"})
+def admin_client(kafka: KafkaClient) -> AdminClient:
+    return AdminClient({**kafka.librdkafka(), "client.id": "sluice-control"})
 
 
 class LatestOffsets:
-    """End offsets by bootstrap servers and partition, cached for `ttl` seconds."""
+    """End offsets by bootstrap servers and partition, cached for `ttl` seconds. `kafka`: the app's login, used
+    at every bootstrap asked."""
 
-    def __init__(self, timeout: float = 1.5, ttl: float = 1.0, admin: AdminFactory = admin_client) -> None:
+    def __init__(
+        self,
+        kafka: KafkaClient | None = None,
+        timeout: float = 1.5,
+        ttl: float = 1.0,
+        admin: AdminFactory = admin_client,
+    ) -> None:
+        self.kafka = kafka or KafkaClient("")
         self.timeout = timeout
         self.ttl = ttl
         self._admin = admin
@@ -60,7 +70,9 @@ class LatestOffsets:
         request = {TopicPartition(topic, partition): OffsetSpec.latest() for topic, partition in partitions}
         if not request:
             return {}
-        client = self._clients.get(bootstrap) or self._clients.setdefault(bootstrap, self._admin(bootstrap))
+        client = self._clients.get(bootstrap) or self._clients.setdefault(
+            bootstrap, self._admin(self.kafka.at(bootstrap))
+        )
         deadline = time.monotonic() + self.timeout
         try:
             futures = client.list_offsets(

@@ -223,7 +223,9 @@ class ControlServer:
     """The control API of a run, on its config's control port."""
 
     def __init__(self, run: PipelineRun, host: str = "0.0.0.0") -> None:
-        self.api = ControlApi(run, Executors(run.spark), ControlToken(run.config.controlTokenFile), LatestOffsets())
+        self.api = ControlApi(
+            run, Executors(run.spark), ControlToken(run.config.controlTokenFile), LatestOffsets(run.kafka)
+        )
         self.server = make_server(
             host, run.config.controlPort, self.api, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
         )

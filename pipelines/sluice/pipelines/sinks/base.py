@@ -9,6 +9,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter
 
+from sluice.api.kafka_clients import KafkaClient
+
 
 @dataclass(frozen=True)
 class SinkContext:
@@ -16,7 +18,7 @@ class SinkContext:
 
     query: str  # the query's name: the sink node, or "<source>-dead-letters"
     checkpoint: str  # the query's checkpoint folder (any Hadoop URI); sinks may keep state beside it
-    bootstrap: str | None  # the app's Kafka
+    kafka: KafkaClient | None  # the app's Kafka and login
     app_id: str  # names the app across a Kafka cluster (namespace/app); prefixes transactional ids
     dead_letters: bool = False  # rows are dead letters (source, error, topic, partition, offset, key, value)
     grouped: bool = False  # rows are an aggregation's groups: a batch holds those it changed or closed

@@ -7,6 +7,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
+from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import ToKafka
 
 from .base import Sink, SinkContext
@@ -51,10 +52,12 @@ class KafkaRecords(Sink):
 
     def __init__(self, config: ToKafka, context: SinkContext) -> None:
         super().__init__(config, context)
-        bootstrap = config.bootstrapServers or context.bootstrap
-        if not bootstrap:
+        kafka = (
+            context.kafka.at(config.bootstrapServers) if context.kafka else KafkaClient(config.bootstrapServers or "")
+        )
+        if not kafka.bootstrap:
             raise ValueError(f"sink {context.query}: no Kafka bootstrap servers")
-        self.bootstrap: str = bootstrap
+        self.kafka = kafka
 
     def records(self, rows: DataFrame) -> DataFrame:
         return dead_letter_record(rows) if self.context.dead_letters else kafka_record(rows, self.config)
@@ -66,7 +69,7 @@ class KafkaSink(KafkaRecords):
     @property
     def options(self) -> dict[str, str]:
         """Spark's Kafka sink options, the same for the streaming and the per-batch writer."""
-        return {"topic": self.config.topic, "kafka.bootstrap.servers": self.bootstrap, **self.config.options}
+        return {"topic": self.config.topic, **self.kafka.spark_options(), **self.config.options}
 
     def stream_writer(self, records: DataFrame) -> DataStreamWriter:
         return records.writeStream.format("kafka").options(**self.options)

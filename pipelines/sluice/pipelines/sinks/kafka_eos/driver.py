@@ -49,7 +49,7 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         options = {k.removeprefix("kafka."): v for k, v in config.options.items() if k.startswith("kafka.")}
         self.transactional_prefix = options.pop("transactional.id", f"sluice/{self.writer}")
         self.client_config: dict[str, str | bool] = {
-            "bootstrap.servers": self.bootstrap,
+            **self.kafka.librdkafka(),
             "enable.sparse.connections": False,
             **options,
         }
@@ -180,7 +180,7 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         metadata = self._new_admin().list_topics(self.config.topic, timeout=timeout).topics[self.config.topic]
         if metadata.error is not None:
             raise RuntimeError(
-                f"output topic {self.config.topic} at {self.bootstrap}: {metadata.error.str()} "
+                f"output topic {self.config.topic} at {self.kafka.bootstrap}: {metadata.error.str()} "
                 "(an exactly-once sink does not create its topic: declare it in spec.topics)"
             )
         return len(metadata.partitions)
