@@ -11,6 +11,7 @@ tests/test_e2e_local.py runs it on the local cluster (CI's `make e2e-local`), te
 
 from __future__ import annotations
 
+import base64
 import datetime
 import functools
 import importlib.util
@@ -779,13 +780,7 @@ class E2ESuite:
     # Steps the product cannot pass yet: they run, and must fail with their defect's symptom (a strict
     # expected failure: once a fix makes one pass, the run fails until its entry goes; a failure without the
     # symptom is a plain failure). Their failure does not stop the steps after them.
-    KNOWN_DEFECTS: ClassVar[dict[str, KnownDefect]] = {
-        "secured_kafka": KnownDefect(
-            "#34: a StreamingApp cannot name Kafka credentials or a CA (spec.kafka.tls, spec.kafka.authentication), "
-            "and sluice's own Kafka clients never authenticate",
-            symptom='unknown field "authentication"',
-        ),
-    }
+    KNOWN_DEFECTS: ClassVar[dict[str, KnownDefect]] = {}
 
     @classmethod
     def steps(cls) -> tuple[str, ...]:
@@ -1902,23 +1897,41 @@ class E2ESuite:
     def secured_kafka(self) -> None:
         """The word count against a broker that takes only SASL_SSL from pods, its CA and the app's SCRAM-SHA-512
         password from Secrets, in the shape Strimzi users write for KafkaConnect (spec.kafka.tls.trustedCertificates,
-        spec.kafka.authentication): it runs, its topics are made, and it counts exactly."""
+        spec.kafka.authentication): an app with a wrong password is refused at its login, named, with nothing made;
+        the right one runs, its topics are made, it counts exactly, and the password is in no object sluice made
+        and no log of the operator's or the app's pods."""
         import pytest
 
         secured = self.secured_kafka_access
         if secured is None:
             pytest.skip("this cluster has no secured Kafka")
         name, namespace = self.SECURED_APP, self.apps_namespace
+        refused = f"{name}-refused"
+        try:
+            self.assert_login_refused(refused, namespace, self.secured_app_kafka(refused, secured, "not-the-password"))
+        finally:
+            self.target.kubectl("delete", "streamingapp", refused, "-n", namespace, "--ignore-not-found", "--wait=true")
+        try:
+            self.count_in_own_app(name, namespace, *self.secured_app_kafka(name, secured, secured.password))
+            self.assert_secret_nowhere(secured.password, name, namespace)
+        finally:
+            self.target.kubectl("delete", "streamingapp", name, "-n", namespace, "--ignore-not-found", "--wait=true")
+
+    def secured_app_kafka(
+        self, name: str, secured: SecuredKafka, password: str
+    ) -> tuple[dict[str, Any], KafkaAccess, dict[str, Any], dict[str, Any]]:
+        """spec.kafka for app `name` on the secured broker, where the test reads and writes, and the Secrets it
+        names (the app's SCRAM password, the broker's CA)."""
         credentials: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": f"{name}-kafka-user", "namespace": namespace},
-            "stringData": {"password": secured.password},
+            "metadata": {"name": f"{name}-kafka-user", "namespace": self.apps_namespace},
+            "stringData": {"password": password},
         }
         ca: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": f"{name}-kafka-ca", "namespace": namespace},
+            "metadata": {"name": f"{name}-kafka-ca", "namespace": self.apps_namespace},
             "stringData": {"ca.crt": secured.ca_pem},
         }
         kafka = {
@@ -1930,10 +1943,67 @@ class E2ESuite:
                 "passwordSecret": {"secretName": credentials["metadata"]["name"], "password": "password"},
             },
         }
-        try:
-            self.count_in_own_app(name, namespace, kafka, secured.host, credentials, ca)
-        finally:
-            self.target.kubectl("delete", "streamingapp", name, "-n", namespace, "--ignore-not-found", "--wait=true")
+        return kafka, secured.host, credentials, ca
+
+    def assert_login_refused(
+        self, name: str, namespace: str, secured: tuple[dict[str, Any], KafkaAccess, dict[str, Any], dict[str, Any]]
+    ) -> None:
+        """App `name` whose password Kafka refuses: its status names spec.kafka.authentication, nothing is made."""
+        kafka, _, *secrets = secured
+        app = wordcount_app(namespace, self.images, kafka)
+        app = json.loads(json.dumps(app).replace('"wordcount-', f'"{name}-'))
+        app["metadata"]["name"] = name
+        self.target.apply(*secrets, app)
+
+        def refused() -> dict[str, Any] | None:
+            status = (self.target.get("streamingapp", name, namespace) or {}).get("status") or {}
+            topics: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "TopicsReady"), {}
+            )
+            return topics if topics.get("reason") == "KafkaLoginFailed" else None
+
+        topics = wait_for(refused, timeout=120, what=f"{name}'s refused login on its status", interval=3)
+        assert topics["status"] == "False", topics
+        assert topics["message"].startswith(f"spec.kafka.authentication: Kafka at {kafka['bootstrapServers']}"), topics
+        made = self.target.kubectl(
+            "get",
+            "sparkapplications,configmaps,services",
+            "-n",
+            namespace,
+            "-l",
+            f"sluice.dev/app={name}",
+            "-o",
+            "name",
+        ).stdout.split()
+        assert made == [], f"made for an app that could not log in: {made}"
+
+    def assert_secret_nowhere(self, secret: str, name: str, namespace: str) -> None:
+        """Neither `secret` nor its base64 is in an object sluice made for app `name` (the app, its ConfigMaps,
+        SparkApplication, Services, NetworkPolicies, events) nor in the operator's, driver's or executors' logs."""
+        objects = self.target.kubectl(
+            "get", "streamingapps,configmaps,sparkapplications,services,networkpolicies,events", "-n", namespace,
+            "-o", "json",
+        ).stdout  # fmt: skip
+        logs = {
+            "the operator's log": self.target.kubectl(
+                "logs", "-n", self.release_namespace, f"deployment/{self.release}", "--all-containers", check=False
+            ).stdout,
+            "the app's pods' logs": self.target.kubectl(
+                "logs",
+                "-n",
+                namespace,
+                "-l",
+                f"sluice.dev/app={name}",
+                "--all-containers",
+                "--tail=-1",
+                "--max-log-requests=10",
+                check=False,
+            ).stdout,
+        }
+        assert logs["the app's pods' logs"].strip(), f"no log of {name}'s pods to search"
+        encoded = base64.b64encode(secret.encode()).decode()
+        for where, text in {"the objects": objects, **logs}.items():
+            assert secret not in text and encoded not in text, f"the Kafka password is in {where}"
 
     def count_in_own_app(
         self,
