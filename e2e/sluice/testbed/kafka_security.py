@@ -50,6 +50,23 @@ def write_kafka_pki(directory: Path, hosts: Iterable[str]) -> tuple[Path, Path]:
     return directory / CA_FILE, keystore
 
 
+def client_certificate(listener: SecuredListener, user: str) -> tuple[str, str]:
+    """A client certificate for `user` (its subject CN) signed by the listener's CA, and its PKCS#8 key: PEM."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    directory = listener.truststore.parent
+    ca = x509.load_pem_x509_certificate(listener.truststore.read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "kafka-ca.key").read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    certificate = issue_cert(user, key, signer=(ca, ca_key), usage="client")
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM).decode(), key_pem.decode()
+
+
 def secured_listener(directory: Path, hosts: Iterable[str], users: Iterable[str]) -> SecuredListener:
     """Certificates for `hosts` and a fresh random password for each SCRAM user."""
     truststore, keystore = write_kafka_pki(directory, hosts)

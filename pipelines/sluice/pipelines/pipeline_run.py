@@ -21,10 +21,27 @@ from pyspark.errors import AnalysisException, IllegalArgumentException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.api.contract import CheckpointsDeleted, QueryStep, RunnerConfig, RunState, StateResponse, SwapResponse
-from sluice.api.kafka_clients import KafkaClient, read_credentials, read_file
+from sluice.api.app import KafkaSpec
+from sluice.api.contract import (
+    CheckpointsDeleted,
+    KafkaSecurity,
+    QueryStep,
+    RunnerConfig,
+    RunState,
+    StateResponse,
+    SwapResponse,
+)
+from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT, KafkaClient, kafka_security, read_credentials, read_file
 from sluice.api.pipeline import PipelineSpec
-from sluice.api.validation import PipelineDocument, PipelineInvalid, Problem, join_path, semantic_problems, validate
+from sluice.api.validation import (
+    PipelineDocument,
+    PipelineInvalid,
+    Problem,
+    join_path,
+    model_problems,
+    semantic_problems,
+    validate,
+)
 
 from .checkpoints import Handover, OutputGrid, committed_batch, delete_folder
 from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
@@ -111,11 +128,21 @@ def config_from_document(
         namespace=(manifest.get("metadata") or {}).get("namespace") or "default",
         revision=LOCAL_REVISION,
         kafkaBootstrap=bootstrap,
+        kafkaSecurity=local_kafka_security(kafka) if bootstrap == kafka.get("bootstrapServers") else KafkaSecurity(),
         pipeline=spec,
         checkpointRoot=checkpoint_root,
         controlPort=control_port,
         controlTokenFile=control_token_file,
     )
+
+
+def local_kafka_security(kafka: dict[str, Any]) -> KafkaSecurity:
+    """The manifest's spec.kafka login for a local run of its own cluster: the Secrets' keys are read from
+    $SLUICE_KAFKA_SECRETS/<secretName>/<key> (default: where the operator mounts them in the driver pod)."""
+    parsed, problems = model_problems(kafka, "spec.kafka", KafkaSpec)
+    if problems:
+        raise PipelineInvalid(problems)
+    return kafka_security(parsed, os.environ.get("SLUICE_KAFKA_SECRETS", KAFKA_SECRETS_MOUNT))[0]
 
 
 @dataclass

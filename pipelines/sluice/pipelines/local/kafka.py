@@ -91,6 +91,7 @@ class KafkaNode:
     port: int
     controller_port: int
     secured_port: int | None = None  # the SASL_SSL listener's, when the cluster has one
+    mtls_port: int | None = None  # the SSL listener's (client certificates required), when the cluster has one
 
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
@@ -98,7 +99,8 @@ SCRAM_MECHANISM = "SCRAM-SHA-512"
 
 @dataclass(frozen=True)
 class SecuredListener:
-    """A SASL_SSL listener: TLS with the broker's key and certificate chain, SCRAM-SHA-512 logins for `users`.
+    """A SASL_SSL listener: TLS with the broker's key and certificate chain, SCRAM-SHA-512 logins for `users`;
+    beside it an SSL listener that logs clients in by their certificate (mTLS: one the CA signed).
 
     Both files are PEM: `keystore` holds the broker's PKCS#8 private key (unencrypted) and its certificate
     chain, `truststore` the CA that clients verify the brokers against. The users exist from the first start:
@@ -125,6 +127,8 @@ def server_properties(
     listeners = [f"PLAINTEXT://{plain_host}:{node.port}"]
     if secured and node.secured_port:
         listeners.append(f"SASL_SSL://{host}:{node.secured_port}")
+    if secured and node.mtls_port:
+        listeners.append(f"SSL://{host}:{node.mtls_port}")
     settings: dict[str, object] = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
@@ -133,7 +137,7 @@ def server_properties(
         "advertised.listeners": ",".join(listeners),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL",
         "log.dirs": log_dir,
         "num.partitions": 1,
         "default.replication.factor": replication,
@@ -158,6 +162,7 @@ def server_properties(
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": secured.truststore,
             "ssl.client.auth": "none",
+            "listener.name.ssl.ssl.client.auth": "required",
         }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -185,12 +190,12 @@ class KafkaCluster:
     def on_free_ports(
         cls, state_dir: Path, size: int = 1, host: str = "127.0.0.1", secured: SecuredListener | None = None
     ) -> KafkaCluster:
-        per_node = 3 if secured else 2
+        per_node = 4 if secured else 2
         ports = free_ports(per_node * size)
         nodes = []
         for i in range(size):
-            port, controller_port, *secured_port = ports[per_node * i : per_node * (i + 1)]
-            nodes.append(KafkaNode(i + 1, port, controller_port, secured_port[0] if secured_port else None))
+            port, controller_port, *secured_ports = ports[per_node * i : per_node * (i + 1)]
+            nodes.append(KafkaNode(i + 1, port, controller_port, *secured_ports))
         return cls(state_dir, nodes, host=host, secured=secured)
 
     @property
@@ -207,6 +212,13 @@ class KafkaCluster:
         if not self.secured:
             raise ProvisionError("this Kafka cluster has no secured listener")
         return ",".join(f"{self.host}:{n.secured_port}" for n in self.nodes)
+
+    @property
+    def mtls_bootstrap(self) -> str:
+        """The SSL listeners' addresses: clients log in with a certificate the cluster's CA signed."""
+        if not self.secured:
+            raise ProvisionError("this Kafka cluster has no secured listener")
+        return ",".join(f"{self.host}:{n.mtls_port}" for n in self.nodes)
 
     def start(self, timeout: float = 90.0) -> KafkaCluster:
         java = java_binary()
