@@ -86,6 +86,19 @@ def operator_args(manifests: list[Manifest]) -> list[str]:
     return deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
+def operator_cluster_role(manifests: list[Manifest]) -> Manifest:
+    """The operator's own ClusterRole (the other two it only binds: the driver's, its app-namespace role)."""
+    (role,) = [r for r in of_kind(manifests, "ClusterRole") if r["metadata"]["name"] == "sluice"]
+    return role
+
+
+def env_of(manifests: list[Manifest]) -> dict[str, str]:
+    (deployment,) = of_kind(manifests, "Deployment")
+    return {
+        e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e
+    }
+
+
 def rule_set(rules: list[Manifest]) -> set[tuple[str, str, str]]:
     return {
         (group, resource, verb)
@@ -253,7 +266,7 @@ def test_rendering_is_accepted_by_the_api_server(target: Target, name: str) -> N
 
 def test_defaults_watch_all_namespaces_standalone(chart_helm: Helm) -> None:
     manifests = chart_helm.template("sluice", "sys")
-    (role,) = of_kind(manifests, "ClusterRole")
+    role = operator_cluster_role(manifests)
     (deployment,) = of_kind(manifests, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -267,8 +280,11 @@ def test_defaults_watch_all_namespaces_standalone(chart_helm: Helm) -> None:
         "--webhook-cert-dir=/etc/sluice-webhook",
     ]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
-    assert not of_kind(manifests, "Role")
-    assert ("sparkoperator.k8s.io", "sparkapplications", "create") in rule_set(role["rules"])
+    assert not of_kind(manifests, "Role") and not of_kind(manifests, "RoleBinding")
+    assert ("sparkoperator.k8s.io", "sparkapplications", "watch") in rule_set(role["rules"])
+    assert ("sparkoperator.k8s.io", "sparkapplications", "create") not in rule_set(role["rules"])  # bound per namespace
+    assert env_of(manifests)["SLUICE_APP_NAMESPACE_CLUSTER_ROLE"] == "sluice-app-namespace"
+    assert env_of(manifests)["SLUICE_DENIED_NAMESPACES"] == "kube-system,kube-public,kube-node-lease"
     assert not any(group == "kopf.dev" for group, _, _ in rule_set(role["rules"]))
     assert container["image"] == "sluice/operator:0.1.0"
     assert container["imagePullPolicy"] == "Always"
@@ -319,7 +335,7 @@ def selects_operator_pods(selector: dict[str, str], manifests: list[Manifest]) -
 
 def test_replicas_run_with_peering(chart_helm: Helm) -> None:
     manifests = chart_helm.template("sluice", "sys", {"replicaCount": 2})
-    (role,) = of_kind(manifests, "ClusterRole")
+    role = operator_cluster_role(manifests)
     (budget,) = of_kind(manifests, "PodDisruptionBudget")
     (deployment,) = of_kind(manifests, "Deployment")
     (spread,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
@@ -354,7 +370,7 @@ def test_namespace_list_gets_roles_and_minimal_cluster_rules(chart_helm: Helm) -
     )
     roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in of_kind(manifests, "Role")}
     bindings = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in of_kind(manifests, "RoleBinding")}
-    (cluster_role,) = of_kind(manifests, "ClusterRole")
+    cluster_role = operator_cluster_role(manifests)
 
     assert [a for a in operator_args(manifests) if a.startswith("--namespace") or a.startswith("--peering")] == [
         "--namespace=a",
@@ -362,7 +378,9 @@ def test_namespace_list_gets_roles_and_minimal_cluster_rules(chart_helm: Helm) -
         "--peering=sluice",
     ]
     assert "--all-namespaces" not in operator_args(manifests)
-    assert set(roles) == bindings == {("a", "sluice"), ("b", "sluice"), ("kafka", "sluice-kafkatopics")}
+    assert set(roles) == {("a", "sluice"), ("b", "sluice"), ("kafka", "sluice-kafkatopics")}
+    assert bindings == set(roles) | {("a", "sluice-app-namespace"), ("b", "sluice-app-namespace")}
+    assert "SLUICE_APP_NAMESPACE_CLUSTER_ROLE" not in env_of(manifests)  # the chart bound it
     assert rule_set(cluster_role["rules"]) == {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
@@ -596,43 +614,43 @@ APPS, SPARK_APPS, TOPICS = (
     "kafkatopics.kafka.strimzi.io",
 )
 ROLES, BINDINGS = "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io"
+CLUSTER_ROLES = "clusterroles.rbac.authorization.k8s.io"
 POLICIES = "networkpolicies.networking.k8s.io"
 ALL_NAMESPACES_ONLY = [("list", "customresourcedefinitions.apiextensions.k8s.io", "")]
 
 
 def operator_uses() -> list[tuple[str, str, str]]:
-    """(verb, resource, subresource) of every API call the operator makes in a namespace it watches."""
+    """(verb, resource, subresource) of every API call the operator makes wherever it watches apps: the apps,
+    the watches of their children, events, the RoleBindings it makes (sluice.namespacedRules)."""
     uses = [(verb, APPS, "") for verb in ("get", "list", "watch", "patch")]
+    uses += [("patch", APPS, "status"), ("update", APPS, "finalizers"), ("create", "events", "")]
+    for resource in ("configmaps", "services", "serviceaccounts", POLICIES, SPARK_APPS):
+        uses += [("list", resource, ""), ("watch", resource, "")]  # the watches of the children
+    uses += [(verb, BINDINGS, "") for verb in ("create", "patch", "list", "watch", "delete")]
+    uses += [("bind", f"{CLUSTER_ROLES}/{role}", "") for role in ("sluice-spark-driver", "sluice-app-namespace")]
+    uses += [(verb, TOPICS, "") for verb in ("get", "create", "patch")]
+    return uses
+
+
+def app_namespace_uses() -> list[tuple[str, str, str]]:
+    """What it does only in a namespace where it handles an app (sluice.appNamespaceRules)."""
+    uses = [("create", "serviceaccounts", ""), ("patch", "serviceaccounts", "")]
     uses += [
-        ("patch", APPS, "status"),
-        ("update", APPS, "finalizers"),
-        ("create", "events", ""),
-        ("get", "secrets", ""),
-        ("create", "secrets", ""),
-        ("list", POLICIES, ""),
-        ("watch", POLICIES, ""),
+        (verb, resource, "") for resource in ("configmaps", "services") for verb in ("create", "get", "patch", "delete")
     ]
-    for resource in ("serviceaccounts", ROLES, BINDINGS, "configmaps", "services", POLICIES, SPARK_APPS, TOPICS):
-        uses += [("create", resource, ""), ("patch", resource, "")]  # server-side apply
-    uses += [
-        ("list", "configmaps", ""),
-        ("get", "configmaps", ""),  # a revision's spec (a rollout's diff base)
-        ("delete", "configmaps", ""),
-        ("get", SPARK_APPS, ""),
-        ("delete", SPARK_APPS, ""),
-        ("get", TOPICS, ""),
-    ]
-    # What the driver Role grants: RBAC lets the operator create it only with these held.
-    uses += [
-        (verb, resource, "")
-        for rule in children.DRIVER_RULES
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    ]
+    uses += [(verb, "persistentvolumeclaims", "") for verb in ("create", "get", "patch")]
+    uses += [("get", "pods", ""), ("delete", "pods", ""), ("get", "secrets", ""), ("create", "secrets", "")]
+    uses += [("create", POLICIES, ""), ("patch", POLICIES, "")]
+    uses += [(verb, SPARK_APPS, "") for verb in ("get", "create", "patch", "delete")]
     return uses
 
 
 NEVER = [
+    ("create", "pods", ""),  # the drivers' rights are bound to their accounts, never held
+    ("patch", "pods", ""),
+    ("deletecollection", "pods", ""),
+    ("bind", f"{CLUSTER_ROLES}/admin", ""),
+    ("bind", f"{CLUSTER_ROLES}/cluster-admin", ""),
     ("list", "secrets", ""),
     ("delete", "secrets", ""),
     ("get", "services", "proxy"),
@@ -644,6 +662,7 @@ NEVER = [
     ("delete", TOPICS, ""),
     ("escalate", ROLES, ""),
     ("bind", ROLES, ""),
+    ("create", ROLES, ""),
     ("create", "clusterroles.rbac.authorization.k8s.io", ""),
     ("delete", "namespaces", ""),
     ("list", "nodes", ""),
@@ -798,7 +817,7 @@ def operator_as(
         ]
     if priority is not None:
         cmd.append(f"--priority={priority}")
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": "2"}
+    env = {**os.environ, **env_of(release.manifests), "KUBECONFIG": str(kubeconfig), "SLUICE_RESYNC_SECONDS": "2"}
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
@@ -941,13 +960,34 @@ def test_install_and_upgrade(target: Target, loopback_webhook: LoopbackWebhook) 
 
 
 def test_rbac_is_what_the_operator_uses(target: Target, release: Release) -> None:
+    """Cluster-wide, the operator holds what it does everywhere (no pods, Secrets or ConfigMap writes); in a
+    namespace where it handles an app it binds itself the app-namespace role, and nothing else."""
     namespace = unique("rbac")
     target.kubectl("create", "namespace", namespace)
-    expected = {**dict.fromkeys(operator_uses() + ALL_NAMESPACES_ONLY, True), **dict.fromkeys(NEVER, False)}
+    app_only = app_namespace_uses()
+    expected = {
+        **dict.fromkeys(operator_uses() + ALL_NAMESPACES_ONLY, True),
+        **dict.fromkeys(app_only + NEVER, False),
+    }
 
-    allowed = can_i(target, release.user, list(expected), namespace)
+    def differences(in_namespace: str) -> list[tuple[str, str, str]]:
+        allowed = can_i(target, release.user, list(expected), in_namespace)
+        return [check for check, ok in allowed.items() if ok != expected[check]]
 
-    assert [check for check, ok in allowed.items() if ok != expected[check]] == []
+    assert differences(namespace) == []
+    assert differences("kube-system") == []  # e.g. it cannot patch ConfigMaps nor read Secrets there
+
+    binding = children.operator_role_binding(namespace, "sluice-app-namespace", (release.namespace, release.account))
+    target.kubectl(f"--as={release.user}", "apply", "-f", "-", input=json.dumps(binding))
+    expected |= dict.fromkeys(app_only, True)
+    assert differences(namespace) == []
+    expected |= dict.fromkeys(app_only, False)
+    assert differences("kube-system") == []  # the binding holds in its namespace only
+
+    escalated = {**binding, "metadata": {**binding["metadata"], "name": "escalated"}}
+    escalated["roleRef"] = {**binding["roleRef"], "name": "admin"}
+    refused = target.kubectl(f"--as={release.user}", "apply", "-f", "-", input=json.dumps(escalated), check=False)
+    assert refused.returncode != 0 and "forbidden" in refused.stderr, refused.stderr
 
 
 def test_operator_reconciles_with_its_service_account(target: Target, release: Release, tmp_path: Path) -> None:
@@ -959,11 +999,12 @@ def test_operator_reconciles_with_its_service_account(target: Target, release: R
         conditions = {c["type"]: c["status"] for c in wait_phase(target, namespace, name, "Pending")["conditions"]}
         first_revision = status(target, namespace, name)["revision"]
         topics = target.kubectl("get", "kafkatopics", "-n", kafka_namespace, "-o", "name").stdout.split()
-        # Every child is there: the driver Role too, which RBAC allows only with its verbs held.
+        # Every child is there: the driver's binding too, which RBAC allows only with bind on its ClusterRole;
+        # and the operator's own binding in the namespace, made before anything else.
         for kind, child in [
             ("serviceaccount", f"{name}-spark"),
-            ("role", f"{name}-spark"),
             ("rolebinding", f"{name}-spark"),
+            ("rolebinding", "sluice-app-namespace"),
             ("service", f"{name}-driver"),
             ("networkpolicy", f"{name}-driver"),
             ("networkpolicy", f"{name}-executor"),

@@ -37,6 +37,7 @@ class FakeKube:
         self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         self.deleted: list[tuple[str, str]] = []
         self.patches: list[tuple[str, str, str | None, dict[str, Any]]] = []
+        self.access_reviews: list[dict[str, Any]] = []
 
     def apply(self, body: dict[str, Any], field_manager: str) -> dict[str, Any]:
         key = (body["kind"], body["metadata"].get("namespace"), body["metadata"]["name"])
@@ -45,6 +46,9 @@ class FakeKube:
         return self.objects[key]
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body["kind"] == "SelfSubjectAccessReview":  # asked, not stored: every right is held here
+            self.access_reviews.append(body["spec"])
+            return {**body, "status": {"allowed": True}}
         key = (body["kind"], body["metadata"].get("namespace"), body["metadata"]["name"])
         if key in self.objects:
             raise KubeError(409, "exists")

@@ -53,7 +53,6 @@ OPERATOR_RESOURCES = {
     "secrets",
     "services",
     "serviceaccounts",
-    "roles",
     "rolebindings",
     "networkpolicies",
     "persistentvolumeclaims",

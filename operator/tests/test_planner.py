@@ -54,7 +54,6 @@ def test_children_of_an_app(raw_spec):
     kinds = [c["kind"] for c in desired.children]
     assert kinds == [
         "ServiceAccount",
-        "Role",
         "RoleBinding",
         "ConfigMap",
         "ConfigMap",
@@ -81,7 +80,8 @@ def test_children_of_an_app(raw_spec):
     assert {"name": "control", "mountPath": ch.CONTROL_TOKEN_MOUNT, "readOnly": True} in mounts
     assert {"name": "control", "secret": {"secretName": "wc-control"}} in driver["volumes"]
     claim = {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "wc-checkpoints"}}
-    assert spark["spec"]["executor"]["template"]["spec"]["volumes"] == [claim]  # executors write state checkpoints
+    scratch = [{"name": name, "emptyDir": {}} for name in ch.SCRATCH_VOLUMES]  # the root filesystem is read-only
+    assert spark["spec"]["executor"]["template"]["spec"]["volumes"] == [claim, *scratch]  # executors write state
     config = RunnerConfig.model_validate_json(configmap["data"][RUNNER_CONFIG_FILE])
     assert config.pipeline.nodes[0].name == "lines"
     assert config.kafkaBootstrap == raw_spec["kafka"]["bootstrapServers"]
@@ -437,8 +437,14 @@ def test_driver_and_executor_pods_meet_pod_security_restricted(raw_spec):
         for container in pod["containers"]:
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
             assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/tmp", "/opt/spark/work-dir"}
     default = desired_state("wc", "apps", parse_spec({**raw_spec, "spark": {}})).children[-1]
     assert default["spec"]["driver"]["template"]["spec"]["securityContext"]["runAsUser"] == 185
+    raw_spec["spark"]["pod"] = {"readOnlyRootFilesystem": False}
+    writable = desired_state("wc", "apps", parse_spec(raw_spec)).children[-1]["spec"]["executor"]["template"]["spec"]
+    assert writable["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is False
+    assert not [v for v in writable.get("volumes", []) if v["name"] in ch.SCRATCH_VOLUMES]
 
 
 SCHEDULING = {

@@ -74,10 +74,36 @@ app.kubernetes.io/part-of: sluice
 {{- toJson $out }}
 {{- end }}
 
+{{/* The ClusterRoles the operator binds but does not hold (it holds `bind` on them): the Spark driver's
+rights, bound to each app's driver account; and the operator's own rights in a namespace with apps. */}}
+{{- define "sluice.driverClusterRole" -}}
+{{- printf "%s-spark-driver" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sluice.appNamespaceClusterRole" -}}
+{{- printf "%s-app-namespace" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* What Spark's driver does in its namespace (spark-submit's and the driver's Kubernetes client): its
+executor pods, their headless Service, its ConfigMaps and, with on-demand claims, PersistentVolumeClaims. */}}
+{{- define "sluice.driverRules" -}}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [create, get, list, watch, delete, deletecollection, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create, get, list, watch, delete]
+- apiGroups: [""]
+  resources: [configmaps, persistentvolumeclaims]
+  verbs: [create, get, list, watch, delete, deletecollection]
+{{- end }}
+
 {{/*
-What the operator does in a namespace it watches, rule by rule (operator/sluice/operator: handlers,
-reconciler, children). Children are written with server-side apply, which needs patch, and create for
-a child that does not exist yet.
+What the operator does wherever it watches apps, namespace or not (operator/sluice/operator: handlers,
+reconciler, children): the apps themselves, the watches of their children (reads only, filtered by label),
+events, and the RoleBindings it makes (each app's driver binding; its own in a namespace with apps), which
+it may only point at the two ClusterRoles above. Children are written with server-side apply, which needs
+patch, and create for a child that does not exist yet.
 */}}
 {{- define "sluice.namespacedRules" -}}
 # kopf watches the apps and keeps its progress and finalizer on them; the handlers patch the status.
@@ -95,41 +121,61 @@ a child that does not exist yet.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# The driver's ServiceAccount, Role and RoleBinding; watched so a hand edit or deletion is repaired.
+# The watches of the children: a hand edit or deletion is repaired.
+- apiGroups: [""]
+  resources: [configmaps, services, serviceaccounts]
+  verbs: [list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch]
+- apiGroups: [sparkoperator.k8s.io]
+  resources: [sparkapplications]
+  verbs: [list, watch]
+# Each app's driver binding, and the operator's own in a namespace with apps (roleRef cannot change: a
+# binding made by an older release is deleted and made again).
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [rolebindings]
+  verbs: [create, patch, list, watch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [clusterroles]
+  verbs: [bind]
+  resourceNames: [{{ include "sluice.driverClusterRole" . }}, {{ include "sluice.appNamespaceClusterRole" . }}]
+{{ include "sluice.kafkaTopicRules" . }}
+{{- if and (include "sluice.ha" .) .Values.watchNamespaces }}
+{{ include "sluice.peeringRules" (dict "resource" "kopfpeerings") }}
+{{- end }}
+{{- end }}
+
+{{/* What the operator does in a namespace where apps run, granted there only (it binds this role to itself
+when it first handles an app of the namespace; with watchNamespaces, the chart binds it). */}}
+{{- define "sluice.appNamespaceRules" -}}
+# The driver's ServiceAccount, the revision and runner ConfigMaps (applied, read for a rollout's diff base,
+# pruned), the driver Service, the checkpoint claim.
 - apiGroups: [""]
   resources: [serviceaccounts]
-  verbs: [create, patch, list, watch]
-- apiGroups: [rbac.authorization.k8s.io]
-  resources: [roles, rolebindings]
-  verbs: [create, patch, list, watch]
-# The driver Role grants pods, services, configmaps and persistentvolumeclaims verbs: Kubernetes lets
-# the operator create (and bind) it only with the same permissions held here. They also cover the
-# pipeline ConfigMaps (applied, read for a rollout's diff base, listed and pruned) and the driver Service.
+  verbs: [create, patch]
+- apiGroups: [""]
+  resources: [configmaps, services]
+  verbs: [create, get, patch, delete]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [create, get, patch]
+# The driver pod: read for its address and termination message; deleted when it read a stale config.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [create, get, list, watch, delete, deletecollection, patch]
-- apiGroups: [""]
-  resources: [services]
-  verbs: [create, get, list, watch, delete, patch]
-- apiGroups: [""]
-  resources: [configmaps, persistentvolumeclaims]
-  verbs: [create, get, list, watch, delete, deletecollection, patch]
-# The driver control API's token: made once per app, read to call the API.
+  verbs: [get, delete]
+# The control API's token (made once per app) and the Kafka credentials spec.kafka names: read, never listed.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create]
 # Each driver admits its control port only from the operator's pods.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create, patch, list, watch]
-# The driver itself: applied, read and watched for its state, deleted on suspend.
+  verbs: [create, patch]
+# The driver itself: applied, read for its state, deleted on suspend.
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkapplications]
-  verbs: [get, list, watch, create, patch, delete]
-{{ include "sluice.kafkaTopicRules" . }}
-{{- if and (include "sluice.ha" .) .Values.watchNamespaces }}
-{{ include "sluice.peeringRules" (dict "resource" "kopfpeerings") }}
-{{- end }}
+  verbs: [get, create, patch, delete]
 {{- end }}
 
 {{- define "sluice.kafkaTopicRules" -}}

@@ -30,7 +30,11 @@ VALIDATED_OPERATIONS: tuple[kopf.Operation, ...] = ("CREATE", "UPDATE")
 
 @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_ID, operations=list(VALIDATED_OPERATIONS))
 def refuse_invalid_app(
-    body: kopf.Body, old: kopf.Body | None = None, operation: str | None = None, **_: Any
+    body: kopf.Body,
+    old: kopf.Body | None = None,
+    operation: str | None = None,
+    namespace: str | None = None,
+    **_: Any,
 ) -> None:  # kopf passes old and operation, though its WebhookFn does not name them
     if operation not in VALIDATED_OPERATIONS:
         return
@@ -39,7 +43,7 @@ def refuse_invalid_app(
     # existed must still be deletable and handled.
     if operation == "UPDATE" and old is not None and old.get("spec") == spec:
         return
-    invalid = admissible_spec(dict(spec), SETTINGS)
+    invalid = admissible_spec(dict(spec), SETTINGS, namespace)
     if isinstance(invalid, Invalid):
         # kubectl prints it after `admission webhook "…" denied the request: `.
         raise kopf.AdmissionError(invalid.message, code=DENIED_CODE)

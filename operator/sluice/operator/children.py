@@ -18,7 +18,7 @@ from sluice.api.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, Migrat
 from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT, SPARK_REDACTED_OPTIONS, kafka_security
 
 from .model import StreamingAppSpec, TopicSpec
-from .settings import ClaimDefaults
+from .settings import Access, ClaimDefaults
 
 MANAGED_BY = "sluice-operator"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -268,6 +268,9 @@ def _pod_spec(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[
 # What Pod Security "restricted" asks of every container (with a non-root user and the runtime's seccomp
 # profile on the pod), so Spark's pods run in namespaces that enforce it.
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# Where Spark's container writes, given a read-only root filesystem: the JVM's and Python's temporary files,
+# and the working directory (spark-submit's and the executors' fetched files). Spark adds its local dirs itself.
+SCRATCH_VOLUMES = {"sluice-tmp": "/tmp", "sluice-work-dir": "/opt/spark/work-dir"}
 
 
 def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[str, Any]:
@@ -294,11 +297,15 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> d
         for volume, mount in kafka_secret_volumes(spec):
             volumes.append(volume)
             mounts.append(mount)
+    if pod.readOnlyRootFilesystem:
+        for name, path in SCRATCH_VOLUMES.items():
+            volumes.append({"name": name, "emptyDir": {}})
+            mounts.append({"name": name, "mountPath": path})
     volumes += [volume.model_dump() for volume in pod.volumes]
     mounts += [mount.model_dump(exclude_defaults=True) for mount in pod.volumeMounts]
     if mounts:
         container["volumeMounts"] = mounts
-    container["securityContext"] = CONTAINER_SECURITY
+    container["securityContext"] = {**CONTAINER_SECURITY, "readOnlyRootFilesystem": pod.readOnlyRootFilesystem}
     security = {
         "runAsNonRoot": True,
         "runAsUser": pod.runAsUser,
@@ -435,42 +442,26 @@ def service_account(app: str, namespace: str, spec: StreamingAppSpec) -> dict[st
 
 
 # Exactly what a Spark driver needs to run its executors (Spark on Kubernetes' documented RBAC).
-DRIVER_RULES = [
-    {
-        "apiGroups": [""],
-        "resources": ["pods"],
-        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"],
-    },
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "watch", "delete"]},
-    {
-        "apiGroups": [""],
-        "resources": ["configmaps"],
-        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
-    },
-    {
-        "apiGroups": [""],
-        "resources": ["persistentvolumeclaims"],
-        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
-    },
-]
-
-
-def driver_role(app: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": f"{app}-spark", "namespace": namespace, "labels": labels(app, "driver")},
-        "rules": DRIVER_RULES,
-    }
-
-
-def driver_role_binding(app: str, namespace: str, spec: StreamingAppSpec) -> dict[str, Any]:
+def driver_role_binding(app: str, namespace: str, spec: StreamingAppSpec, cluster_role: str) -> dict[str, Any]:
+    """The driver's rights in its namespace: the chart's driver ClusterRole, which the operator may bind but
+    does not hold."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": {"name": f"{app}-spark", "namespace": namespace, "labels": labels(app, "driver")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{app}-spark"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
         "subjects": [{"kind": "ServiceAccount", "name": service_account_name(app, spec), "namespace": namespace}],
+    }
+
+
+def operator_role_binding(namespace: str, cluster_role: str, account: tuple[str, str]) -> dict[str, Any]:
+    """The operator's own rights in a namespace where it handles apps (the chart's app-namespace ClusterRole)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": cluster_role, "namespace": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "namespace": account[0], "name": account[1]}],
     }
 
 
@@ -523,6 +514,7 @@ def children(
     runner: RunnerConfig | None = None,
     driver_spec: StreamingAppSpec | None = None,
     driver: str | None = None,
+    driver_role: str = Access.driver_cluster_role,
 ) -> list[dict[str, Any]]:
     """Every child the app should have now (topics are handled on their own: they outlive the driver; the
     control Secret too: its token is made once, not on every pass). `runner`: what a starting driver runs
@@ -530,11 +522,10 @@ def children(
     is submitted for (`pin.submitted`; default: this one): a change that is not rolled out by a restart (refused,
     swapped in, or needing no rollout) leaves the SparkApplication as it is, so spark-operator does not
     resubmit it. `driver`: the SparkApplication of the app's driver (default: the app's name; after a fenced
-    handover, the one that took over)."""
+    handover, the one that took over). `driver_role`: the ClusterRole the driver's account is bound to."""
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
     out += [
-        driver_role(app, namespace),
-        driver_role_binding(app, namespace, spec),
+        driver_role_binding(app, namespace, spec, driver_role),
         pipeline_configmap(app, namespace, spec, bootstrap),
         runner_configmap(app, namespace, runner or runner_config(app, namespace, spec, bootstrap), driver),
         driver_service(app, namespace),

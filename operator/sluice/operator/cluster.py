@@ -11,6 +11,7 @@ import base64
 import contextlib
 import logging
 import secrets
+import time
 from typing import Any, cast
 
 import kopf
@@ -23,10 +24,12 @@ from . import children as ch
 from .desired import DesiredState, Invalid, desired_state, parse_spec
 from .kube import KindNotServed, Kube, KubeError
 from .model import GROUP, KIND, VERSION, StreamingAppSpec
+from .settings import Access
 from .status import Observation
 from .topics import AdminTopics, KafkaLoginRefused, plan_topics
 
 FIELD_MANAGER = "sluice-operator"
+ACCESS_REFRESH_SECONDS = 300.0
 log = logging.getLogger("sluice.operator")
 
 
@@ -39,6 +42,50 @@ class Cluster:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self._tokens: dict[tuple[str, str], str] = {}
+        self._access: dict[str, float] = {}  # namespace -> when the operator's own binding was applied there
+
+    def ensure_operator_access(self, namespace: str, access: Access, now: float) -> None:
+        """Cluster-wide, the operator's rights in a namespace with apps are its own binding of the chart's
+        app-namespace ClusterRole, made when it first handles an app there and again every ACCESS_REFRESH_SECONDS
+        (a namespace deleted and made anew). The API server checks that it may bind that role; with
+        watchNamespaces the chart made the bindings."""
+        if access.app_namespace_cluster_role is None or access.service_account is None:
+            return
+        if now - self._access.get(namespace, -ACCESS_REFRESH_SECONDS) < ACCESS_REFRESH_SECONDS:
+            return
+        self._apply_binding(
+            ch.operator_role_binding(namespace, access.app_namespace_cluster_role, access.service_account)
+        )
+        if namespace not in self._access:
+            self._await_access(namespace)
+        self._access[namespace] = now
+
+    def _await_access(self, namespace: str, seconds: float = 10.0) -> None:
+        """A new binding takes a moment to reach the API server's authorizer: the pass waits for it (asking
+        whether it may read a Secret there), rather than failing and waiting for kopf's retry."""
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "metadata": {},
+            "spec": {"resourceAttributes": {"namespace": namespace, "verb": "get", "resource": "secrets"}},
+        }
+        deadline = time.monotonic() + seconds
+        while not (self.kube.create(review).get("status") or {}).get("allowed"):
+            if time.monotonic() > deadline:
+                log.warning("%s: the operator's binding gives no access yet after %.0f s", namespace, seconds)
+                return
+            time.sleep(0.2)
+
+    def _apply_binding(self, binding: dict[str, Any]) -> None:
+        """A RoleBinding's roleRef cannot change: one an older release bound to another role is made again."""
+        try:
+            self.apply(binding)
+        except KubeError as exc:
+            if "roleRef" not in str(exc):
+                raise
+            meta = binding["metadata"]
+            self.delete(binding["apiVersion"], binding["kind"], meta["namespace"], meta["name"])
+            self.apply(binding)
 
     def apply(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.kube.apply(body, FIELD_MANAGER)
@@ -144,8 +191,10 @@ class Cluster:
             try:
                 if child["kind"] == "PersistentVolumeClaim":
                     self._ensure_claim(child)
-                    continue
-                self.apply(child)
+                elif child["kind"] == "RoleBinding":
+                    self._apply_binding(child)
+                else:
+                    self.apply(child)
             except KubeError as exc:
                 obs.apply_error = f"{child['kind']} {child['metadata']['name']}: {exc}"
             except KindNotServed:

@@ -14,7 +14,7 @@ from sluice.api.validation import Problem
 from . import children as ch
 from .guard_rails import guard_rail_problems
 from .model import StreamingAppSpec, TopicSpec
-from .settings import ClaimDefaults, Settings
+from .settings import Access, ClaimDefaults, Settings
 
 
 @dataclass
@@ -64,13 +64,23 @@ def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults) -> Problem
     )
 
 
-def admissible_spec(raw: dict[str, Any], settings: Settings) -> StreamingAppSpec | Invalid:
-    """What the operator accepts: a parsed spec, or every problem (the admission webhook asks the same): the
-    model's, a checkpoint this operator cannot keep, the administrator's guard rails."""
+def namespace_problem(namespace: str | None, access: Access) -> Problem | None:
+    if namespace not in access.denied_namespaces:
+        return None
+    return Problem("metadata.namespace", f"apps may not run in {namespace} (the chart's deniedNamespaces)")
+
+
+def admissible_spec(
+    raw: dict[str, Any], settings: Settings, namespace: str | None = None
+) -> StreamingAppSpec | Invalid:
+    """What the operator accepts: a parsed spec, or every problem (the admission webhook asks the same): a
+    namespace apps may not use, the model's, a checkpoint this operator cannot keep, the administrator's guard
+    rails."""
+    denied = namespace_problem(namespace, settings.access)
     parsed = parse_spec(raw)
     if isinstance(parsed, Invalid):
-        return parsed
-    problems = [p for p in [checkpoint_problem(parsed, settings.checkpoints)] if p]
+        return Invalid([denied, *parsed.problems]) if denied else parsed
+    problems = [p for p in [denied, checkpoint_problem(parsed, settings.checkpoints)] if p]
     problems += guard_rail_problems(parsed, settings.guard_rails)
     return Invalid(problems) if problems else parsed
 
@@ -85,6 +95,7 @@ def desired_state(
     runner: RunnerConfig | None = None,
     driver_spec: StreamingAppSpec | None = None,
     driver: str | None = None,
+    driver_role: str = Access.driver_cluster_role,
 ) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children);
     `pin`, `runner`, `driver_spec`: the revisions its driver runs and was submitted for, what a starting driver
@@ -104,7 +115,9 @@ def desired_state(
         spec,
         bootstrap,
         ch.revision(spec),
-        ch.children(app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner, driver_spec, driver),
+        ch.children(
+            app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner, driver_spec, driver, driver_role
+        ),
         by_mode["admin"],
         strimzi,
     )

@@ -44,7 +44,6 @@ CHILD_KINDS = [
     ("", "v1", "configmaps"),
     ("", "v1", "services"),
     ("", "v1", "serviceaccounts"),
-    ("rbac.authorization.k8s.io", "v1", "roles"),
     ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     ("networking.k8s.io", "v1", "networkpolicies"),
     ("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),

@@ -91,11 +91,12 @@ class Reconciler:
         clock = time.time() if clock is None else clock
         now = dt.datetime.fromtimestamp(clock, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         old_status = body.get("status") or {}
-        spec = admissible_spec(body.get("spec") or {}, self.settings)
+        spec = admissible_spec(body.get("spec") or {}, self.settings, namespace)
         if isinstance(spec, Invalid):  # nothing is created or changed: what runs keeps running
             obs = Observation(valid=spec)
             return Outcome(status_for(obs, generation=meta.get("generation"), revision=None, children=[],
                                       old_status=old_status, now=now))  # fmt: skip
+        self.cluster.ensure_operator_access(namespace, self.settings.access, clock)
         obs, spark_app = self._observe(body, spec, full)
         rollout = self.rollouts.run(body, spec, spark_app, obs, clock)
         children = self._apply(body, spec, rollout, obs, full)
@@ -166,6 +167,7 @@ class Reconciler:
             runner=rollout.runner,
             driver_spec=rollout.driver_spec,
             driver=None if rollout.driver == app else rollout.driver,
+            driver_role=self.settings.access.driver_cluster_role,
         )
         # Nothing is made for a driver that could not log in to Kafka (obs.kafka_error says why); one that runs
         # keeps its children.

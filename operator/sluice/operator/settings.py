@@ -18,6 +18,30 @@ class ClaimDefaults:
     access_mode: str = "ReadWriteOnce"
 
 
+DENIED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass(frozen=True)
+class Access:
+    """The RBAC the operator works with (the chart's rbac.yaml): the ClusterRoles it binds but does not hold."""
+
+    driver_cluster_role: str = "sluice-spark-driver"  # bound to each app's driver account
+    app_namespace_cluster_role: str | None = None  # bound to itself where it handles an app (None: the chart did)
+    service_account: tuple[str, str] | None = None  # its own (namespace, name)
+    denied_namespaces: tuple[str, ...] = DENIED_NAMESPACES  # apps there are refused
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> Access:
+        namespace, _, name = env.get("SLUICE_SERVICE_ACCOUNT", "").partition("/")
+        denied = env.get("SLUICE_DENIED_NAMESPACES")
+        return cls(
+            driver_cluster_role=env.get("SLUICE_DRIVER_CLUSTER_ROLE") or cls.driver_cluster_role,
+            app_namespace_cluster_role=env.get("SLUICE_APP_NAMESPACE_CLUSTER_ROLE") or None,
+            service_account=(namespace, name) if namespace and name else None,
+            denied_namespaces=DENIED_NAMESPACES if denied is None else tuple(n for n in denied.split(",") if n),
+        )
+
+
 @dataclass(frozen=True)
 class Settings:
     resync_seconds: float = 300.0
@@ -26,6 +50,7 @@ class Settings:
     workers: int = 8
     checkpoints: ClaimDefaults = field(default_factory=ClaimDefaults)
     guard_rails: GuardRails = field(default_factory=GuardRails)
+    access: Access = field(default_factory=Access)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -42,6 +67,7 @@ class Settings:
                 access_mode=env.get("SLUICE_CHECKPOINT_ACCESS_MODE", "ReadWriteOnce"),
             ),
             guard_rails=GuardRails.from_env(env),
+            access=Access.from_env(env),
         )
 
 

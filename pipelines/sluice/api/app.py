@@ -283,6 +283,11 @@ class PodTemplate(Strict):
         description="The uid (and gid) Spark's pods run as: never root (the apache/spark images' spark user is 185).",
     )
     fsGroup: int = Field(185, ge=1, description="The group volumes (the checkpoint claim) are writable by.")
+    readOnlyRootFilesystem: bool = Field(
+        True,
+        description="Spark's container cannot write its image's files; /tmp and the working directory are "
+        "emptyDir volumes (false: for an image that writes elsewhere).",
+    )
 
     @field_validator("affinity")
     @classmethod
