@@ -245,6 +245,27 @@ def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kaf
     assert spark["spec"] == submitted["spec"] and spark["metadata"]["generation"] == submitted["metadata"]["generation"]
     too_many = kube_cluster.kubectl("scale", "sapp", "wordcount", "-n", namespace, "--replicas=400", check=False)
     assert too_many.returncode != 0 and "instances must not exceed max" in too_many.stderr
+    # The scale subresource names the executors (labelSelectorPath), and an HPA may target the app.
+    scale = json.loads(
+        kube_cluster.kubectl(
+            "get", "--raw", f"/apis/sluice.dev/v1alpha1/namespaces/{namespace}/streamingapps/wordcount/scale"
+        ).stdout
+    )
+    assert (scale["spec"]["replicas"], scale["status"]["selector"]) == (4, children.executor_selector("wordcount"))
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "wordcount", "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingApp", "name": "wordcount"},
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "metrics": [{"type": "Resource",
+                         "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}],
+        },
+    }  # fmt: skip
+    kube_cluster.kubectl("create", "-f", "-", input=json.dumps(hpa))
+    kube_cluster.kubectl("delete", "hpa", "wordcount", "-n", namespace)
 
     kube_cluster.kubectl(
         "patch", "sapp", "wordcount", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": true}}'

@@ -321,10 +321,47 @@ def test_status_from_the_driver_counts_each_topic_once():
     assert status["observedAt"] == "2026-11-22T10:00:00Z"
     assert status["observedGeneration"] == 4
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "Ready": "True",
         "Valid": "True",
         "TopicsReady": "True",
         "DriverSubmitted": "True",
         "Running": "True",
+    }
+    assert {c["observedGeneration"] for c in status["conditions"]} == {4}
+
+
+def ready_of(obs: Observation) -> dict[str, str]:
+    status = status_for(obs, generation=2, revision="r", children=[], old_status={}, now="t", selector="s")
+    assert status["conditions"][0]["type"] == "Ready"  # first: what kubectl wait and GitOps tools read
+    assert all(c["reason"] and c["reason"][0].isupper() for c in status["conditions"]), status["conditions"]
+    return status["conditions"][0]
+
+
+@pytest.mark.parametrize(
+    ("obs", "status", "reason"),
+    [
+        (Observation(spark_state="RUNNING", driver=driver_answer()), "True", "Processing"),
+        (Observation(spark_state="RUNNING", driver=driver_answer(state="standby")), "False", "DriverNotProcessing"),
+        (Observation(spark_state="RUNNING"), "False", "DriverNotProcessing"),
+        (Observation(spark_state="SUBMITTED"), "Unknown", "Submitted"),
+        (Observation(spark_state="RUNNING", driver=driver_answer(), topics_error="Kafka down"), "False", "TopicError"),
+        (Observation(kafka_error="spec.kafka.authentication: refused"), "False", "KafkaLoginFailed"),
+        (Observation(valid=Invalid([])), "False", "InvalidSpec"),
+        (Observation(suspended=True), "False", "Suspended"),
+    ],
+)  # fmt: skip
+def test_ready_sums_up_the_conditions_and_says_which_holds_it(obs: Observation, status: str, reason: str) -> None:
+    ready = ready_of(obs)
+    assert (ready["status"], ready["reason"]) == (status, reason), ready
+
+
+def test_the_status_names_the_executors_for_the_scale_subresource() -> None:
+    status = status_for(Observation(), generation=1, revision=None, children=[], old_status={}, now="t", selector="x")
+    assert status["selector"] == "x"
+    assert ch.executor_selector("wc") == "sluice.dev/app=wc,app.kubernetes.io/component=executor"
+    assert set(ch.labels("wc", "executor").items()) >= {
+        ("sluice.dev/app", "wc"),
+        ("app.kubernetes.io/component", "executor"),
     }
 
 

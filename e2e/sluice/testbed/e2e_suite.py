@@ -1165,8 +1165,24 @@ class E2ESuite:
         )
 
     def stream(self) -> None:
+        """Records flow and are counted; the app is Ready as `kubectl wait` and GitOps tools read it, and its scale
+        subresource names its executors."""
         self.send(["alpha", "beta", "alpha"])
         self.assert_counts()
+        app = f"streamingapp/{self.app_name}"
+        self.target.kubectl("wait", "--for=condition=Ready", app, "-n", self.apps_namespace, "--timeout=120s")
+        scale = json.loads(
+            self.target.kubectl(
+                "get", "--raw", f"/apis/sluice.dev/v1alpha1/namespaces/{self.apps_namespace}/streamingapps/"
+                f"{self.app_name}/scale",
+            ).stdout
+        )  # fmt: skip
+        executors = json.loads(
+            self.target.kubectl(
+                "get", "pods", "-n", self.apps_namespace, "-l", scale["status"]["selector"], "-o", "json"
+            ).stdout
+        )["items"]
+        assert executors and all(p["metadata"]["labels"]["spark-role"] == "executor" for p in executors), scale
 
     def driver_pods(self, app: str | None = None) -> list[dict[str, Any]]:
         """The app's driver pods in any phase."""

@@ -54,6 +54,11 @@ def labels(app: str, component: str) -> dict[str, str]:
     }
 
 
+def executor_selector(app: str) -> str:
+    """The app's executor pods as a label selector (status.selector: the scale subresource's)."""
+    return f"{APP_LABEL}={app},app.kubernetes.io/component=executor"
+
+
 def revision(spec: StreamingAppSpec) -> str:
     """Identifies what the driver runs: the pipeline, its Kafka, its checkpoint and the image, as the user
     wrote them. Fields left at their defaults are not hashed, so an operator release that adds a defaulted

@@ -30,6 +30,8 @@ _COPIED = (
     "enum",
     "format",
     "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 )
 
 
@@ -147,6 +149,7 @@ def crd() -> dict[str, Any]:
                         "scale": {
                             "specReplicasPath": ".spec.executors.instances",
                             "statusReplicasPath": ".status.executors",
+                            "labelSelectorPath": ".status.selector",
                         },
                     },
                     "additionalPrinterColumns": [{"name": n, "type": t, "jsonPath": p} for n, t, p in columns],

@@ -31,15 +31,18 @@ from sluice.api.app import (  # noqa: F401  (re-exported: the operator's modules
     UpdateStrategy,
 )
 from sluice.api.contract import QueryStep
-from sluice.api.pipeline import Strict
+from sluice.api.pipeline import Strict, list_map
 
 
 class Condition(Strict):
-    type: Literal["Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout"]
+    type: Literal["Ready", "Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout"] = Field(
+        description="Ready: the app processes records (the others all True, the driver's queries running)."
+    )
     status: Literal["True", "False", "Unknown"]
-    reason: str = ""
+    reason: str = Field("", description="CamelCase, why the status is what it is.")
     message: str = ""
-    lastTransitionTime: str | None = None
+    observedGeneration: int | None = Field(None, description="The app's metadata.generation it was set for.")
+    lastTransitionTime: str | None = Field(None, description="When the status last changed.")
 
 
 class ChildRef(Strict):
@@ -139,5 +142,8 @@ class StreamingAppStatus(Strict):
     observedAt: str | None = Field(None, description="When lag, inputRate and executors were read from the driver.")
     autoscaler: AutoscalerStatus | None = None
     message: str | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=list_map("type"))
+    selector: str | None = Field(
+        None, description="The executors' pods, as a label selector (the scale subresource's, for an HPA or KEDA)."
+    )
     children: list[ChildRef] = Field(default_factory=list)

@@ -114,6 +114,7 @@ class Reconciler:
             now=now,
             scaling=plan.status,
             rollout=rollout.status,
+            selector=ch.executor_selector(app),
         )
         return Outcome(status, plan.annotations, [*plan.events, *rollout.events, *scaled], plan.kinds)
 

@@ -13,7 +13,9 @@ from . import children as ch
 from .autoscaler.collect import parse_time
 from .desired import Invalid
 
-CONDITION_TYPES = ("Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout")
+CONDITION_TYPES = ("Ready", "Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout")
+# Ready sums these up: the app is valid, its topics are there, its driver runs and answers with its queries running.
+READY_FROM = ("Valid", "TopicsReady", "DriverSubmitted", "Running")
 
 
 @dataclass
@@ -85,7 +87,7 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
         return {"type": kind, "status": status, "reason": reason, "message": message}
 
     if obs.valid is not None:
-        return [cond("Valid", False, "InvalidSpec", obs.valid.message[:4000])]
+        return with_ready([cond("Valid", False, "InvalidSpec", obs.valid.message[:4000])], obs)
     topics_ok = not (obs.kafka_error or obs.topics_error or obs.topics_refused)
     topics_message = obs.kafka_error or obs.topics_error or "; ".join(obs.topics_refused.values())
     reason = (
@@ -116,17 +118,35 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
             obs.spark_error or "",
         )
     rollout = [cond("Rollout", *obs.rollout)] if obs.rollout else []
-    return [
-        cond("Valid", True, "Valid"),
-        cond("TopicsReady", topics_ok, reason, topics_message),
-        submitted,
-        running,
+    return with_ready(
+        [cond("Valid", True, "Valid"), cond("TopicsReady", topics_ok, reason, topics_message), submitted, running],
+        obs,
         *rollout,
-    ]
+    )
 
 
-def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, str]], now: str) -> list[dict[str, Any]]:
-    """Keep lastTransitionTime when a condition's status did not change."""
+def with_ready(conditions: list[dict[str, str]], obs: Observation, *after: dict[str, str]) -> list[dict[str, str]]:
+    """Ready first (what `kubectl wait --for=condition=Ready` and GitOps health checks read): True while the app
+    processes records — every condition of READY_FROM True and the driver answering with its queries running;
+    else the first that is not, with its reason and message. A rollout does not make it unready: the stable
+    revision runs meanwhile."""
+    blocking = next((c for c in conditions if c["type"] in READY_FROM and c["status"] != "True"), None)
+    if blocking is None and (obs.driver is None or obs.driver.state != "running"):
+        state = obs.driver.state if obs.driver is not None else None
+        why = f"the driver's queries are {state}" if state else "the driver has not answered yet"
+        blocking = {"status": "False", "reason": "DriverNotProcessing", "message": why}
+    if blocking is None:
+        ready = {"type": "Ready", "status": "True", "reason": "Processing", "message": ""}
+    else:
+        status = "False" if blocking["status"] == "False" else "Unknown"
+        ready = {"type": "Ready", "status": status, "reason": blocking["reason"], "message": blocking["message"]}
+    return [ready, *conditions, *after]
+
+
+def merge_conditions(
+    old: list[dict[str, Any]], new: list[dict[str, str]], now: str, generation: int | None = None
+) -> list[dict[str, Any]]:
+    """Keep lastTransitionTime when a condition's status did not change; each says the generation it is of."""
     before = {c.get("type"): c for c in old or []}
     merged = []
     for condition in new:
@@ -134,7 +154,7 @@ def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, str]], now: 
         since = now
         if previous is not None and previous.get("status") == condition["status"]:
             since = previous.get("lastTransitionTime", now)
-        merged.append({**condition, "lastTransitionTime": since})
+        merged.append({**condition, "observedGeneration": generation, "lastTransitionTime": since})
     return merged
 
 
@@ -205,14 +225,17 @@ def status_for(
     now: str,
     scaling: dict[str, Any] | None = None,
     rollout: dict[str, Any] | None = None,
+    selector: str | None = None,
 ) -> dict[str, Any]:
     """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
+    `selector`: the executors' label selector (the scale subresource's labelSelectorpath).
     `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step; `rollout`:
     stableRevision, rollout, checkpoints and driver, by its rollout step."""
     status: dict[str, Any] = {
         "phase": phase_of(obs),
         "observedGeneration": generation,
-        "conditions": merge_conditions(old_status.get("conditions", []), conditions_for(obs), now),
+        "conditions": merge_conditions(old_status.get("conditions", []), conditions_for(obs), now, generation),
+        "selector": selector,
         "children": [
             {"apiVersion": c["apiVersion"], "kind": c["kind"], "name": c["metadata"]["name"]} for c in children
         ],

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from .pipeline import DNS_LABEL, Duration, PipelineSpec, Strict, cel
+from .pipeline import DNS_LABEL, Duration, PipelineSpec, Strict, cel, list_map
 from .validation import DdlParser, PipelineInvalid, Problem, SqlParser, join_path, model_problems, natural_key, validate
 
 GROUP = "sluice.dev"
@@ -444,7 +444,7 @@ def _duplicate_topics(topics: Any) -> str | None:
 class StreamingAppSpec(Strict):
     pipeline: PipelineSpec
     kafka: KafkaSpec
-    topics: list[TopicSpec] = Field(default_factory=list, max_length=200)
+    topics: list[TopicSpec] = Field(default_factory=list, max_length=200, json_schema_extra=list_map("name"))
     spark: SparkSpec = Field(default_factory=SparkSpec)
     executors: ExecutorsSpec = Field(default_factory=ExecutorsSpec)
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)

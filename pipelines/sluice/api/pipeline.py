@@ -62,6 +62,11 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+def list_map(*keys: str) -> dict[str, Any]:
+    """A list the API server (and server-side apply) treats as a map keyed by `keys` (its items' unique names)."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
 def cel(*rules: str | tuple[str, str], message: str | None = None) -> ConfigDict:
     """Model config carrying CEL rules for the CRD (x-kubernetes-validations) beside the Python checks.
 
@@ -537,6 +542,6 @@ class DeadLetter(Strict):
 class PipelineSpec(Strict):
     """A streaming DAG: sources, transforms and sinks, compiled to Spark Structured Streaming."""
 
-    nodes: list[Node] = Field(min_length=1, max_length=256)
+    nodes: list[Node] = Field(min_length=1, max_length=256, json_schema_extra=list_map("name"))
     trigger: ProcessingTime = Field(default_factory=lambda: ProcessingTime(processingTime="1s"))
     deadLetter: DeadLetter | None = None
