@@ -130,6 +130,15 @@ def namespace(crds_installed) -> Iterator[str]:
     crds_installed.kubectl("delete", "namespace", name, "--wait=false")
 
 
+@pytest.fixture(scope="session")
+def strimzi_topic_operator(crds_installed, kafka_bootstrap):
+    """Strimzi's topic operator for the cluster "events" (the session's Kafka), as a stand-in at its seam."""
+    from sluice.testbed.strimzi_topics import topic_operator
+
+    with topic_operator(crds_installed.kubectl, kafka_bootstrap, cluster="events") as stand_in:
+        yield stand_in
+
+
 @pytest.fixture
 def world() -> tuple[Reconciler, FakeKube, FakeDriver]:
     """A reconciler with fakes at its I/O seam (fakes.py): the API server's objects, a driver's control API."""

@@ -391,7 +391,9 @@ def test_existing_topic_is_adopted_without_recreating(operator_process, kube_clu
     assert app and topic_partitions(kafka_bootstrap, name) == 6
 
 
-def test_strimzi_topics_are_kafkatopic_resources(operator_process, kube_cluster, namespace, kafka_bootstrap):
+def test_strimzi_topics_are_kafkatopic_resources(
+    operator_process, kube_cluster, namespace, kafka_bootstrap, strimzi_topic_operator
+):
     manifest = example("wordcount", kafka_bootstrap, namespace)
     manifest["spec"]["kafka"] = {"strimziCluster": {"name": "events"}}
     manifest["spec"]["topics"][1]["deletionPolicy"] = "delete"
@@ -415,10 +417,40 @@ def test_strimzi_topics_are_kafkatopic_resources(operator_process, kube_cluster,
     # Only a topic the app may delete is owned by it (garbage collection of a KafkaTopic deletes the topic).
     assert "ownerReferences" not in by_topic[manifest["spec"]["topics"][0]["name"]]["metadata"]
     assert by_topic[manifest["spec"]["topics"][1]["name"]]["metadata"]["ownerReferences"][0]["name"] == "wordcount"
-    spark = get(kube_cluster, "sparkapplication", "wordcount", namespace)
+    spark = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="the driver")
     cm = get(kube_cluster, "configmap", children.pipeline_configmap_of(spark), namespace)
     config = RunnerConfig.model_validate_json(cm["data"][RUNNER_CONFIG_FILE])
     assert config.kafkaBootstrap == f"events-kafka-bootstrap.{namespace}.svc:9092"
+
+
+def test_no_driver_before_strimzi_made_the_topics_ready(
+    operator_process, kube_cluster, namespace, kafka_bootstrap, strimzi_topic_operator
+):
+    """TopicsReady waits for each KafkaTopic's Ready (Strimzi's message while not), and the first driver with it."""
+    manifest = example("wordcount", kafka_bootstrap, namespace)
+    manifest["spec"]["kafka"] = {"strimziCluster": {"name": "events"}}
+    manifest["spec"]["topics"][0]["replicas"] = 3  # the session's Kafka has one broker: Kafka refuses it
+    apply(kube_cluster, manifest, namespace)
+    app = wait_for(
+        lambda: (
+            (a := get(kube_cluster, "sapp", "wordcount", namespace))
+            and "KafkaError" in condition(a, "TopicsReady").get("message", "")
+            and a
+        ),
+        what="TopicsReady naming Strimzi's error",
+    )
+    topics = condition(app, "TopicsReady")
+    assert (topics["status"], topics["reason"]) == ("False", "TopicNotReady"), topics
+    assert "Replication factor: 3 larger than available brokers: 1" in topics["message"], topics
+    assert condition(app, "Ready")["reason"] == "TopicNotReady"
+    assert get(kube_cluster, "sparkapplication", "wordcount", namespace) is None
+    assert get(kube_cluster, "configmap", children.runner_configmap_name("wordcount"), namespace) is not None
+
+    manifest["spec"]["topics"][0]["replicas"] = 1
+    apply(kube_cluster, manifest, namespace)
+    wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="the driver once Ready")
+    app = get(kube_cluster, "sapp", "wordcount", namespace)
+    assert condition(app, "TopicsReady")["status"] == "True", condition(app, "TopicsReady")
 
 
 def test_operator_metrics(operator_process, kube_cluster, namespace, kafka_bootstrap):

@@ -508,6 +508,22 @@ def kafka_topic(app: str, namespace: str, topic: TopicSpec, cluster: str) -> dic
     }
 
 
+def kafka_topic_pending(topic: dict[str, Any] | None) -> str | None:
+    """Why a KafkaTopic is not usable yet, as Strimzi's topic operator tells it in its status (its Ready
+    condition, for the generation it observed); None when it is Ready."""
+    if topic is None:
+        return "created; waiting for Strimzi's topic operator"
+    status = topic.get("status") or {}
+    if status.get("observedGeneration", 0) < topic["metadata"].get("generation", 1):
+        return "waiting for Strimzi's topic operator to observe the change"
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    if ready is None:
+        return "no Ready condition yet"
+    if ready.get("status") == "True":
+        return None
+    return f"{ready.get('reason') or 'NotReady'}: {ready.get('message') or 'not ready'}"
+
+
 def children(
     app: str,
     namespace: str,

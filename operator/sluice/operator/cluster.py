@@ -170,6 +170,9 @@ class Cluster:
     ) -> None:
         meta = topic["metadata"]
         current = self.get(topic["apiVersion"], topic["kind"], meta["namespace"], meta["name"])
+        pending = ch.kafka_topic_pending(current)
+        if pending:
+            obs.topics_pending[meta["name"]] = pending
         have = ((current or {}).get("spec") or {}).get("partitions")
         if have and have > topic["spec"]["partitions"]:
             obs.topics_refused[topic["spec"]["topicName"]] = (

@@ -27,6 +27,7 @@ from .memory import TRIMMER
 from .model import GROUP, PLURAL, TERMINAL_PHASES, VERSION
 from .reconciler import Outcome, Reconciler
 from .settings import SETTINGS
+from .status import waits_for_topics
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 RESYNC_SECONDS = SETTINGS.resync_seconds
@@ -118,7 +119,7 @@ def _polls(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
     """A tick has a driver to observe and scale, or a rollout to move on (as the last pass recorded them)."""
     rollout = status.get("rollout") or {}
     busy = bool(rollout) and rollout.get("phase") not in TERMINAL_PHASES
-    return _not_suspended(spec) and (status.get("phase") == "Running" or busy)
+    return _not_suspended(spec) and (status.get("phase") == "Running" or busy or waits_for_topics(status))
 
 
 @kopf.timer(*RESOURCE, interval=TICK_SECONDS, initial_delay=TICK_SECONDS, when=_polls)

@@ -30,7 +30,14 @@ from .observer import Observer, submitted_executors
 from .rollout_actions import RolloutActions
 from .rollout_pass import RolloutPass, Rollouts
 from .settings import SETTINGS, Settings
-from .status import KAFKA_LOGIN_FAILED, Observation, last_driver_failure, status_for, status_write_due
+from .status import (
+    KAFKA_LOGIN_FAILED,
+    Observation,
+    last_driver_failure,
+    status_for,
+    status_write_due,
+    waits_for_topics,
+)
 
 log = logging.getLogger("sluice.operator")
 
@@ -97,6 +104,7 @@ class Reconciler:
             return Outcome(status_for(obs, generation=meta.get("generation"), revision=None, children=[],
                                       old_status=old_status, now=now))  # fmt: skip
         self.cluster.ensure_operator_access(namespace, self.settings.access, clock)
+        full = full or waits_for_topics(old_status)  # a KafkaTopic not Ready yet: looked at again
         obs, spark_app = self._observe(body, spec, full)
         rollout = self.rollouts.run(body, spec, spark_app, obs, clock)
         children = self._apply(body, spec, rollout, obs, full)
@@ -170,9 +178,11 @@ class Reconciler:
             driver=None if rollout.driver == app else rollout.driver,
             driver_role=self.settings.access.driver_cluster_role,
         )
-        # Nothing is made for a driver that could not log in to Kafka (obs.kafka_error says why); one that runs
-        # keeps its children.
+        # Nothing is made for a driver that could not log in to Kafka (obs.kafka_error says why), and no first
+        # driver is submitted before Strimzi made its topics Ready; one that runs keeps its children.
         login_failed = obs.kafka_error is not None and rollout.driver_app is None
+        if obs.topics_pending and rollout.driver_app is None:
+            desired.children = [c for c in desired.children if c["kind"] != "SparkApplication"]
         if full and not login_failed:
             self.cluster.ensure_children(body, desired, obs, rollout.decision.keep, rollout.driver)
             for retired in rollout.retired:

@@ -3,7 +3,7 @@ the stored status is due to be written over."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ class Observation:
     valid: Invalid | None = None
     topics_error: str | None = None
     kafka_error: str | None = None  # the app's Kafka credentials unreadable, or its login refused (names the field)
+    topics_pending: dict[str, str] = field(default_factory=dict)  # KafkaTopic -> why Strimzi has not made it Ready
     topics_refused: dict[str, str] = field(default_factory=dict)
     apply_error: str | None = None
     suspended: bool = False
@@ -40,6 +41,13 @@ class Observation:
 
 DRIVER_FAILED = "DriverFailed"  # the Running condition's reason when a driver left its error
 KAFKA_LOGIN_FAILED = "KafkaLoginFailed"  # TopicsReady's reason: credentials unreadable or refused
+TOPIC_NOT_READY = "TopicNotReady"  # TopicsReady's reason: a KafkaTopic Strimzi has not made Ready (yet)
+
+
+def waits_for_topics(status: Mapping[str, Any]) -> bool:
+    """The last full pass found a KafkaTopic not Ready: the next passes look again (a tick is then full)."""
+    topics: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "TopicsReady"), {})
+    return topics.get("reason") == TOPIC_NOT_READY
 
 
 def driver_failure(pod: dict[str, Any] | None) -> str | None:
@@ -88,8 +96,9 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
 
     if obs.valid is not None:
         return with_ready([cond("Valid", False, "InvalidSpec", obs.valid.message[:4000])], obs)
-    topics_ok = not (obs.kafka_error or obs.topics_error or obs.topics_refused)
-    topics_message = obs.kafka_error or obs.topics_error or "; ".join(obs.topics_refused.values())
+    topics_ok = not (obs.kafka_error or obs.topics_error or obs.topics_refused or obs.topics_pending)
+    pending = "; ".join(f"KafkaTopic {name}: {why}" for name, why in sorted(obs.topics_pending.items()))
+    topics_message = obs.kafka_error or obs.topics_error or "; ".join(obs.topics_refused.values()) or pending
     reason = (
         KAFKA_LOGIN_FAILED
         if obs.kafka_error
@@ -97,6 +106,8 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
         if obs.topics_error
         else "PartitionShrinkRefused"
         if obs.topics_refused
+        else TOPIC_NOT_READY
+        if obs.topics_pending
         else "Ready"
     )
     state = (obs.spark_state or "").upper()
