@@ -33,6 +33,7 @@ import yaml
 
 from sluice.operator import admission, children
 from sluice.operator.crd import CRD_FILE
+from sluice.operator.model import TopicSpec
 from sluice.testbed.common import ProvisionError, free_ports, port_in_use, tail
 from sluice.testbed.e2e_suite import (
     CHART_DIR,
@@ -421,7 +422,17 @@ def test_quick_start_kafka_cluster(chart_helm: Helm) -> None:
     assert kafka["apiVersion"] == pool["apiVersion"] == "kafka.strimzi.io/v1"
     assert pool["metadata"]["labels"]["strimzi.io/cluster"] == kafka["metadata"]["name"] == "sluice-kafka"
     assert pool["spec"]["roles"] == ["controller", "broker"]
-    assert kafka["spec"]["kafka"]["config"]["min.insync.replicas"] == 2
+    config = kafka["spec"]["kafka"]["config"]
+    assert config["min.insync.replicas"] == 2
+    # An app's topic gets the cluster's default.replication.factor unless it names one, so exactly-once
+    # producers (acks=all) can write: min.insync.replicas stays below it, for every pool size.
+    assert TopicSpec(name="t").replicas is None
+    for replicas in (1, 2, 3, 5):
+        values = {"kafkaCluster": {"enabled": True, "replicas": replicas}}
+        (sized,) = of_kind(chart_helm.template("sluice", "sys", values), "Kafka")
+        settings = sized["spec"]["kafka"]["config"]
+        assert settings["min.insync.replicas"] <= max(1, settings["default.replication.factor"] - 1), settings
+        assert settings["default.replication.factor"] <= replicas
     assert "topicOperator" in kafka["spec"]["entityOperator"]
     # The operator may manage KafkaTopics in the release namespace, where the cluster is.
     assert not of_kind(chart_helm.template("sluice", "sys", {"kafkaCluster": {"enabled": True}}), "Role")

@@ -66,9 +66,8 @@ class TopicOperatorStandIn:
         try:
             existing = admin.list_topics(timeout=10).topics.get(name)
             if existing is None or existing.error is not None:
-                new = NewTopic(
-                    name, spec.get("partitions", 1), spec.get("replicas", 1), config=spec.get("config") or {}
-                )
+                replicas = spec.get("replicas", -1)  # none: the cluster's default.replication.factor
+                new = NewTopic(name, spec.get("partitions", 1), replicas, config=spec.get("config") or {})
                 admin.create_topics([new])[name].result(timeout=30)
             elif spec.get("partitions", 1) > len(existing.partitions):
                 admin.create_partitions([NewPartitions(name, spec["partitions"])])[name].result(timeout=30)

@@ -502,7 +502,7 @@ def kafka_topic(app: str, namespace: str, topic: TopicSpec, cluster: str) -> dic
         "spec": {
             "topicName": topic.name,
             "partitions": topic.partitions,
-            "replicas": topic.replicas,
+            **({"replicas": topic.replicas} if topic.replicas else {}),  # none: the cluster's default
             "config": dict(topic.config),
         },
     }

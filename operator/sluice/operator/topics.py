@@ -111,7 +111,7 @@ class AdminTopics:
 
         futures: list[Future[Any]] = []
         if plan.create:
-            new = [NewTopic(t.name, t.partitions, t.replicas, config=dict(t.config)) for t in plan.create]
+            new = [NewTopic(t.name, t.partitions, t.replicas or -1, config=dict(t.config)) for t in plan.create]
             futures += self.admin.create_topics(new).values()
         if plan.grow:
             futures += self.admin.create_partitions([NewPartitions(n, c) for n, c in plan.grow.items()]).values()

@@ -163,7 +163,13 @@ class KafkaSpec(Strict):
 class TopicSpec(Strict):
     name: TopicName
     partitions: int = Field(1, ge=1, le=10000)
-    replicas: int = Field(1, ge=1, le=32767)
+    replicas: int | None = Field(
+        None,
+        ge=1,
+        le=32767,
+        description="Copies of each partition. Default: the cluster's default.replication.factor, which its "
+        "min.insync.replicas is set against (a topic with fewer copies cannot take exactly-once writes).",
+    )
     config: dict[str, str] = Field(default_factory=dict, description="Topic configs, e.g. retention.ms.")
     management: Literal["strimzi", "admin", "none"] | None = Field(
         None,
