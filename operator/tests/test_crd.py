@@ -59,3 +59,31 @@ def test_scale_subresource_and_printer_columns():
         "Rate",
         "Age",
     ]
+
+
+def test_every_field_has_a_description():
+    """What `kubectl explain` and editors show: every property of spec and status says what it is (the items of
+    a list or map are described by their field)."""
+    schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    fields = [
+        (path, node)
+        for path, node in _schemas(schema)
+        if path.count(".") > 1 and not path.endswith((".items", ".additionalProperties"))
+    ]
+    undescribed = [path for path, node in fields if not node.get("description")]
+    assert len(fields) > 200
+    assert undescribed == []
+
+
+def test_lists_keyed_by_name_are_list_maps_and_the_scale_names_its_pods():
+    version = crd.crd()["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    keyed = {
+        "conditions": (schema["status"]["properties"]["conditions"], ["type"]),
+        "nodes": (schema["spec"]["properties"]["pipeline"]["properties"]["nodes"], ["name"]),
+        "topics": (schema["spec"]["properties"]["topics"], ["name"]),
+    }
+    for what, (node, keys) in keyed.items():
+        assert (node["x-kubernetes-list-type"], node["x-kubernetes-list-map-keys"]) == ("map", keys), what
+        assert set(keys) <= set(node["items"]["required"]), what
+    assert version["subresources"]["scale"]["labelSelectorPath"] == ".status.selector"

@@ -38,31 +38,35 @@ class Condition(Strict):
     type: Literal["Ready", "Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout"] = Field(
         description="Ready: the app processes records (the others all True, the driver's queries running)."
     )
-    status: Literal["True", "False", "Unknown"]
+    status: Literal["True", "False", "Unknown"] = Field(description="Unknown: not decided yet.")
     reason: str = Field("", description="CamelCase, why the status is what it is.")
-    message: str = ""
+    message: str = Field("", description="What a person reads: the field, the error, what it waits for.")
     observedGeneration: int | None = Field(None, description="The app's metadata.generation it was set for.")
     lastTransitionTime: str | None = Field(None, description="When the status last changed.")
 
 
 class ChildRef(Strict):
-    apiVersion: str
-    kind: str
-    name: str
+    """An object the operator made for the app (in its namespace)."""
+
+    apiVersion: str = Field(description="The object's API version.")
+    kind: str = Field(description="The object's kind.")
+    name: str = Field(description="The object's name.")
 
 
 class DecisionStatus(Strict):
-    time: str
-    fromExecutors: int = Field(alias="from")
-    to: int
-    reason: str
+    """A scaling decision of the autoscaler."""
+
+    time: str = Field(description="When it was made (RFC 3339).")
+    fromExecutors: int = Field(alias="from", description="The executors before.")
+    to: int = Field(description="The executors asked for.")
+    reason: str = Field(description="Why: the lag, the utilization, the bounds.")
 
 
 class AutoscalerStatus(Strict):
-    desiredExecutors: int | None = None
-    lastDecision: DecisionStatus | None = None
+    desiredExecutors: int | None = Field(None, description="The count the autoscaler wants now.")
+    lastDecision: DecisionStatus | None = Field(None, description="Its last change of the count.")
     ratePerExecutor: float | None = Field(None, description="Records/s one executor processes when busy.")
-    backlog: int | None = None
+    backlog: int | None = Field(None, description="Records behind, as the last decision saw them.")
     message: str | None = Field(None, description="Why the autoscaler holds (e.g. an ineffective scale-up).")
 
 
@@ -83,11 +87,13 @@ class DriverRef(Strict):
 
 class RolloutStatus(Strict):
     fromRevision: str = Field(description="The stable revision the rollout started from.")
-    toRevision: str
-    strategy: Strategy
-    phase: RolloutPhase
-    startedAt: str
-    finishedAt: str | None = None
+    toRevision: str = Field(description="The revision being rolled out.")
+    strategy: Strategy = Field(description="hotSwap, checkpointMigration, fencedHandover or restart.")
+    phase: RolloutPhase = Field(
+        description="Planned, Draining, Starting, Verifying, then Complete; or RollingBack, RolledBack, Failed."
+    )
+    startedAt: str = Field(description="When it was planned (RFC 3339).")
+    finishedAt: str | None = Field(None, description="When it reached Complete, RolledBack or Failed.")
     message: str | None = Field(None, description="The plan, or why it rolled back or failed.")
     newDriver: bool = Field(False, description="The new revision runs in a driver of its own (toDriver).")
     lastDriverFailure: str | None = Field(
@@ -97,7 +103,7 @@ class RolloutStatus(Strict):
     )
     fromDrivers: list[DriverRef] = Field(default_factory=list, description="The drivers running when planned.")
     toDriver: str = Field(description="The SparkApplication a new driver gets (when one is needed).")
-    queries: list[QueryStep] = Field(default_factory=list)
+    queries: list[QueryStep] = Field(default_factory=list, description="What each query does in it.")
     fromCheckpoints: dict[str, str] = Field(
         default_factory=dict,
         description="status.checkpoints when planned: where the queries a checkpoint migration moves take over from.",
@@ -113,8 +119,12 @@ class RolloutStatus(Strict):
 
 
 class StreamingAppStatus(Strict):
-    phase: Literal["Pending", "Invalid", "Submitted", "Running", "Suspended", "Failed", "Completed"] | None = None
-    observedGeneration: int | None = None
+    """What the operator observed and decided for the app (written by the operator only)."""
+
+    phase: Literal["Pending", "Invalid", "Submitted", "Running", "Suspended", "Failed", "Completed"] | None = Field(
+        None, description="Where the app is: conditions say why."
+    )
+    observedGeneration: int | None = Field(None, description="The metadata.generation this status is of.")
     revision: str | None = Field(
         None, description="The revision the driver runs (a hash of what the user wrote that the driver runs)."
     )
@@ -140,10 +150,14 @@ class StreamingAppStatus(Strict):
     lag: int | None = Field(None, description="Kafka records behind latest, each source topic counted once.")
     inputRate: str | None = Field(None, description="Input rows per second.")
     observedAt: str | None = Field(None, description="When lag, inputRate and executors were read from the driver.")
-    autoscaler: AutoscalerStatus | None = None
-    message: str | None = None
-    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=list_map("type"))
+    autoscaler: AutoscalerStatus | None = Field(None, description="The autoscaler's view (when enabled).")
+    message: str | None = Field(None, description="The first problem, as the conditions tell it.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra=list_map("type"),
+        description="Ready first; then Valid, TopicsReady, DriverSubmitted, Running and Rollout.",
+    )
     selector: str | None = Field(
         None, description="The executors' pods, as a label selector (the scale subresource's, for an HPA or KEDA)."
     )
-    children: list[ChildRef] = Field(default_factory=list)
+    children: list[ChildRef] = Field(default_factory=list, description="What the operator made for the app.")

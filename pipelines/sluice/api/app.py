@@ -44,6 +44,8 @@ ObjectName = Annotated[
 
 
 class StrimziCluster(Strict):
+    """A Kafka cluster Strimzi manages: its bootstrap Service, and KafkaTopic resources for the app's topics."""
+
     name: str = Field(description="Name of the Strimzi Kafka resource.")
     namespace: str | None = Field(None, description="Default: the app's namespace.")
     listener: str = Field("plain", description="Listener whose bootstrap address the app uses.")
@@ -96,9 +98,9 @@ class KafkaAuthentication(Strict):
     type: Literal["tls", "scram-sha-512", "scram-sha-256", "plain"] = Field(
         description="tls: a client certificate (mTLS); scram-sha-512, scram-sha-256, plain: SASL with a password."
     )
-    username: str | None = Field(None, min_length=1, max_length=1024)
-    passwordSecret: PasswordSecretSource | None = None
-    certificateAndKey: CertAndKeySecretSource | None = None
+    username: str | None = Field(None, min_length=1, max_length=1024, description="The SASL user.")
+    passwordSecret: PasswordSecretSource | None = Field(None, description="The SASL user's password.")
+    certificateAndKey: CertAndKeySecretSource | None = Field(None, description="The client certificate (type tls).")
 
     @model_validator(mode="after")
     def _credentials_of_type(self) -> KafkaAuthentication:
@@ -161,8 +163,10 @@ class KafkaSpec(Strict):
 
 
 class TopicSpec(Strict):
-    name: TopicName
-    partitions: int = Field(1, ge=1, le=10000)
+    """A Kafka topic of the app, made (and grown) by the operator."""
+
+    name: TopicName = Field(description="The topic's name in Kafka.")
+    partitions: int = Field(1, ge=1, le=10000, description="Partitions (they only grow).")
     replicas: int | None = Field(
         None,
         ge=1,
@@ -182,7 +186,9 @@ class TopicSpec(Strict):
 
 
 class Resources(Strict):
-    cores: int = Field(1, ge=1)
+    """A driver's or an executor's CPU and memory."""
+
+    cores: int = Field(1, ge=1, description="CPU cores (Spark's task slots on an executor).")
     memory: Quantity = "1g"
     coreLimit: Quantity | None = None
     memoryOverhead: Quantity | None = None
@@ -208,14 +214,20 @@ VOLUME_SOURCES = (
 
 
 class Toleration(Strict):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    tolerationSeconds: int | None = Field(None, ge=0)
+    """Kubernetes' Toleration: the pods may run on nodes with a matching taint."""
+
+    key: str | None = Field(None, description="The taint's key (none: every taint, with operator Exists).")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="Equal: the taint's value is `value`.")
+    value: str | None = Field(None, description="The taint's value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="The taint's effect (none: every effect)."
+    )
+    tolerationSeconds: int | None = Field(None, ge=0, description="NoExecute: how long the pods stay once tainted.")
 
 
 class LocalObjectReference(Strict):
+    """An object of the app's namespace, by name."""
+
     name: ObjectName
 
 
@@ -226,9 +238,9 @@ class EnvFromSource(Strict):
         "has(self.secretRef) != has(self.configMapRef)", "set exactly one of 'secretRef' or 'configMapRef'"
     )
 
-    secretRef: LocalObjectReference | None = None
-    configMapRef: LocalObjectReference | None = None
-    prefix: str | None = None
+    secretRef: LocalObjectReference | None = Field(None, description="A Secret of the app's namespace.")
+    configMapRef: LocalObjectReference | None = Field(None, description="A ConfigMap of the app's namespace.")
+    prefix: str | None = Field(None, description="Put before each key's variable name.")
 
     @model_validator(mode="after")
     def _one(self) -> EnvFromSource:
@@ -262,24 +274,26 @@ class Volume(Strict):
 class VolumeMount(Strict):
     name: VolumeName
     mountPath: str = Field(pattern=r"^/", description="An absolute path in the Spark container.")
-    readOnly: bool = False
-    subPath: str | None = None
+    readOnly: bool = Field(False, description="Mounted read-only.")
+    subPath: str | None = Field(None, description="A path inside the volume to mount instead of its root.")
 
 
 class PodTemplate(Strict):
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    nodeSelector: dict[str, str] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, description="Added to the driver's and executors' pods.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Added to the pods.")
+    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Nodes the pods may run on.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables (no secrets: envFrom).")
     envFrom: list[EnvFromSource] = Field(default_factory=list, description="Env from Secrets and ConfigMaps.")
-    tolerations: list[Toleration] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list, description="Kubernetes tolerations of the pods.")
     affinity: dict[str, Any] | None = Field(None, description="Kubernetes Affinity: nodeAffinity, podAffinity, ...")
-    topologySpreadConstraints: list[dict[str, Any]] = Field(default_factory=list)
+    topologySpreadConstraints: list[dict[str, Any]] = Field(
+        default_factory=list, description="Kubernetes TopologySpreadConstraints of the pods."
+    )
     priorityClassName: ObjectName | None = None
     imagePullSecrets: list[ObjectName] = Field(
         default_factory=list, description="Names of Secrets in the app's namespace."
     )
-    volumes: list[Volume] = Field(default_factory=list)
+    volumes: list[Volume] = Field(default_factory=list, description="Extra volumes of the pods.")
     volumeMounts: list[VolumeMount] = Field(
         default_factory=list, description="Mounts of `volumes` in Spark's container."
     )
@@ -326,25 +340,29 @@ class PodTemplate(Strict):
 
 
 class SparkSpec(Strict):
+    """The driver's and executors' image, resources, Spark settings and pods."""
+
     image: str = Field("sluice/spark:0.1.0", description="Driver and executor image (Spark + sluice runner).")
-    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Of the pods.")
     version: str = Field("4.2.0", description="Spark version in the image.")
     driver: Resources = Field(default_factory=Resources)
     executor: Resources = Field(default_factory=Resources)
-    sparkConf: dict[str, str] = Field(default_factory=dict)
+    sparkConf: dict[str, str] = Field(default_factory=dict, description="Spark settings, over sluice's defaults.")
     serviceAccount: str | None = Field(None, description="Default: <app>-spark, created by the operator.")
     pod: PodTemplate = Field(default_factory=PodTemplate, description="Labels, annotations, node selector, env.")
 
 
 class ExecutorsSpec(Strict):
+    """How many executors the driver has: now, and the autoscaler's bounds."""
+
     model_config = cel(
         ("self.min <= self.max", "min must not exceed max"),
         ("self.instances <= self.max", "instances must not exceed max"),
     )
 
     instances: int = Field(1, ge=0, description="Executors now; the scale subresource sets this.")
-    min: int = Field(1, ge=0)
-    max: int = Field(10, ge=1)
+    min: int = Field(1, ge=0, description="The fewest executors the autoscaler keeps.")
+    max: int = Field(10, ge=1, description="The most executors: the autoscaler's and kubectl scale's ceiling.")
 
     @model_validator(mode="after")
     def _bounds(self) -> ExecutorsSpec:
@@ -360,7 +378,7 @@ class AutoscalingSpec(Strict):
     within executors.min..max; `kubectl scale` (spec.executors.instances) is then only the count a new
     driver starts with."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="The autoscaler sets the live executor count.")
     interval: Duration = Field("10s", description="How often the driver is sampled.")
     metricsWindow: Duration = Field("1m", description="Samples a decision averages over.")
     stabilization: Duration = Field(
@@ -413,7 +431,9 @@ class UpdateStrategy(Strict):
         "driver. restart: spark-operator resubmits the driver (runtime changes). checkpointMigration and "
         "fencedHandover are refused as not available yet, as is an explicit type unsafe for the change.",
     )
-    rollback: RollbackSpec = Field(default_factory=RollbackSpec)
+    rollback: RollbackSpec = Field(
+        default_factory=RollbackSpec, description="Whether and when a new revision that fails goes back."
+    )
 
 
 class CheckpointSpec(Strict):
@@ -450,8 +470,13 @@ def _duplicate_topics(topics: Any) -> str | None:
 class StreamingAppSpec(Strict):
     pipeline: PipelineSpec
     kafka: KafkaSpec
-    topics: list[TopicSpec] = Field(default_factory=list, max_length=200, json_schema_extra=list_map("name"))
-    spark: SparkSpec = Field(default_factory=SparkSpec)
+    topics: list[TopicSpec] = Field(
+        default_factory=list,
+        max_length=200,
+        json_schema_extra=list_map("name"),
+        description="Kafka topics the operator makes and grows for the app.",
+    )
+    spark: SparkSpec = Field(default_factory=SparkSpec, description="The driver's and executors' image and pods.")
     executors: ExecutorsSpec = Field(default_factory=ExecutorsSpec)
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     updateStrategy: UpdateStrategy = Field(default_factory=UpdateStrategy)

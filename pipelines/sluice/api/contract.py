@@ -282,8 +282,8 @@ class QueryStep(Strict):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    name: str
-    action: QueryAction
+    name: str = Field(description="The query: its sink node's name, or <source>-dead-letters.")
+    action: QueryAction = Field(description="keep, restart, migrate, start, stop or restore.")
     rewindMs: int | None = Field(
         None,
         description="migrate: how much event time before the old query's position the new one re-reads "

@@ -130,7 +130,7 @@ class FromKafka(Strict):
     schema_: str | None = Field(
         None, alias="schema", description="Spark DDL of the value for json/csv, e.g. 'id STRING, ts TIMESTAMP'."
     )
-    csvDelimiter: str = Field(",", min_length=1, max_length=1)
+    csvDelimiter: str = Field(",", min_length=1, max_length=1, description="format csv: the field separator.")
     metadata: list[Literal["key", "timestamp", "headers", "topic", "partition", "offset"]] = Field(
         default_factory=list,
         description="Kafka record fields to keep, as columns kafka_<field> (kafka_key, kafka_timestamp, ...).",
@@ -146,13 +146,15 @@ class FromKafka(Strict):
         "a STRING or DATE cast to one; a record whose event time is null or unparseable is malformed.",
     )
     watermark: Duration | None = Field(None, description="How late events may arrive (needs eventTime).")
-    startingOffsets: Literal["earliest", "latest"] = "earliest"
+    startingOffsets: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where a query without a checkpoint starts reading (a checkpoint's offsets win)."
+    )
     isolationLevel: Literal["readCommitted", "readUncommitted"] = Field(
         "readCommitted",
         description="readCommitted: only records of committed Kafka transactions (an "
         "exactly-once sink's output once its batch is complete); readUncommitted: also open and aborted ones.",
     )
-    maxRecordsPerTrigger: int | None = Field(None, ge=1)
+    maxRecordsPerTrigger: int | None = Field(None, ge=1, description="At most this many records a micro-batch.")
     minPartitions: int | None = Field(None, ge=1, description="Split Kafka partitions into more Spark tasks.")
     bootstrapServers: str | None = Field(None, description="Overrides the app's Kafka for this source.")
     options: dict[str, str] = Field(
@@ -194,6 +196,8 @@ class Explode(Strict):
 
 
 class Sliding(Strict):
+    """Windows of `size`, one starting every `slide`."""
+
     size: Duration
     slide: Duration
 
@@ -206,7 +210,7 @@ class Window(Strict):
     )
 
     tumbling: Duration | None = None
-    sliding: Sliding | None = None
+    sliding: Sliding | None = Field(None, description="Windows of `size` starting every `slide`.")
     session: Duration | None = Field(None, description="Session gap.")
     timeColumn: str | None = Field(None, description="Event-time column (default: the input's event time).")
 
@@ -221,7 +225,7 @@ class Window(Strict):
 class Aggregate(Strict):
     """Group-by aggregation, optionally over event-time windows (adds window_start, window_end, window_time)."""
 
-    groupBy: list[SqlExpr] = Field(default_factory=list)
+    groupBy: list[SqlExpr] = Field(default_factory=list, description="Grouping keys: SQL expressions.")
     window: Window | None = None
     aggregations: dict[Identifier, SqlExpr] = Field(
         min_length=1,
@@ -262,7 +266,9 @@ class Join(Strict):
         description="Both sides' event times fall in the same tumbling window of this size "
         "(the output gets its window_start, window_end).",
     )
-    type: Literal["inner", "leftOuter", "rightOuter"] = "inner"
+    type: Literal["inner", "leftOuter", "rightOuter"] = Field(
+        "inner", description="outer joins emit a row without its match once the watermark passes its bound."
+    )
     select: list[SqlExpr] = Field(
         default_factory=list, description="Output columns (default: all, clashes prefixed with the node name)."
     )
@@ -298,24 +304,24 @@ class Join(Strict):
 class Lookup(Strict):
     """Stream-static join: enrich the stream from a table read from files once at start."""
 
-    path: str
-    format: Literal["csv", "json", "parquet"] = "csv"
+    path: str = Field(description="Where the table is (a path or a Hadoop URI), read once when the query starts.")
+    format: Literal["csv", "json", "parquet"] = Field("csv", description="The table's file format.")
     schema_: str | None = Field(None, alias="schema", description="Spark DDL (csv/json; default: inferred).")
     keys: list[Identifier] = Field(min_length=1, description="Join columns present in both stream and table.")
-    type: Literal["inner", "left"] = "left"
-    broadcast: bool = True
+    type: Literal["inner", "left"] = Field("left", description="left: a record without a match goes on, with nulls.")
+    broadcast: bool = Field(True, description="Send the table to every executor (small tables).")
 
 
 class Dedupe(Strict):
     """Drop duplicate rows by key within the input's watermark."""
 
-    keys: list[str] = Field(min_length=1)
+    keys: list[str] = Field(min_length=1, description="Columns whose values make a record a duplicate.")
 
 
 class Union(Strict):
     """Union of all inputs by column name."""
 
-    allowMissingColumns: bool = False
+    allowMissingColumns: bool = Field(False, description="Inputs may lack columns of the others (nulls).")
 
 
 class TopN(Strict):
@@ -323,7 +329,9 @@ class TopN(Strict):
 
     limit: int = Field(ge=1, description="Rows kept per group.")
     orderBy: list[SqlExpr] = Field(min_length=1, description="e.g. ['revenue DESC']")
-    partitionBy: list[str] = Field(default_factory=lambda: ["window_start", "window_end"])
+    partitionBy: list[str] = Field(
+        default_factory=lambda: ["window_start", "window_end"], description="The top N is kept per these columns."
+    )
     ties: bool = Field(
         False,
         description="Keep every row ranked within limit, ties included (SQL RANK: may keep more than limit "
@@ -334,8 +342,10 @@ class TopN(Strict):
 class PythonTransform(Strict):
     """Escape hatch: `module:function` taking (DataFrame, **args) and returning a DataFrame."""
 
-    function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
-    args: dict[str, Any] = Field(default_factory=dict)
+    function: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(
+        description="module:function in the image, called with the DataFrame and args."
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the function.")
 
 
 # ----------------------------------------------------------------------------------------- sinks
@@ -349,7 +359,9 @@ class SinkBase(Strict):
 
 
 class ToKafka(SinkBase):
-    topic: str
+    """Writes each row as a Kafka record (key, value and headers from SQL expressions)."""
+
+    topic: str = Field(description="The output topic.")
     key: SqlExpr | None = Field(None, description="Key expression (default: no key).")
     value: SqlExpr = Field("to_json(struct(*))", description="Value expression (default: the row as JSON).")
     headers: SqlExpr | None = Field(None, description="array<struct<key: string, value: binary>> expression.")
@@ -366,7 +378,7 @@ class ToKafka(SinkBase):
         "the driver's memory); executors: one Spark task per Kafka partition. auto: driver when the rows are "
         "an aggregation's groups (a batch holds the groups it changed), executors otherwise.",
     )
-    bootstrapServers: str | None = None
+    bootstrapServers: str | None = Field(None, description="Overrides the app's Kafka for this sink.")
     options: dict[str, str] = Field(
         default_factory=dict,
         description="Kafka client settings prefixed kafka. "
@@ -389,18 +401,24 @@ class ToKafka(SinkBase):
 
 
 class ToConsole(SinkBase):
-    numRows: int = Field(20, ge=1)
-    truncate: bool = False
+    """Prints each micro-batch in the driver's log (for trying a pipeline)."""
+
+    numRows: int = Field(20, ge=1, description="Rows printed per batch.")
+    truncate: bool = Field(False, description="Cut long values.")
 
 
 class ToFiles(SinkBase):
-    path: str
-    format: Literal["parquet", "json", "csv"] = "parquet"
-    partitionBy: list[str] = Field(default_factory=list)
+    """Writes files, exactly once per batch (Spark's file sink and its log)."""
+
+    path: str = Field(description="The output folder (a path or a Hadoop URI).")
+    format: Literal["parquet", "json", "csv"] = Field("parquet", description="The files' format.")
+    partitionBy: list[str] = Field(default_factory=list, description="Columns that name subfolders.")
 
 
 class ToMemory(SinkBase):
-    table: Identifier
+    """An in-memory table of the driver (for tests)."""
+
+    table: Identifier = Field(description="The table's name.")
 
 
 # ------------------------------------------------------------------------------------------ nodes
@@ -438,7 +456,9 @@ class Node(Strict):
 
     select: list[SqlExpr] | None = Field(None, min_length=1, description="Projection, e.g. ['upper(w) AS w'].")
     filter: SqlExpr | None = Field(None, description="Keep rows where this SQL condition is true.")
-    withColumns: dict[Identifier, SqlExpr] | None = Field(None, min_length=1)
+    withColumns: dict[Identifier, SqlExpr] | None = Field(
+        None, min_length=1, description="Columns added or replaced: name -> SQL expression."
+    )
     explode: Explode | None = None
     aggregate: Aggregate | None = None
     join: Join | None = None
@@ -489,13 +509,15 @@ class Node(Strict):
 
 
 class ProcessingTime(Strict):
+    """When micro-batches run: every processingTime, once (availableNow), or continuously (realTime)."""
+
     model_config = cel(
         "[has(self.processingTime), has(self.availableNow) && self.availableNow, has(self.realTime)].exists_one(x, x)",
         "set exactly one of 'processingTime', 'availableNow' or 'realTime'",
     )
 
     processingTime: Duration | None = None
-    availableNow: bool | None = None
+    availableNow: bool | None = Field(None, description="Process what is there, then stop (a batch run).")
     realTime: Duration | None = Field(
         None,
         description="Spark real-time mode (Spark >= 4.1), with this checkpoint interval: records are processed as "
@@ -542,6 +564,11 @@ class DeadLetter(Strict):
 class PipelineSpec(Strict):
     """A streaming DAG: sources, transforms and sinks, compiled to Spark Structured Streaming."""
 
-    nodes: list[Node] = Field(min_length=1, max_length=256, json_schema_extra=list_map("name"))
+    nodes: list[Node] = Field(
+        min_length=1,
+        max_length=256,
+        json_schema_extra=list_map("name"),
+        description="The DAG's nodes: sources, operations and sinks, each named and wired by its inputs.",
+    )
     trigger: ProcessingTime = Field(default_factory=lambda: ProcessingTime(processingTime="1s"))
     deadLetter: DeadLetter | None = None
