@@ -3,9 +3,9 @@
 The cluster is sluice.testbed.kind's (a control plane and two workers from the node image built here, pod
 networking across nodes, NetworkPolicies enforced by kube-router, local-path volumes bound to one node, Pod
 Security). The images are those of `make e2e-local` (buildah: the sluice operator and Spark images, the
-spark-operator and Prometheus from their Go modules), loaded into every node with `kind load`. Kafka and the
-S3-compatible object store are host processes of the test bed at the podman network's gateway, which the
-pods reach (their traffic leaving the pod network is masqueraded behind their node, as kindnetd does).
+spark-operator and Prometheus from their Go modules), loaded into every node with `kind load`. Kafka (SASL_SSL
+only, as in `make e2e-local`) and the S3-compatible object store are host processes of the test bed at the
+podman network's gateway, which the pods reach (their traffic leaving the pod network is masqueraded behind their node, as kindnetd does).
 Everything is deleted afterwards, whatever happened. Needs root (rootful podman); run by `make e2e` only.
 """
 
@@ -17,9 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, free_ports
-from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
+from sluice.testbed.e2e_suite import E2ESuite, Helm, Images, Target
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.images import image_archive
 from sluice.testbed.kind import KindCluster
@@ -54,9 +53,6 @@ def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesRu
             images = Images.release()
             cluster.tag_image(images.spark, images.spark_next)
             host = cluster.gateway()
-            kafka = KafkaCluster.on_free_ports(work / "kafka", host=host)
-            stack.callback(kafka.stop)
-            kafka.start()
             (store_port,) = free_ports(1)
             store = stack.enter_context(serving(host, store_port, work / "objects"))
             secured = stack.enter_context(secured_kafka(host, work / "kafka-secured"))
@@ -67,7 +63,7 @@ def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesRu
             kubectl_runner(cluster.kubeconfig, binary=kubectl),
             Helm(helm, cluster.kubeconfig, work / "helm"),
         )
-        yield LocalImagesRun(target, HostKafka(kafka.bootstrap), store, secured)
+        yield LocalImagesRun(target, store, secured)
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,11 @@ here, without Docker.
 A throwaway single-node cluster (what `make local-cluster` runs) gets the images built with buildah
 (sluice.testbed.local_images: the sluice operator and Spark images from images/*/Dockerfile, and the
 spark-operator built from its Go module) imported into its containerd. spark-operator is installed with its
-own chart, sluice with charts/sluice. Kafka is a broker of the test bed listening on the node address, which
-the pods and this process both reach (no Kafka image or Strimzi operator image can be pulled here), so apps
-get spec.kafka.bootstrapServers and their topics are managed through the Admin API. Claims bind to node-local
+own chart, sluice with charts/sluice. Kafka is a broker of the test bed listening on the node address (no
+Kafka image or Strimzi operator image can be pulled here): pods get only SASL_SSL there, and apps log in with
+SCRAM over TLS, their password and CA from Secrets (spec.kafka.tls, spec.kafka.authentication), with topics
+managed through the Admin API; this process reads and writes through its loopback listener. The apps'
+namespace enforces Pod Security "restricted". Claims bind to node-local
 volumes of the cluster's default StorageClass (local-path, as on kind). The chart's monitors and alerts
 configure a Prometheus built from its Go module (sluice.testbed.prometheus), which scrapes the operator and
 the drivers through the enforced NetworkPolicies. Everything is torn down afterwards.
@@ -19,9 +21,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sluice.pipelines.local.kafka import KafkaCluster
 from sluice.testbed.common import REPO_ROOT, ProvisionError, pid_alive
-from sluice.testbed.e2e_suite import E2ESuite, Helm, HostKafka, Images, Target
+from sluice.testbed.e2e_suite import E2ESuite, Helm, Images, Target
 from sluice.testbed.helm import helm_binary
 from sluice.testbed.images import image_archive
 from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
@@ -46,38 +47,36 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesR
         pytest.fail(str(error), pytrace=False)
     plane = ControlPlane(work / "plane", advertise_address=NODE_ADDRESS)
     node = Node(plane, work / "node", archives=archives.values())
-    kafka = KafkaCluster.on_free_ports(work / "kafka", host=NODE_ADDRESS)
     try:
         plane.start()
         node.start()
         images = Images.release()
         node.tag_image(images.spark, images.spark_next)
-        kafka.start()  # on the node address, which exists while the node runs
         target = Target(
             plane.kubeconfig,
             kubectl_runner(plane.kubeconfig, binary=kubectl),
             Helm(helm, plane.kubeconfig, work / "helm"),
         )
     except BaseException as error:
-        stop(kafka, node, plane)
+        stop(node, plane)
         if isinstance(error, ProvisionError):
             pytest.fail(str(error), pytrace=False)
         raise
     pids = {**plane.pids(), **node.pids()}
     try:
+        # Kafka on the node address, which exists while the node runs.
         with secured_kafka(NODE_ADDRESS, work / "kafka-secured") as secured:
-            yield LocalImagesRun(target, HostKafka(kafka.bootstrap), node.object_store, secured)
+            yield LocalImagesRun(target, node.object_store, secured)
     finally:
-        stop(kafka, node, plane)
+        stop(node, plane)
     assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "cluster processes survived the run"
 
 
-def stop(kafka: KafkaCluster, node: Node, plane: ControlPlane) -> None:
+def stop(node: Node, plane: ControlPlane) -> None:
     """Each part is stopped even when stopping another one fails."""
     with contextlib.ExitStack() as stack:
         stack.callback(plane.stop)
         stack.callback(node.stop)
-        stack.callback(kafka.stop)
 
 
 @pytest.fixture(scope="module")

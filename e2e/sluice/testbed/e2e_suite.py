@@ -234,6 +234,8 @@ class KafkaAccess(Protocol):
 
     def consume_timed(self, topic: str) -> list[tuple[int, str]]: ...  # (record time in ms, value) of every record
 
+    def secrets(self, namespace: str) -> list[dict[str, Any]]: ...  # what app_kafka() names, for `namespace`
+
 
 @dataclass(frozen=True)
 class StrimziKafka:
@@ -297,6 +299,9 @@ class StrimziKafka:
 
     def committed_end(self, topic: str) -> int:
         return len(self.consume(topic))  # through the broker pod: slow, so a coarse measure of output gaps
+
+    def secrets(self, namespace: str) -> list[dict[str, Any]]:
+        return []
 
     def consume_timed(self, topic: str) -> list[tuple[int, str]]:
         out = self._exec(
@@ -367,6 +372,9 @@ class HostKafka:
 
         return [(r.timestamp_ms, r.value.decode()) for r in consume_all(self.bootstrap, topic) if r.value is not None]
 
+    def secrets(self, namespace: str) -> list[dict[str, Any]]:
+        return []
+
 
 @dataclass(frozen=True)
 class SecuredKafka:
@@ -378,6 +386,66 @@ class SecuredKafka:
     user: str
     password: str
     ca_pem: str
+
+    def app_kafka(self, user_secret: str, ca_secret: str) -> dict[str, Any]:
+        """spec.kafka naming Secrets `user_secret` (key password) and `ca_secret` (key ca.crt), as Strimzi users
+        write it for KafkaConnect."""
+        return {
+            "bootstrapServers": self.bootstrap,
+            "tls": {"trustedCertificates": [{"secretName": ca_secret, "certificate": "ca.crt"}]},
+            "authentication": {
+                "type": "scram-sha-512",
+                "username": self.user,
+                "passwordSecret": {"secretName": user_secret, "password": "password"},
+            },
+        }
+
+    def secrets(self, namespace: str, user_secret: str, ca_secret: str, password: str | None = None) -> list[Any]:
+        """The two Secrets app_kafka names (`password`: another one, to be refused)."""
+
+        def secret(name: str, data: dict[str, str]) -> dict[str, Any]:
+            return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
+                    "stringData": data}  # fmt: skip
+
+        return [
+            secret(user_secret, {"password": password or self.password}),
+            secret(ca_secret, {"ca.crt": self.ca_pem}),
+        ]
+
+
+@dataclass(frozen=True)
+class SecuredHostKafka:
+    """The apps' Kafka as production has it: their pods reach the broker over SASL_SSL only (SCRAM-SHA-512, the
+    test bed's CA), with the password and the CA from Secrets in the apps' namespace; the test reads and
+    writes through the broker's plaintext listener on loopback."""
+
+    secured: SecuredKafka
+    USER_SECRET: ClassVar[str] = "sluice-kafka-user"
+    CA_SECRET: ClassVar[str] = "sluice-kafka-ca"
+
+    def chart_values(self) -> dict[str, Any]:
+        return {"networkPolicy": {"kafkaPorts": bootstrap_ports(self.secured.bootstrap)}}
+
+    def app_kafka(self) -> dict[str, Any]:
+        return self.secured.app_kafka(self.USER_SECRET, self.CA_SECRET)
+
+    def secrets(self, namespace: str) -> list[dict[str, Any]]:
+        return self.secured.secrets(namespace, self.USER_SECRET, self.CA_SECRET)
+
+    def wait_ready(self, timeout: float) -> None:
+        return None  # it is up before the suite starts
+
+    def produce(self, topic: str, values: Sequence[str]) -> None:
+        self.secured.host.produce(topic, values)
+
+    def consume(self, topic: str) -> list[str]:
+        return self.secured.host.consume(topic)
+
+    def committed_end(self, topic: str) -> int:
+        return self.secured.host.committed_end(topic)
+
+    def consume_timed(self, topic: str) -> list[tuple[int, str]]:
+        return self.secured.host.consume_timed(topic)
 
 
 # --- installing ----------------------------------------------------------------------------------------
@@ -747,7 +815,7 @@ class E2ESuite:
     timeout: float = 600.0
     object_store_access: ObjectStoreAccess | None = None  # the cluster's S3-compatible store, where it has one
     prometheus: bool = False  # the cluster's nodes have the test bed's Prometheus image (sluice.testbed.prometheus)
-    secured_kafka_access: SecuredKafka | None = None  # a second broker, SASL_SSL only, where the cluster has one
+    secured_kafka_access: SecuredKafka | None = None  # a broker taking only SASL_SSL, where the cluster has one
     app: dict[str, Any] = field(default_factory=dict)
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
@@ -982,7 +1050,9 @@ class E2ESuite:
             values["networkPolicy"]["metricsFrom"] = [PROMETHEUS_PEER]
         self.target.apply(restricted_namespace(self.release_namespace))  # the chart's pods are hardened
         self.target.helm.install(self.release, CHART_DIR, self.release_namespace, values, "--wait", "--timeout", "5m")
-        self.target.kubectl("create", "namespace", self.apps_namespace, check=False)
+        # The apps' namespace enforces Pod Security "restricted", as production namespaces do; the Secrets its
+        # apps' Kafka logins name are there before any app.
+        self.target.apply(restricted_namespace(self.apps_namespace), *self.kafka.secrets(self.apps_namespace))
 
     def api_server_ports(self) -> list[int]:
         """The ports the operator's NetworkPolicy must let it reach the API server on, as a user finds them: the
@@ -1013,6 +1083,7 @@ class E2ESuite:
             "imagePullPolicy": "IfNotPresent",
             "command": ["sh", "-c", 'exec "$PYSPARK_PYTHON" -c "$CODE"'],
             "env": [{"name": k, "value": v} for k, v in {"CODE": code, **(env or {})}.items()],
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         }
         if secret_env:
             container["envFrom"] = [{"secretRef": {"name": secret_env}}]
@@ -1020,7 +1091,16 @@ class E2ESuite:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": self.apps_namespace, "labels": labels or {}},
-            "spec": {"restartPolicy": "Never", "containers": [container]},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [container],
+                # Pod Security "restricted", which the apps' namespace enforces; 185: the Spark image's user.
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 185,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+            },
         }
         self.target.apply(pod)
 
@@ -1903,6 +1983,7 @@ class E2ESuite:
                 self.kafka.app_kafka(),
                 self.kafka,
                 restricted_namespace(namespace),
+                *self.kafka.secrets(namespace),
                 check=lambda: self.assert_admitted(namespace),
             )
         finally:
@@ -1938,28 +2019,9 @@ class E2ESuite:
     ) -> tuple[dict[str, Any], KafkaAccess, dict[str, Any], dict[str, Any]]:
         """spec.kafka for app `name` on the secured broker, where the test reads and writes, and the Secrets it
         names (the app's SCRAM password, the broker's CA)."""
-        credentials: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": f"{name}-kafka-user", "namespace": self.apps_namespace},
-            "stringData": {"password": password},
-        }
-        ca: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": f"{name}-kafka-ca", "namespace": self.apps_namespace},
-            "stringData": {"ca.crt": secured.ca_pem},
-        }
-        kafka = {
-            "bootstrapServers": secured.bootstrap,
-            "tls": {"trustedCertificates": [{"secretName": ca["metadata"]["name"], "certificate": "ca.crt"}]},
-            "authentication": {
-                "type": "scram-sha-512",
-                "username": secured.user,
-                "passwordSecret": {"secretName": credentials["metadata"]["name"], "password": "password"},
-            },
-        }
-        return kafka, secured.host, credentials, ca
+        user, ca = f"{name}-kafka-user", f"{name}-kafka-ca"
+        credentials, trusted = secured.secrets(self.apps_namespace, user, ca, password)
+        return secured.app_kafka(user, ca), secured.host, credentials, trusted
 
     def assert_login_refused(
         self, name: str, namespace: str, secured: tuple[dict[str, Any], KafkaAccess, dict[str, Any], dict[str, Any]]

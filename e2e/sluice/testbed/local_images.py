@@ -27,7 +27,7 @@ from typing import Any
 from sluice.pipelines.local.kafka import KafkaCluster
 
 from .common import REPO_ROOT, ProvisionError, cache_dir, locked, run
-from .e2e_suite import E2ESuite, HostKafka, Images, SecuredKafka, Target, image_builder
+from .e2e_suite import E2ESuite, HostKafka, Images, SecuredHostKafka, SecuredKafka, Target, image_builder
 from .images import BASE_IMAGE, CONTAINERD_NAME, OCI_REF_NAME, base_image, full_name, image_archive
 from .kafka_security import secured_listener
 from .node import RUNTIME_ROOT, install_packages
@@ -174,19 +174,19 @@ def spark_operator_chart_values() -> dict[str, Any]:
 @dataclass(frozen=True)
 class LocalImagesRun:
     """A cluster of the test bed's (local or kind) with the images built here, and the host processes the suite
-    uses beside it: Kafka, the object store and the SASL_SSL-only broker."""
+    uses beside it: the object store and the Kafka broker, which takes only SASL_SSL from pods."""
 
     target: Target
-    kafka: HostKafka
     object_store: ObjectStoreAccess
     secured_kafka: SecuredKafka
 
     def suite(self) -> E2ESuite:
-        """The e2e suite there: spark-operator from its chart on its image, the test bed's Prometheus."""
+        """The e2e suite there: spark-operator from its chart on its image, the test bed's Prometheus; its apps
+        log in to Kafka with SCRAM over TLS, their password and CA from Secrets."""
         return E2ESuite(
             self.target,
             Images.release(),
-            self.kafka,
+            SecuredHostKafka(self.secured_kafka),
             strimzi=False,
             spark_operator=spark_operator_chart_values(),
             object_store_access=self.object_store,
