@@ -392,7 +392,7 @@ def test_namespace_list_gets_roles_and_minimal_cluster_rules(chart_helm: Helm) -
     assert ("kopf.dev", "kopfpeerings", "patch") in rule_set(roles["a", "sluice"]["rules"])
     assert rule_set(roles["kafka", "sluice-kafkatopics"]["rules"]) == {
         ("kafka.strimzi.io", "kafkatopics", verb) for verb in ("get", "create", "patch")
-    }
+    } | {("kafka.strimzi.io", "kafkas", "get")}
 
 
 def test_monitors_only_where_the_prometheus_operator_api_is_served(chart_helm: Helm) -> None:
@@ -627,6 +627,7 @@ APPS, SPARK_APPS, TOPICS = (
 )
 ROLES, BINDINGS = "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io"
 CLUSTER_ROLES = "clusterroles.rbac.authorization.k8s.io"
+KAFKAS = "kafkas.kafka.strimzi.io"
 POLICIES = "networkpolicies.networking.k8s.io"
 ALL_NAMESPACES_ONLY = [("list", "customresourcedefinitions.apiextensions.k8s.io", "")]
 
@@ -641,6 +642,7 @@ def operator_uses(fullname: str = "sluice") -> list[tuple[str, str, str]]:
     uses += [(verb, BINDINGS, "") for verb in ("create", "patch", "list", "watch", "delete")]
     uses += [("bind", f"{CLUSTER_ROLES}/{fullname}-{role}", "") for role in ("spark-driver", "app-namespace")]
     uses += [(verb, TOPICS, "") for verb in ("get", "create", "patch")]
+    uses += [("get", KAFKAS, "")]  # a Strimzi listener's address, from the Kafka's status
     return uses
 
 
@@ -1175,7 +1177,7 @@ def test_namespace_list_release_with_replicas(
     assert [check for check, ok in elsewhere.items() if ok] == []
     assert {check[:2] for check, ok in topics_only.items() if ok} == {
         (verb, "kafkatopics.kafka.strimzi.io") for verb in ("get", "create", "patch")
-    }
+    } | {("get", KAFKAS)}
     assert len(topics) == len(app["spec"]["topics"])
     assert peering is not None
     assert unwatched_status == {}

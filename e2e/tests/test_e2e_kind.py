@@ -5,8 +5,9 @@ networking across nodes, NetworkPolicies enforced by kube-router, local-path vol
 Security). The images are those of `make e2e-local` (buildah: the sluice operator and Spark images, the
 spark-operator and Prometheus from their Go modules), loaded into every node with `kind load`. Kafka (SASL_SSL
 only, as in `make e2e-local`) and the S3-compatible object store are host processes of the test bed at the
-podman network's gateway, which the pods reach (their traffic leaving the pod network is masqueraded behind their node, as kindnetd does).
-Everything is deleted afterwards, whatever happened. Needs root (rootful podman); run by `make e2e` only.
+podman network's gateway, which the pods reach (their traffic leaving the pod network is masqueraded behind
+their node, as kindnetd does). Everything is deleted afterwards, whatever happened. Needs root (rootful
+podman); run by `make e2e` only.
 """
 
 from __future__ import annotations

@@ -95,3 +95,23 @@ def test_a_new_login_is_a_new_driver_on_the_same_checkpoints() -> None:
     diff = classify(StreamingAppSpec.model_validate(old), StreamingAppSpec.model_validate(new))
     assert [r.path for r in diff.runtime] == ["spec.kafka.authentication"] and not diff.changed
     assert choose_strategy("auto", diff) == "fencedHandover"
+
+
+def test_a_strimzi_listener_address_comes_from_the_kafka_status(world) -> None:
+    reconciler, kube, _ = world
+    app = app_manifest("word != ''")
+    app["spec"]["kafka"] = {"strimziCluster": {"name": "events", "listener": "scram"}, "tls": {}}
+    put_secret(kube, "events-cluster-ca-cert", **{"ca.crt": CA})  # the cluster CA: tls {} trusts it
+    kube.objects[("Kafka", NAMESPACE, "events")] = {
+        "metadata": {"name": "events", "namespace": NAMESPACE},
+        "status": {"listeners": [{"name": "scram", "bootstrapServers": "events-kafka-bootstrap.apps.svc:9096"}]},
+    }
+    reconcile(reconciler, app, clock=1000.0)
+    runner = RunnerConfig.model_validate_json(
+        kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(app["metadata"]["name"]))]["data"][
+            RUNNER_CONFIG_FILE
+        ]
+    )
+    assert runner.kafkaBootstrap == "events-kafka-bootstrap.apps.svc:9096"  # not the usual port of a listener
+    assert runner.kafkaSecurity.protocol == "SSL"
+    assert runner.kafkaSecurity.trustedCertificateFiles == [f"{KAFKA_SECRETS_MOUNT}/events-cluster-ca-cert/ca.crt"]

@@ -179,10 +179,14 @@ when it first handles an app of the namespace; with watchNamespaces, the chart b
 {{- end }}
 
 {{- define "sluice.kafkaTopicRules" -}}
-# Topics managed by Strimzi: applied and read (partitions only grow).
+# Topics managed by Strimzi: applied and read (partitions only grow); a cluster's listener addresses read from
+# its Kafka resource's status.
 - apiGroups: [kafka.strimzi.io]
   resources: [kafkatopics]
   verbs: [get, create, patch]
+- apiGroups: [kafka.strimzi.io]
+  resources: [kafkas]
+  verbs: [get]
 {{- end }}
 
 {{/* kopf peering: the operator creates the peering object once, watches it and patches its presence. */}}

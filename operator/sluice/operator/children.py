@@ -41,7 +41,7 @@ SPARK_NETWORK_POLICY_STEP = "org.apache.spark.deploy.k8s.features.NetworkPolicyF
 # The container names spark-operator gives Spark for its pod templates.
 SPARK_CONTAINERS = {"driver": "spark-kubernetes-driver", "executor": "spark-kubernetes-executor"}
 SPARK_APPLICATION_API = "sparkoperator.k8s.io/v1beta2"
-KAFKA_TOPIC_API = "kafka.strimzi.io/v1"
+KAFKA_TOPIC_API = KAFKA_API = "kafka.strimzi.io/v1"
 
 
 def labels(app: str, component: str) -> dict[str, str]:
@@ -506,6 +506,12 @@ def kafka_topic(app: str, namespace: str, topic: TopicSpec, cluster: str) -> dic
             "config": dict(topic.config),
         },
     }
+
+
+def listener_bootstrap(kafka: dict[str, Any] | None, listener: str) -> str | None:
+    """A Strimzi Kafka's listener address as its status tells it (status.listeners[].bootstrapServers)."""
+    listeners = ((kafka or {}).get("status") or {}).get("listeners") or []
+    return next((item.get("bootstrapServers") for item in listeners if item.get("name") == listener), None)
 
 
 def kafka_topic_pending(topic: dict[str, Any] | None) -> str | None:

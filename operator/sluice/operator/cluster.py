@@ -21,7 +21,7 @@ from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
 from sluice.api.kafka_clients import CredentialUnreadable, KafkaClient, kafka_security, read_credentials
 
 from . import children as ch
-from .desired import DesiredState, Invalid, desired_state, parse_spec
+from .desired import DesiredState, Invalid, bootstrap_for, desired_state, parse_spec
 from .kube import KindNotServed, Kube, KubeError
 from .model import GROUP, KIND, VERSION, StreamingAppSpec
 from .settings import Access
@@ -30,6 +30,7 @@ from .topics import AdminTopics, KafkaLoginRefused, plan_topics
 
 FIELD_MANAGER = "sluice-operator"
 ACCESS_REFRESH_SECONDS = 300.0
+BOOTSTRAP_TTL_SECONDS = 30.0
 log = logging.getLogger("sluice.operator")
 
 
@@ -43,6 +44,7 @@ class Cluster:
         self.kube = kube
         self._tokens: dict[tuple[str, str], str] = {}
         self._access: dict[str, float] = {}  # namespace -> when the operator's own binding was applied there
+        self._bootstraps: dict[tuple[str, str, str], tuple[float, str | None]] = {}  # Strimzi listener -> address
 
     def ensure_operator_access(self, namespace: str, access: Access, now: float) -> None:
         """Cluster-wide, the operator's rights in a namespace with apps are its own binding of the chart's
@@ -117,6 +119,24 @@ class Cluster:
 
     # ----------------------------------------------------------------------------- children
     # ------------------------------------------------------------------------------- Kafka
+    def bootstrap(self, spec: StreamingAppSpec, namespace: str) -> str:
+        """The app's Kafka address: its bootstrapServers, or its Strimzi listener's as the Kafka resource's status
+        tells it (read at most every BOOTSTRAP_TTL_SECONDS); the Service Strimzi names for the listener while
+        the status does not tell it (no Kafka resource yet, or its CRD not installed)."""
+        cluster = spec.kafka.strimziCluster
+        if cluster is None:
+            return bootstrap_for(spec, namespace)
+        key = (cluster.namespace or namespace, cluster.name, cluster.listener)
+        read_at, address = self._bootstraps.get(key, (-BOOTSTRAP_TTL_SECONDS, None))
+        if time.monotonic() - read_at >= BOOTSTRAP_TTL_SECONDS:
+            try:
+                kafka = self.get(ch.KAFKA_API, "Kafka", key[0], key[1])
+            except (KubeError, KindNotServed):
+                kafka = None
+            address = ch.listener_bootstrap(kafka, cluster.listener)
+            self._bootstraps[key] = (time.monotonic(), address)
+        return address or bootstrap_for(spec, namespace)
+
     def kafka_client(self, namespace: str, kafka: KafkaSpec, bootstrap: str) -> KafkaClient:
         """The operator's own login to the app's Kafka: the Secrets spec.kafka names, read through the API server
         (the driver reads the same keys as mounted files). Raises CredentialUnreadable naming the spec field."""
@@ -235,7 +255,7 @@ class Cluster:
         parsed = parse_spec(spec_raw)
         if isinstance(parsed, Invalid):
             return
-        desired = desired_state("_", namespace, parsed)
+        desired = desired_state("_", namespace, parsed, bootstrap=self.bootstrap(parsed, namespace))
         doomed = [t.name for t in desired.admin_topics if t.deletionPolicy == "delete"]
         if not doomed:
             return

@@ -44,6 +44,8 @@ def parse_spec(raw: dict[str, Any]) -> StreamingAppSpec | Invalid:
 
 
 def bootstrap_for(spec: StreamingAppSpec, namespace: str) -> str:
+    """The address the spec names, or the bootstrap Service Strimzi makes for the listener (Cluster.bootstrap
+    reads the listener's address from the Kafka resource's status first)."""
     if spec.kafka.bootstrapServers:
         return spec.kafka.bootstrapServers
     cluster = spec.kafka.strimziCluster
@@ -96,11 +98,12 @@ def desired_state(
     driver_spec: StreamingAppSpec | None = None,
     driver: str | None = None,
     driver_role: str = Access.driver_cluster_role,
+    bootstrap: str | None = None,
 ) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children);
     `pin`, `runner`, `driver_spec`: the revisions its driver runs and was submitted for, what a starting driver
     runs, and the spec it was submitted with; `driver`: its SparkApplication (default: the app's name)."""
-    bootstrap = bootstrap_for(spec, namespace)
+    bootstrap = bootstrap or bootstrap_for(spec, namespace)
     by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
     for topic in spec.topics:
         by_mode[spec.topic_management(topic)].append(topic)

@@ -138,7 +138,8 @@ class Reconciler:
         spark_app = None if spec.suspend else self.cluster.spark_application(namespace, recorded_driver)
         obs = Observation(suspended=spec.suspend)
         if full:
-            topics = desired_state(app, namespace, spec, claims=self.settings.checkpoints)
+            bootstrap = self.cluster.bootstrap(spec, namespace)
+            topics = desired_state(app, namespace, spec, claims=self.settings.checkpoints, bootstrap=bootstrap)
             self.cluster.ensure_topics(body, topics, obs)
             if obs.kafka_error is None:  # an app that cannot log in gets nothing made (see _apply)
                 self.cluster.ensure_control_secret(body)
@@ -177,6 +178,7 @@ class Reconciler:
             driver_spec=rollout.driver_spec,
             driver=None if rollout.driver == app else rollout.driver,
             driver_role=self.settings.access.driver_cluster_role,
+            bootstrap=self.cluster.bootstrap(spec, namespace),
         )
         # Nothing is made for a driver that could not log in to Kafka (obs.kafka_error says why), and no first
         # driver is submitted before Strimzi made its topics Ready; one that runs keeps its children.

@@ -13,7 +13,6 @@ from sluice.api.contract import Migration, RunnerConfig, StateResponse, SwapRequ
 
 from . import children as ch
 from .cluster import Cluster, adopt
-from .desired import bootstrap_for
 from .driver_client import DriverClient, DriverRefused, DriverUnavailable
 from .model import StreamingAppSpec
 from .observer import Drivers
@@ -113,7 +112,7 @@ class RolloutActions:
     def apply_revision(self, ctx: RolloutContext, action: ApplyRevision, observed: Observed) -> None:
         spec = self.cluster.revision_spec(ctx.namespace, ctx.app, action.revision, ctx.specs)
         if spec is not None and action.revision not in observed.revisions:
-            self.cluster.apply_revision(ctx.owner, spec, bootstrap_for(spec, ctx.namespace))
+            self.cluster.apply_revision(ctx.owner, spec, self.cluster.bootstrap(spec, ctx.namespace))
 
     def swap(self, ctx: RolloutContext, action: SwapQueries) -> str | None:
         """Ask the driver to run the swap's revision, unless it does; returns the driver's refusal."""
@@ -168,7 +167,7 @@ class RolloutActions:
             return
         rollout = ctx.decision.step.rollout
         standby = on_standby(rollout, action.name, ctx.recorded_driver, spec.updateStrategy.rollback.enabled)
-        bootstrap = bootstrap_for(spec, ctx.namespace)
+        bootstrap = self.cluster.bootstrap(spec, ctx.namespace)
         config = ch.runner_config(
             ctx.app, ctx.namespace, spec, bootstrap, *ctx.folders(action.revision), standby=standby
         )
@@ -264,7 +263,7 @@ class RolloutActions:
         if spec is None:
             return None
         return ch.runner_config(
-            ctx.app, ctx.namespace, spec, bootstrap_for(spec, ctx.namespace), *ctx.folders(revision)
+            ctx.app, ctx.namespace, spec, self.cluster.bootstrap(spec, ctx.namespace), *ctx.folders(revision)
         )
 
     # ------------------------------------------------------------------------ driver behind

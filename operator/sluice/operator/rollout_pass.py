@@ -17,7 +17,6 @@ from sluice.api.contract import RunnerConfig
 
 from . import children as ch
 from .cluster import Cluster
-from .desired import bootstrap_for
 from .model import RolloutStatus, StreamingAppSpec
 from .observer import Drivers, Observer, submitted_revision
 from .rollout import DriverFacts, Observed, Target, classify, diff_base
@@ -150,7 +149,7 @@ class Rollouts:
         if busy:
             revisions = self.cluster.revisions(namespace, app)
             if revision not in revisions:
-                self.cluster.apply_revision(body, spec, bootstrap_for(spec, namespace))
+                self.cluster.apply_revision(body, spec, self.cluster.bootstrap(spec, namespace))
                 revisions.add(revision)
         diff = None
         if base is not None:
@@ -235,7 +234,7 @@ class Rollouts:
         standby = on_standby(rollout, driver, driver, spec.updateStrategy.rollback.enabled)
         stable = decision.step.stable_revision
         checkpoints = revision_checkpoints(stable, recorded.checkpoints, rollout)[0] if stable else {}
-        bootstrap = bootstrap_for(runs_spec, namespace)
+        bootstrap = self.cluster.bootstrap(runs_spec, namespace)
         return RolloutPass(
             decision=decision,
             pin=ch.DriverPin(runs, submitted_now),
