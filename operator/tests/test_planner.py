@@ -69,7 +69,7 @@ def test_children_of_an_app(raw_spec):
     assert spark["spec"]["arguments"] == [f"{ch.PIPELINE_MOUNT}/{RUNNER_CONFIG_FILE}"]
     assert spark["spec"]["executor"]["instances"] == raw_spec["executors"]["instances"]
     assert spark["spec"]["restartPolicy"]["type"] == "Always"
-    configmap, runner = desired.children[3:5]
+    configmap, runner = desired.children[2:4]
     driver = spark["spec"]["driver"]["template"]["spec"]
     assert ch.pipeline_configmap_of(spark) == runner["metadata"]["name"] == "wc-runner"
     assert runner["data"] == {RUNNER_CONFIG_FILE: configmap["data"][RUNNER_CONFIG_FILE]}
@@ -343,7 +343,8 @@ def ready_of(obs: Observation) -> dict[str, str]:
         (Observation(spark_state="RUNNING", driver=driver_answer()), "True", "Processing"),
         (Observation(spark_state="RUNNING", driver=driver_answer(state="standby")), "False", "DriverNotProcessing"),
         (Observation(spark_state="RUNNING"), "False", "DriverNotProcessing"),
-        (Observation(spark_state="SUBMITTED"), "Unknown", "Submitted"),
+        (Observation(spark_state="SUBMITTED"), "False", "Submitted"),
+        (Observation(), "Unknown", "Pending"),
         (Observation(spark_state="RUNNING", driver=driver_answer(), topics_error="Kafka down"), "False", "TopicError"),
         (Observation(kafka_error="spec.kafka.authentication: refused"), "False", "KafkaLoginFailed"),
         (Observation(valid=Invalid([])), "False", "InvalidSpec"),
