@@ -446,7 +446,6 @@ def service_account(app: str, namespace: str, spec: StreamingAppSpec) -> dict[st
     }
 
 
-# Exactly what a Spark driver needs to run its executors (Spark on Kubernetes' documented RBAC).
 def driver_role_binding(app: str, namespace: str, spec: StreamingAppSpec, cluster_role: str) -> dict[str, Any]:
     """The driver's rights in its namespace: the chart's driver ClusterRole, which the operator may bind but
     does not hold."""

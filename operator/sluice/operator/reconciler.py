@@ -33,6 +33,7 @@ from .settings import SETTINGS, Settings
 from .status import (
     KAFKA_LOGIN_FAILED,
     Observation,
+    condition_of,
     last_driver_failure,
     status_for,
     status_write_due,
@@ -151,8 +152,7 @@ class Reconciler:
     @staticmethod
     def _last_full_errors(old_status: dict[str, Any]) -> tuple[str | None, str | None, dict[str, str], str | None]:
         """A tick applies nothing, so the errors of the last full pass stand (from its conditions)."""
-        by_type = {c.get("type"): c for c in old_status.get("conditions") or []}
-        topics, submitted = by_type.get("TopicsReady") or {}, by_type.get("DriverSubmitted") or {}
+        topics, submitted = condition_of(old_status, "TopicsReady"), condition_of(old_status, "DriverSubmitted")
         kafka_error = topics.get("message") or None if topics.get("reason") == KAFKA_LOGIN_FAILED else None
         topics_error = topics.get("message") or None if topics.get("reason") == "TopicError" else None
         refused = {"_": topics["message"]} if topics.get("reason") == "PartitionShrinkRefused" else {}

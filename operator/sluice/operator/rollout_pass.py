@@ -35,7 +35,7 @@ from .rollout.decide import (
     runner_revision,
 )
 from .rollout_actions import Events, RolloutActions, RolloutContext
-from .status import Observation
+from .status import Observation, condition_of
 
 log = logging.getLogger("sluice.operator")
 ANSWERS_PER_PASS = 4  # decisions on what the drivers answered, at most, in one pass
@@ -217,9 +217,7 @@ class Rollouts:
     ) -> RolloutPass:
         namespace, app = ctx.namespace, ctx.app
         decision, rollout = ctx.decision, ctx.decision.step.rollout
-        old: dict[str, Any] = next(
-            (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Rollout"), {}
-        )
+        old = condition_of(body.get("status") or {}, "Rollout")
         refusal = decision.step.refusal
         if refusal is not None and old.get("message") != refusal.message:
             ctx.events.append(("Warning", refusal.reason, refusal.message))

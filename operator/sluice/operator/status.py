@@ -44,10 +44,14 @@ KAFKA_LOGIN_FAILED = "KafkaLoginFailed"  # TopicsReady's reason: credentials unr
 TOPIC_NOT_READY = "TopicNotReady"  # TopicsReady's reason: a KafkaTopic Strimzi has not made Ready (yet)
 
 
+def condition_of(status: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """A stored status's condition of that type ({} when it has none)."""
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
+
+
 def waits_for_topics(status: Mapping[str, Any]) -> bool:
     """The last full pass found a KafkaTopic not Ready: the next passes look again (a tick is then full)."""
-    topics: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "TopicsReady"), {})
-    return topics.get("reason") == TOPIC_NOT_READY
+    return condition_of(status, "TopicsReady").get("reason") == TOPIC_NOT_READY
 
 
 def driver_failure(pod: dict[str, Any] | None) -> str | None:
@@ -70,7 +74,7 @@ def last_driver_failure(old_status: dict[str, Any], revision: str | None) -> str
     spark-operator deletes a failed driver's pod before it submits the next (which may fail the same way)."""
     if revision is None or old_status.get("revision") != revision:
         return None
-    running: dict[str, Any] = next((c for c in old_status.get("conditions") or [] if c.get("type") == "Running"), {})
+    running = condition_of(old_status, "Running")
     return (running.get("message") or None) if running.get("reason") == DRIVER_FAILED else None
 
 

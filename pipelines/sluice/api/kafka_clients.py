@@ -185,6 +185,13 @@ class KafkaClient:
         return {f"kafka.{key}": value for key, value in self.java().items()}
 
 
+def client_at(kafka: KafkaClient | None, bootstrap: str | None) -> KafkaClient:
+    """The client a node uses: the app's login at the node's own bootstrapServers (else the app's address), or a
+    plaintext client of the node's address where the run has no Kafka of its own (plan checks, tests); an empty
+    bootstrap when neither names one."""
+    return kafka.at(bootstrap) if kafka else KafkaClient(bootstrap or "")
+
+
 # Spark redacts these option values in plans and the UI (spark.sql.redaction.options.regex): the login material.
 SPARK_REDACTED_OPTIONS = (
     r"(?i)url|jaas|password|ssl\.keystore\.key|ssl\.truststore\.certificates|ssl\.keystore\.certificate"

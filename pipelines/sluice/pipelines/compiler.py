@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, TimestampNTZType, TimestampType
 
-from sluice.api.kafka_clients import KafkaClient
+from sluice.api.kafka_clients import KafkaClient, client_at
 from sluice.api.pipeline import (
     SINK_OPS,
     SOURCE_FETCH_MAX_WAIT_MS,
@@ -237,7 +237,7 @@ class Compiler:
         return Stream(df, event_time=src.eventTime, watermarked=bool(src.watermark))
 
     def _kafka_frame(self, node: Node, src: FromKafka) -> DataFrame:
-        kafka = self.kafka.at(src.bootstrapServers) if self.kafka else KafkaClient(src.bootstrapServers or "")
+        kafka = client_at(self.kafka, src.bootstrapServers)
         if not kafka.bootstrap:
             raise self.fail(
                 node,

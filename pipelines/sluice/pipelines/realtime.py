@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from sluice.api.kafka_clients import KafkaClient
+from sluice.api.kafka_clients import KafkaClient, client_at
 from sluice.api.pipeline import PipelineSpec
 from sluice.api.validation import Problem, join_path
 
@@ -97,7 +97,7 @@ def real_time_slot_problems(
     def partitions_of(i: int) -> int | None:
         src = spec.nodes[i].fromKafka
         assert src is not None
-        client = kafka.at(src.bootstrapServers) if kafka else KafkaClient(src.bootstrapServers or "")
+        client = client_at(kafka, src.bootstrapServers)
         servers = client.bootstrap
         if not servers:
             return None

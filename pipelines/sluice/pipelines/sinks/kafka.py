@@ -7,7 +7,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from sluice.api.kafka_clients import KafkaClient
+from sluice.api.kafka_clients import client_at
 from sluice.api.pipeline import ToKafka
 
 from .base import Sink, SinkContext
@@ -52,9 +52,7 @@ class KafkaRecords(Sink):
 
     def __init__(self, config: ToKafka, context: SinkContext) -> None:
         super().__init__(config, context)
-        kafka = (
-            context.kafka.at(config.bootstrapServers) if context.kafka else KafkaClient(config.bootstrapServers or "")
-        )
+        kafka = client_at(context.kafka, config.bootstrapServers)
         if not kafka.bootstrap:
             raise ValueError(f"sink {context.query}: no Kafka bootstrap servers")
         self.kafka = kafka
