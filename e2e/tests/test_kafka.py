@@ -12,7 +12,7 @@ from sluice.api.kafka_clients import KafkaClient, kafka_security, read_credentia
 from sluice.pipelines.local import kafka as kafka_mod
 from sluice.pipelines.local.kafka_io import consume_all, create_topic, end_offsets, produce
 from sluice.testbed.common import ProvisionError
-from sluice.testbed.kafka_security import scram_client_settings, write_kafka_pki
+from sluice.testbed.kafka_security import scram_client_settings, scram_over_tls, write_kafka_pki
 
 pytestmark = pytest.mark.kafka
 
@@ -214,18 +214,7 @@ def test_secured_server_properties_keep_plaintext_on_loopback(tmp_path):
 
 def app_login(bootstrap: str, password: str, ca_pem: str) -> KafkaClient:
     """The login an app with SCRAM over TLS gets (sluice.api.kafka_clients), its Secrets' values given."""
-    kafka = KafkaSpec.model_validate(
-        {
-            "bootstrapServers": bootstrap,
-            "tls": {"trustedCertificates": [{"secretName": "ca", "certificate": "ca.crt"}]},
-            "authentication": {
-                "type": "scram-sha-512",
-                "username": "sluice-app",
-                "passwordSecret": {"secretName": "user", "password": "password"},
-            },
-        }
-    )
-    security, _ = kafka_security(kafka)
+    security, _ = kafka_security(KafkaSpec.model_validate(scram_over_tls(bootstrap, "sluice-app", "user", "ca")))
     values = {security.passwordFile: password, **dict.fromkeys(security.trustedCertificateFiles, ca_pem)}
     return KafkaClient(bootstrap, security, read_credentials(security, values.__getitem__))
 

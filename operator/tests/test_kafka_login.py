@@ -17,21 +17,14 @@ from sluice.operator import children as ch
 from sluice.operator.model import StreamingAppSpec
 from sluice.operator.rollout.diff import classify
 from sluice.operator.rollout.strategy import choose_strategy
+from sluice.testbed.kafka_security import scram_over_tls
 
 PASSWORD = "s3cr3t-Pa55word"
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 
 def secured(app: dict[str, Any]) -> dict[str, Any]:
-    app["spec"]["kafka"] = {
-        "bootstrapServers": "kafka:9094",
-        "tls": {"trustedCertificates": [{"secretName": "kafka-ca", "certificate": "ca.crt"}]},
-        "authentication": {
-            "type": "scram-sha-512",
-            "username": "wordcount",
-            "passwordSecret": {"secretName": "wordcount-user", "password": "password"},
-        },
-    }
+    app["spec"]["kafka"] = scram_over_tls("kafka:9094", "wordcount", "wordcount-user", "kafka-ca")
     return app
 
 

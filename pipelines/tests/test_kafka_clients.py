@@ -13,18 +13,11 @@ from sluice.api.kafka_clients import (
     read_credentials,
     read_file,
 )
+from sluice.testbed.kafka_security import scram_over_tls
 
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
-SCRAM = {
-    "bootstrapServers": "kafka:9094",
-    "tls": {"trustedCertificates": [{"secretName": "cluster-ca", "certificate": "ca.crt"}]},
-    "authentication": {
-        "type": "scram-sha-512",
-        "username": "app",
-        "passwordSecret": {"secretName": "app-user", "password": "password"},
-    },
-}
+SCRAM = scram_over_tls("kafka:9094", "app", "app-user", "cluster-ca")
 MTLS = {
     "strimziCluster": {"name": "events", "listener": "tls"},
     "tls": {},

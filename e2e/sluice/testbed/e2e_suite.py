@@ -38,6 +38,7 @@ from sluice.operator.children import CONTROL_PORT, DRIVER_CLIENT_LABEL
 
 from .common import REPO_ROOT, wait_for
 from .external_crds import install_external_crds
+from .kafka_security import scram_over_tls
 from .kube import Kubectl
 from .object_store import SECRET, ObjectStoreAccess
 from .prometheus import NAME as PROMETHEUS_JOB
@@ -390,15 +391,7 @@ class SecuredKafka:
     def app_kafka(self, user_secret: str, ca_secret: str) -> dict[str, Any]:
         """spec.kafka naming Secrets `user_secret` (key password) and `ca_secret` (key ca.crt), as Strimzi users
         write it for KafkaConnect."""
-        return {
-            "bootstrapServers": self.bootstrap,
-            "tls": {"trustedCertificates": [{"secretName": ca_secret, "certificate": "ca.crt"}]},
-            "authentication": {
-                "type": "scram-sha-512",
-                "username": self.user,
-                "passwordSecret": {"secretName": user_secret, "password": "password"},
-            },
-        }
+        return scram_over_tls(self.bootstrap, self.user, user_secret, ca_secret)
 
     def secrets(self, namespace: str, user_secret: str, ca_secret: str, password: str | None = None) -> list[Any]:
         """The two Secrets app_kafka names (`password`: another one, to be refused)."""

@@ -50,6 +50,20 @@ def write_kafka_pki(directory: Path, hosts: Iterable[str]) -> tuple[Path, Path]:
     return directory / CA_FILE, keystore
 
 
+def scram_over_tls(bootstrap: str, username: str, user_secret: str, ca_secret: str) -> dict[str, Any]:
+    """spec.kafka logging in with SCRAM-SHA-512 over TLS, as Strimzi users write it for KafkaConnect: the
+    password in Secret `user_secret` (key password), the brokers' CA in Secret `ca_secret` (key ca.crt)."""
+    return {
+        "bootstrapServers": bootstrap,
+        "tls": {"trustedCertificates": [{"secretName": ca_secret, "certificate": "ca.crt"}]},
+        "authentication": {
+            "type": SCRAM_MECHANISM.lower(),
+            "username": username,
+            "passwordSecret": {"secretName": user_secret, "password": "password"},
+        },
+    }
+
+
 def client_certificate(listener: SecuredListener, user: str) -> tuple[str, str]:
     """A client certificate for `user` (its subject CN) signed by the listener's CA, and its PKCS#8 key: PEM."""
     from cryptography import x509
