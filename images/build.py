@@ -5,8 +5,8 @@ Each image's build context is prepared under .sluice/images/<name>/: its Dockerf
 dependencies and the image's extra, `operator` or `runner`, with their pins), wheels/ (those requirements
 as wheels for the image's Python, CPython 3.11 on Linux of this machine's architecture, so a build reaches
 no package index) and, for the Spark image, the runner and the Kafka connector jars
-(sluice.pipelines.local.spark.spark_kafka_jars(), matching pyspark), so a driver fetches nothing when it
-starts.
+and hadoop-aws with the AWS SDK modules it needs (sluice.pipelines.local.spark.spark_image_jars(), matching
+pyspark), so a driver fetches nothing when it starts and checkpoints to s3a:// work.
 Tags are <repository>:<sluice version>, e.g. sluice/spark:0.1.0 (the StreamingApp's default image).
 
 `base` is not built by default: it is the local stand-in for apache/spark and python:3.11-slim where no
@@ -220,11 +220,11 @@ def prepare_context(image: Image, wheel: Path, root: Path = CONTEXT_ROOT) -> Pat
     download_wheels(context / "requirements.txt", context / "wheels", image.wheels_from_sources)
     if image.connector_jars:
         from sluice.pipelines.local.provision import ProvisionError
-        from sluice.pipelines.local.spark import spark_kafka_jars
+        from sluice.pipelines.local.spark import spark_image_jars
 
         (context / "jars").mkdir()
         try:
-            jars = spark_kafka_jars()
+            jars = spark_image_jars()
         except ProvisionError as error:
             raise BuildError(str(error)) from error
         for jar in jars:

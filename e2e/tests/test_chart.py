@@ -1304,15 +1304,17 @@ def test_build_context_has_everything_the_dockerfile_copies(contexts: dict[str, 
 
 
 def test_build_contexts_pin_dependencies_and_bring_the_connector(contexts: dict[str, Path]) -> None:
-    from sluice.pipelines.local.spark import spark_kafka_jars
+    from sluice.pipelines.local.spark import spark_image_jars
 
     operator = (contexts["operator"] / "requirements.txt").read_text().split()
     spark = (contexts["spark"] / "requirements.txt").read_text().split()
 
     assert "kopf==1.45.2" in operator and not any(r.startswith("pyspark") for r in operator + spark)
     assert all("==" in r for r in operator + spark)
-    assert sorted(p.name for p in (contexts["spark"] / "jars").iterdir()) == sorted(j.name for j in spark_kafka_jars())
-    assert any(p.name.startswith("spark-sql-kafka-0-10_2.13-4.2.0") for p in (contexts["spark"] / "jars").iterdir())
+    jars = sorted(p.name for p in (contexts["spark"] / "jars").iterdir())
+    assert jars == sorted(j.name for j in spark_image_jars())
+    assert any(name.startswith("spark-sql-kafka-0-10_2.13-4.2.0") for name in jars)
+    assert "hadoop-aws-3.5.0.jar" in jars and "s3-2.35.4.jar" in jars and not any("bundle" in n for n in jars)
 
 
 @pytest.mark.parametrize(

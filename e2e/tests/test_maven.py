@@ -37,6 +37,18 @@ def test_render_pom_lists_each_dependency():
     assert deps == [("org.apache.kafka", "kafka_2.13", "4.1.1"), ("a.b", "c-d", "1.0")]
 
 
+def test_render_pom_excludes_artifacts_from_every_dependency():
+    pom = ET.fromstring(render_pom("x", ["a:b:1", "c:d:2"], excluding=["e.f:bundle"]))
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    exclusions = [
+        [(x.findtext("m:groupId", namespaces=ns), x.findtext("m:artifactId", namespaces=ns)) for x in excluded]
+        for excluded in (d.iterfind(".//m:exclusion", ns) for d in pom.iterfind(".//m:dependency", ns))
+    ]
+    assert exclusions == [[("e.f", "bundle")], [("e.f", "bundle")]]
+
+
 def test_render_pom_rejects_bad_coordinates():
     with pytest.raises(ValueError, match="group:artifact:version"):
         render_pom("x", ["only:two"])
+    with pytest.raises(ValueError, match="group:artifact,"):
+        render_pom("x", ["a:b:1"], excluding=["a:b:1"])

@@ -42,10 +42,11 @@ def test_connector_jars_do_not_duplicate_pyspark(spark_session):
     import pyspark
 
     from sluice.pipelines.local.maven import artifact_name
-    from sluice.pipelines.local.spark import spark_kafka_jars
+    from sluice.pipelines.local.spark import spark_image_jars
 
-    ours = {artifact_name(j.name) for j in spark_kafka_jars()}
+    ours = [artifact_name(j.name) for j in spark_image_jars()]
     theirs = {artifact_name(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    assert "spark-sql-kafka-0-10_2.13" in ours
-    assert "kafka-clients" in ours
-    assert not ours & theirs
+    assert {"spark-sql-kafka-0-10_2.13", "kafka-clients", "hadoop-aws", "s3", "sts"} <= set(ours)
+    assert "bundle" not in ours  # the AWS SDK's 600 MB jar: s3a needs only its modules
+    assert not set(ours) & theirs
+    assert len(ours) == len(set(ours))

@@ -78,7 +78,7 @@ def install_crds(state_dir: Path) -> None:
 def prefetch_command(args: argparse.Namespace) -> int:
     """Fetch and build every real component the tests use, so test time is test time."""
     from sluice.pipelines.local.kafka import java_binary, kafka_jars
-    from sluice.pipelines.local.spark import spark_kafka_jars
+    from sluice.pipelines.local.spark import spark_image_jars
 
     from .external_crds import prefetch_external_crds
     from .images import image_archive
@@ -91,7 +91,7 @@ def prefetch_command(args: argparse.Namespace) -> int:
     java_binary()
     steps: list[tuple[str, Callable[[], object]]] = [
         ("Kafka jars", kafka_jars),
-        ("Spark Kafka connector", spark_kafka_jars),
+        ("Spark Kafka connector, hadoop-aws and the AWS SDK", spark_image_jars),
     ]
     if not args.skip_kubernetes:
         steps.append(("Kubernetes, etcd and helm binaries", prefetch_kubernetes))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Set
+from collections.abc import Sequence, Set
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -34,19 +34,29 @@ _SETTINGS = """<settings xmlns="http://maven.apache.org/SETTINGS/1.0.0">
 """
 
 _DEPENDENCY = """    <dependency>
-      <groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version>
+      <groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version>{exclusions}
     </dependency>"""
 
+_EXCLUSION = "<exclusion><groupId>{group}</groupId><artifactId>{artifact}</artifactId></exclusion>"
 
-def render_pom(name: str, coordinates: list[str]) -> str:
-    """A throwaway POM whose runtime dependency closure is exactly what `coordinates` need."""
+
+def _split(coordinate: str, parts: int, shape: str) -> list[str]:
+    split = coordinate.split(":")
+    if len(split) != parts or not all(split):
+        raise ValueError(f"maven coordinate must be {shape}, got {coordinate!r}")
+    return [escape(part) for part in split]
+
+
+def render_pom(name: str, coordinates: list[str], excluding: Sequence[str] = ()) -> str:
+    """A throwaway POM whose runtime dependency closure is exactly what `coordinates` need, without the
+    `excluding` artifacts (group:artifact) anywhere in it."""
+    excluded = [_split(exclusion, 2, "group:artifact") for exclusion in excluding]
+    exclusions = "".join(_EXCLUSION.format(group=group, artifact=artifact) for group, artifact in excluded)
+    wrapped = f"\n      <exclusions>{exclusions}</exclusions>" if exclusions else ""
     deps = []
     for coordinate in coordinates:
-        parts = coordinate.split(":")
-        if len(parts) != 3 or not all(parts):
-            raise ValueError(f"maven coordinate must be group:artifact:version, got {coordinate!r}")
-        group, artifact, version = (escape(p) for p in parts)
-        deps.append(_DEPENDENCY.format(group=group, artifact=artifact, version=version))
+        group, artifact, version = _split(coordinate, 3, "group:artifact:version")
+        deps.append(_DEPENDENCY.format(group=group, artifact=artifact, version=version, exclusions=wrapped))
     return _POM.format(name=escape(name), dependencies="\n".join(deps))
 
 
@@ -61,26 +71,33 @@ def artifact_name(jar: str) -> str:
     return match.group(1) if match else stem
 
 
-def fetch_jars(name: str, coordinates: list[str], dest: Path, *, skip_artifacts: Set[str] = frozenset()) -> list[Path]:
+def fetch_jars(
+    name: str,
+    coordinates: list[str],
+    dest: Path,
+    *,
+    skip_artifacts: Set[str] = frozenset(),
+    excluding: Sequence[str] = (),
+) -> list[Path]:
     """Resolve `coordinates` with Maven into `dest` once; later calls return the cached jars.
 
     `skip_artifacts` drops jars already provided elsewhere (e.g. by pyspark) so two versions of one
-    library never share a classpath.
+    library never share a classpath; `excluding` (group:artifact) keeps dependencies out of the resolution.
     """
     done = dest / ".complete"
     with locked(dest.parent / f".{dest.name}.lock"):
         if not done.exists():
-            _resolve(name, coordinates, dest, skip_artifacts)
+            _resolve(name, coordinates, dest, skip_artifacts, excluding)
             done.write_text("\n".join(coordinates) + "\n")
     return sorted(dest.glob("*.jar"))
 
 
-def _resolve(name: str, coordinates: list[str], dest: Path, skip_artifacts: Set[str]) -> None:
+def _resolve(name: str, coordinates: list[str], dest: Path, skip_artifacts: Set[str], excluding: Sequence[str]) -> None:
     mvn = require_tool("mvn", "install Maven (apt-get install maven) to fetch jars from Maven Central")
     work = dest.parent / f".{dest.name}.build"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    (work / "pom.xml").write_text(render_pom(name, coordinates))
+    (work / "pom.xml").write_text(render_pom(name, coordinates, excluding))
     (work / "settings.xml").write_text(_SETTINGS)
     log = dest.parent / f"{dest.name}.maven.log"
     try:
