@@ -134,7 +134,7 @@ def app_manifest(filter_: str) -> dict[str, Any]:
     app["metadata"].update(namespace=NAMESPACE, generation=1, uid="u-1")
     for topic in app["spec"]["topics"]:
         topic["management"] = "none"  # no Kafka here: the topics are not the subject
-    app["spec"]["checkpoint"] = {"location": "/checkpoints", "volumeClaim": "checkpoints"}
+    app["spec"]["checkpoint"] = {"location": "/checkpoints"}  # on a claim the operator makes
     next(n for n in app["spec"]["pipeline"]["nodes"] if n["name"] == "non-empty")["filter"] = filter_
     return app
 

@@ -13,11 +13,17 @@ from pydantic import create_model
 from sluice.api.contract import RUNNER_CONFIG_FILE, DriverStatus, ExecutorStatus, QueryStatus, RunnerConfig
 from sluice.operator import children as ch
 from sluice.operator.autoscaler.plan import plan_scaling
-from sluice.operator.desired import Invalid, checkpoint_problem, desired_state, parse_spec
+from sluice.operator.desired import (
+    Invalid,
+    checkpoint_problem,
+    desired_state,
+    parse_spec,
+    with_checkpoint_location,
+)
 from sluice.operator.driver_client import DriverUnavailable
 from sluice.operator.model import CheckpointSpec, TopicSpec
 from sluice.operator.observer import Observer, submitted_executors
-from sluice.operator.settings import ClaimDefaults, Settings
+from sluice.operator.settings import CheckpointStore, ClaimDefaults, Settings
 from sluice.operator.status import (
     Observation,
     driver_failure,
@@ -132,13 +138,22 @@ def test_no_claim_is_made_for_an_own_claim_or_a_hadoop_uri(raw_spec, checkpoint)
     spec = parse_spec(raw_spec)
     kinds = [c["kind"] for c in desired_state("wc", "apps", spec).children]
     assert "PersistentVolumeClaim" not in kinds
-    assert checkpoint_problem(spec, ClaimDefaults(create=False)) is None
+    assert checkpoint_problem(spec, ClaimDefaults(create=False), CheckpointStore()) is None
 
 
 def test_a_pod_local_checkpoint_is_refused_when_no_claims_may_be_made(raw_spec):
-    problem = checkpoint_problem(parse_spec(raw_spec), ClaimDefaults(create=False))
+    problem = checkpoint_problem(parse_spec(raw_spec), ClaimDefaults(create=False), CheckpointStore())
     assert problem is not None and problem.path == "spec.checkpoint" and "volumeClaim" in problem.message
-    assert checkpoint_problem(parse_spec(raw_spec), ClaimDefaults()) is None
+    assert checkpoint_problem(parse_spec(raw_spec), ClaimDefaults(), CheckpointStore()) is None
+    store = CheckpointStore("s3a://b/{namespace}")
+    assert checkpoint_problem(parse_spec(raw_spec), ClaimDefaults(create=False), store) is None, "the store's"
+    raw_spec["checkpoint"] = {"location": "/checkpoints"}
+    assert checkpoint_problem(parse_spec(raw_spec), ClaimDefaults(create=False), store) is not None
+
+
+def test_claims_no_executor_could_mount_are_refused(raw_spec):
+    problem = checkpoint_problem(parse_spec(raw_spec), ClaimDefaults(access_mode="ReadWriteOncePod"), CheckpointStore())
+    assert problem is not None and "ReadWriteOncePod" in problem.message and problem.path == "spec.checkpoint"
 
 
 def test_settings_resolve_from_the_environment():
@@ -212,11 +227,14 @@ def test_revision_follows_what_the_user_wrote(raw_spec):
     changed = copy.deepcopy(raw_spec)
     changed["pipeline"]["nodes"][2]["filter"] = "word != 'the'"
     assert desired_state("wc", "ns", parse_spec(changed)).revision != base
-    # Writing out a default changes nothing the driver runs: the same revision.
+    # Writing out a default changes nothing the driver runs: the same revision. "/checkpoints" was the location's
+    # default before the operator's store: apps stored with it keep their revision across the upgrade.
     explicit = copy.deepcopy(raw_spec)
     explicit["checkpoint"] = {"location": "/checkpoints"}
     explicit["pipeline"]["trigger"] = raw_spec["pipeline"].get("trigger", {"processingTime": "1s"})
     assert desired_state("wc", "ns", parse_spec(explicit)).revision == base
+    resolved = with_checkpoint_location(parse_spec(raw_spec), "ns", CheckpointStore(), None)
+    assert desired_state("wc", "ns", resolved).revision == base
 
 
 def test_revision_ignores_a_field_a_new_release_adds_with_a_default(raw_spec):
@@ -503,6 +521,7 @@ SCHEDULING = {
 def test_pod_scheduling_env_sources_and_volumes_reach_both_pods_through_templates(raw_spec):
     raw_spec = copy.deepcopy(raw_spec)
     raw_spec.setdefault("spark", {})["pod"] = copy.deepcopy(SCHEDULING)
+    raw_spec["checkpoint"] = {"location": "s3a://bucket/apps"}  # no claim: the pods go where they may
     spark = desired_state("wc", "apps", parse_spec(raw_spec)).children[-1]
     for role in ("driver", "executor"):
         pod = spark["spec"][role]["template"]["spec"]

@@ -13,12 +13,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.api.app import CHECKPOINT_VOLUME, CONTROL_VOLUME, KAFKA_SECRET_VOLUME_PREFIX, PIPELINE_VOLUME
+from sluice.api.app import (
+    CHECKPOINT_VOLUME,
+    CLAIM_LOCATION,
+    CONTROL_VOLUME,
+    KAFKA_SECRET_VOLUME_PREFIX,
+    PIPELINE_VOLUME,
+    S3A_SCHEME,
+    S3Spec,
+)
 from sluice.api.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, Migration, RunnerConfig
 from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT, SPARK_REDACTED_OPTIONS, kafka_security
 
 from .model import StreamingAppSpec, TopicSpec
-from .settings import Access, ClaimDefaults
+from .settings import SHARED, Access, ClaimDefaults
 
 MANAGED_BY = "sluice-operator"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -67,10 +75,13 @@ def revision(spec: StreamingAppSpec) -> str:
     def written(model: Any) -> Any:
         return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
+    checkpoint = written(spec.checkpoint)
+    if checkpoint.get("location") == CLAIM_LOCATION:  # the default before the operator's store: same revisions
+        del checkpoint["location"]
     identity = {
         "pipeline": written(spec.pipeline),
         "kafka": written(spec.kafka),
-        "checkpoint": written(spec.checkpoint),
+        "checkpoint": checkpoint,
         "image": spec.spark.image,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
@@ -140,7 +151,79 @@ def owned_by_app(child: dict[str, Any], spec: StreamingAppSpec) -> bool:
 
 
 def checkpoint_root(app: str, spec: StreamingAppSpec) -> str:
-    return f"{spec.checkpoint.location.rstrip('/')}/{app}"
+    return f"{spec.checkpoint.mount_path.rstrip('/')}/{app}"
+
+
+@dataclass(frozen=True)
+class ClaimFacts:
+    """The app's own checkpoint claim (spec.checkpoint.volumeClaim) as the pass found it."""
+
+    name: str
+    exists: bool
+    phase: str | None = None
+    access_modes: tuple[str, ...] = ()
+
+
+def claim_facts(name: str, claim: dict[str, Any] | None) -> ClaimFacts:
+    if claim is None:
+        return ClaimFacts(name, exists=False)
+    modes = tuple((claim.get("spec") or {}).get("accessModes") or ())
+    return ClaimFacts(name, True, (claim.get("status") or {}).get("phase"), modes)
+
+
+def pods_kept_together(spec: StreamingAppSpec, claims: ClaimDefaults, claim: ClaimFacts | None) -> bool:
+    """Every pod of the app runs on the driver's node when its checkpoint is on a claim not every node may mount
+    (ReadWriteOnce: one node mounts it, for any number of its pods). An app's own claim not seen yet counts as one."""
+    if checkpoint_claim_name("", spec) is None:
+        return False
+    modes = (claim.access_modes if claim else ()) if spec.checkpoint.volumeClaim else (claims.access_mode,)
+    return SHARED not in modes
+
+
+def _with_pods_together(app: str, affinity: dict[str, Any] | None) -> dict[str, Any]:
+    """The app's own affinity, and a required one to the node of the app's pods (the first pod, the driver,
+    matches itself, so it schedules anywhere)."""
+    together = {"labelSelector": {"matchLabels": {APP_LABEL: app}}, "topologyKey": "kubernetes.io/hostname"}
+    affinity = dict(affinity or {})
+    pod_affinity = dict(affinity.get("podAffinity") or {})
+    required = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = [*required, together]
+    return {**affinity, "podAffinity": pod_affinity}
+
+
+# s3a's credential providers (fs.s3a.aws.credentials.provider): a key pair from the pod's environment (the
+# Secret), else the AWS SDK's default chain: web identity (IRSA), EKS Pod Identity, an instance profile.
+S3A_KEY_PAIR_PROVIDER = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+S3A_POD_IDENTITY_PROVIDER = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
+
+
+def s3a_conf(spec: StreamingAppSpec) -> dict[str, str]:
+    """Hadoop's S3A settings for an s3a:// checkpoint (spec.checkpoint.s3)."""
+    if not spec.checkpoint.mount_path.startswith(S3A_SCHEME):
+        return {}
+    s3 = spec.checkpoint.s3 or S3Spec()
+    conf = {
+        "spark.hadoop.fs.s3a.aws.credentials.provider": (
+            S3A_KEY_PAIR_PROVIDER if s3.credentialsSecret else S3A_POD_IDENTITY_PROVIDER
+        ),
+        "spark.hadoop.fs.s3a.path.style.access": str(s3.pathStyleAccess).lower(),
+    }
+    if s3.endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = s3.endpoint
+    if s3.region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = s3.region
+    return conf
+
+
+def s3_credentials_env(spec: StreamingAppSpec) -> list[dict[str, Any]]:
+    """The key pair spec.checkpoint.s3 names, as the AWS SDK's variables from the Secret (never copied)."""
+    secret = spec.checkpoint.s3.credentialsSecret if spec.checkpoint.s3 else None
+    if secret is None:
+        return []
+    return [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret.secretName, "key": key}}}
+        for name, key in (("AWS_ACCESS_KEY_ID", secret.accessKeyId), ("AWS_SECRET_ACCESS_KEY", secret.secretAccessKey))
+    ]
 
 
 def runner_config(
@@ -250,7 +333,7 @@ def network_policies(app: str, namespace: str) -> list[dict[str, Any]]:
     ]
 
 
-def _pod_spec(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[str, Any]:
+def _pod_spec(app: str, spec: StreamingAppSpec, role: str, driver: str, together: bool) -> dict[str, Any]:
     resources = spec.spark.driver if role == "driver" else spec.spark.executor
     pod = spec.spark.pod
     out: dict[str, Any] = {
@@ -266,7 +349,7 @@ def _pod_spec(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[
         out["annotations"] = dict(pod.annotations)
     if pod.nodeSelector:
         out["nodeSelector"] = dict(pod.nodeSelector)
-    out["template"] = _pod_template(app, spec, role, driver)
+    out["template"] = _pod_template(app, spec, role, driver, together)
     return out
 
 
@@ -278,22 +361,23 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 SCRATCH_VOLUMES = {"sluice-tmp": "/tmp", "sluice-work-dir": "/opt/spark/work-dir"}
 
 
-def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> dict[str, Any]:
+def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str, together: bool) -> dict[str, Any]:
     """Env, volumes and the security context as a Spark pod template: Spark applies it itself, so apps need
     no spark-operator webhook (which is what applies SparkApplication's env/configMaps/volumes fields).
-    `driver`: the SparkApplication, whose runner ConfigMap its driver mounts."""
+    `driver`: the SparkApplication, whose runner ConfigMap its driver mounts. `together`: pods_kept_together."""
     container: dict[str, Any] = {"name": SPARK_CONTAINERS[role]}
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     pod = spec.spark.pod
-    if pod.env:
-        container["env"] = [{"name": k, "value": v} for k, v in sorted(pod.env.items())]
+    env = [*({"name": k, "value": v} for k, v in sorted(pod.env.items())), *s3_credentials_env(spec)]
+    if env:
+        container["env"] = env
     if pod.envFrom:
         container["envFrom"] = [source.model_dump(exclude_none=True) for source in pod.envFrom]
     claim = checkpoint_claim_name(app, spec)
     if claim:
         volumes.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
-        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.location})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path})
     if role == "driver":
         volumes.append({"name": PIPELINE_VOLUME, "configMap": {"name": runner_configmap_name(driver)}})
         mounts.append({"name": PIPELINE_VOLUME, "mountPath": PIPELINE_MOUNT, "readOnly": True})
@@ -320,7 +404,7 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str) -> d
     }
     scheduling = {
         "tolerations": [toleration.model_dump(exclude_none=True) for toleration in pod.tolerations],
-        "affinity": pod.affinity,
+        "affinity": _with_pods_together(app, pod.affinity) if together else pod.affinity,
         "topologySpreadConstraints": pod.topologySpreadConstraints,
         "priorityClassName": pod.priorityClassName,
         "imagePullSecrets": [{"name": name} for name in pod.imagePullSecrets],
@@ -386,6 +470,7 @@ def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
         "spark.kubernetes.driver.pod.excludedFeatureSteps": SPARK_NETWORK_POLICY_STEP,
         # The Kafka login goes to Spark's source and sink as options (KafkaClient.spark_options): kept out of plans.
         "spark.sql.redaction.options.regex": SPARK_REDACTED_OPTIONS,
+        **s3a_conf(spec),
     }
     return {**defaults, **spec.spark.sparkConf}
 
@@ -397,18 +482,20 @@ def spark_application(
     submitted_executors: int | None = None,
     pin: DriverPin | None = None,
     name: str | None = None,
+    together: bool = False,
 ) -> dict[str, Any]:
     """`submitted_executors`: the count the running SparkApplication was submitted with. spark-operator
     resubmits on any spec change, so the count is never edited to scale; the live count goes through the
     driver's control API instead. `pin`: the revisions it runs and was submitted for (default: the spec's).
-    `name`: the SparkApplication's (default: the app's; a fenced handover's new driver has its own)."""
+    `name`: the SparkApplication's (default: the app's; a fenced handover's new driver has its own).
+    `together`: its pods on one node (pods_kept_together)."""
     rev = revision(spec)
     pin = pin or DriverPin(rev, rev)
     name = name or app
-    driver = _pod_spec(app, spec, "driver", name)
+    driver = _pod_spec(app, spec, "driver", name, together)
     driver["annotations"] = {**driver.get("annotations", {}), SUBMITTED_REVISION_ANNOTATION: pin.submitted}
     instances = spec.executors.instances if submitted_executors is None else submitted_executors
-    executor = {**_pod_spec(app, spec, "executor", name), "instances": instances}
+    executor = {**_pod_spec(app, spec, "executor", name, together), "instances": instances}
     executor.pop("serviceAccount")
     body: dict[str, Any] = {
         "apiVersion": SPARK_APPLICATION_API,
@@ -541,6 +628,7 @@ def children(
     driver_spec: StreamingAppSpec | None = None,
     driver: str | None = None,
     driver_role: str = Access.driver_cluster_role,
+    claim: ClaimFacts | None = None,
 ) -> list[dict[str, Any]]:
     """Every child the app should have now (topics are handled on their own: they outlive the driver; the
     control Secret too: its token is made once, not on every pass). `runner`: what a starting driver runs
@@ -548,7 +636,8 @@ def children(
     is submitted for (`pin.submitted`; default: this one): a change that is not rolled out by a restart (refused,
     swapped in, or needing no rollout) leaves the SparkApplication as it is, so spark-operator does not
     resubmit it. `driver`: the SparkApplication of the app's driver (default: the app's name; after a fenced
-    handover, the one that took over). `driver_role`: the ClusterRole the driver's account is bound to."""
+    handover, the one that took over). `driver_role`: the ClusterRole the driver's account is bound to.
+    `claim`: the app's own checkpoint claim as observed."""
     out = [service_account(app, namespace, spec)] if not spec.spark.serviceAccount else []
     out += [
         driver_role_binding(app, namespace, spec, driver_role),
@@ -557,9 +646,12 @@ def children(
         driver_service(app, namespace),
         *network_policies(app, namespace),
     ]
-    claim = checkpoint_claim(app, namespace, spec, claims or ClaimDefaults())
-    if claim is not None and (claims or ClaimDefaults()).create:
-        out.append(claim)
+    claims = claims or ClaimDefaults()
+    created = checkpoint_claim(app, namespace, spec, claims)
+    if created is not None and claims.create:
+        out.append(created)
     if not spec.suspend:
-        out.append(spark_application(app, namespace, driver_spec or spec, submitted_executors, pin, driver))
+        submitted = driver_spec or spec
+        together = pods_kept_together(submitted, claims, claim)
+        out.append(spark_application(app, namespace, submitted, submitted_executors, pin, driver, together))
     return out

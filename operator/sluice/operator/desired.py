@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.api.app import app_problems
+from sluice.api.app import CLAIM_LOCATION, S3A_SCHEME, app_problems
 from sluice.api.contract import RunnerConfig
 from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
 from sluice.api.validation import Problem
@@ -14,7 +14,7 @@ from sluice.api.validation import Problem
 from . import children as ch
 from .guard_rails import guard_rail_problems
 from .model import StreamingAppSpec, TopicSpec
-from .settings import Access, ClaimDefaults, Settings
+from .settings import ONE_POD, Access, CheckpointStore, ClaimDefaults, Settings
 
 
 @dataclass
@@ -54,16 +54,40 @@ def bootstrap_for(spec: StreamingAppSpec, namespace: str) -> str:
     return f"{cluster.name}-kafka-bootstrap.{cluster.namespace or namespace}.svc:{port}"
 
 
-def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults) -> Problem | None:
-    """A checkpoint that would vanish with the driver pod is refused, never used."""
-    if spec.checkpoint.volumeClaim or spec.checkpoint.is_hadoop_uri() or claims.create:
-        return None
-    return Problem(
-        "spec.checkpoint",
-        f"location {spec.checkpoint.location!r} is a path in the driver pod and this "
-        "operator creates no checkpoint claims (chart checkpoints.createClaims=false): set "
-        "checkpoint.volumeClaim, or a Hadoop URI location (s3a://, hdfs://…)",
-    )
+def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults, store: CheckpointStore) -> Problem | None:
+    """A checkpoint that would vanish with the driver pod is refused, never used; so is a claim its executors
+    could never share."""
+    checkpoint = spec.checkpoint
+    if checkpoint.location is None and store.location is not None:
+        return None  # the operator's store
+    if not (checkpoint.volumeClaim or checkpoint.is_hadoop_uri() or claims.create):
+        return Problem(
+            "spec.checkpoint",
+            f"location {checkpoint.mount_path!r} is a path in the driver pod and this operator creates no "
+            "checkpoint claims (chart checkpoints.createClaims=false): set checkpoint.volumeClaim, or a Hadoop URI "
+            "location (s3a://, hdfs://…)",
+        )
+    if not (checkpoint.volumeClaim or checkpoint.is_hadoop_uri()) and claims.access_mode == ONE_POD:
+        return Problem(
+            "spec.checkpoint",
+            f"the operator's checkpoint claims are {ONE_POD} (chart checkpoints.accessMode): the executors could "
+            "not mount them; set a Hadoop URI location (s3a://…) or checkpoint.volumeClaim",
+        )
+    return None
+
+
+def with_checkpoint_location(
+    spec: StreamingAppSpec, namespace: str, store: CheckpointStore, kept: str | None
+) -> StreamingAppSpec:
+    """The spec as the operator runs it: an app that names no checkpoint location keeps the one it ran on
+    (status.checkpointLocation, `kept`), else gets the operator's store (with its S3 settings), else the claim's
+    path. A store changed later moves no app: its checkpoints stay where they are."""
+    checkpoint = spec.checkpoint
+    if checkpoint.location is not None:
+        return spec
+    location = kept or store.location_for(namespace) or CLAIM_LOCATION
+    s3 = store.s3 if location.startswith(S3A_SCHEME) else None
+    return spec.model_copy(update={"checkpoint": checkpoint.model_copy(update={"location": location, "s3": s3})})
 
 
 def namespace_problem(namespace: str | None, access: Access) -> Problem | None:
@@ -82,7 +106,8 @@ def admissible_spec(
     parsed = parse_spec(raw)
     if isinstance(parsed, Invalid):
         return Invalid([denied, *parsed.problems]) if denied else parsed
-    problems = [p for p in [denied, checkpoint_problem(parsed, settings.checkpoints)] if p]
+    checkpoint = checkpoint_problem(parsed, settings.checkpoints, settings.checkpoint_store)
+    problems = [p for p in [denied, checkpoint] if p]
     problems += guard_rail_problems(parsed, settings.guard_rails)
     return Invalid(problems) if problems else parsed
 
@@ -99,10 +124,12 @@ def desired_state(
     driver: str | None = None,
     driver_role: str = Access.driver_cluster_role,
     bootstrap: str | None = None,
+    claim: ch.ClaimFacts | None = None,
 ) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children);
     `pin`, `runner`, `driver_spec`: the revisions its driver runs and was submitted for, what a starting driver
-    runs, and the spec it was submitted with; `driver`: its SparkApplication (default: the app's name)."""
+    runs, and the spec it was submitted with; `driver`: its SparkApplication (default: the app's name); `claim`:
+    the app's own checkpoint claim as observed."""
     bootstrap = bootstrap or bootstrap_for(spec, namespace)
     by_mode: dict[str, list[TopicSpec]] = {"strimzi": [], "admin": [], "none": []}
     for topic in spec.topics:
@@ -119,7 +146,18 @@ def desired_state(
         bootstrap,
         ch.revision(spec),
         ch.children(
-            app, namespace, spec, bootstrap, submitted_executors, claims, pin, runner, driver_spec, driver, driver_role
+            app,
+            namespace,
+            spec,
+            bootstrap,
+            submitted_executors,
+            claims,
+            pin,
+            runner,
+            driver_spec,
+            driver,
+            driver_role,
+            claim,
         ),
         by_mode["admin"],
         strimzi,

@@ -33,9 +33,11 @@ from sluice.api.app import (  # noqa: F401  (re-exported: the operator's modules
 from sluice.api.contract import QueryStep
 from sluice.api.pipeline import Strict, list_map
 
+ConditionType = Literal["Ready", "Valid", "TopicsReady", "CheckpointReady", "DriverSubmitted", "Running", "Rollout"]
+
 
 class Condition(Strict):
-    type: Literal["Ready", "Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout"] = Field(
+    type: ConditionType = Field(
         description="Ready: the app processes records (the others all True, the driver's queries running)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="Unknown: not decided yet.")
@@ -137,6 +139,11 @@ class StreamingAppStatus(Strict):
         description="Query -> the subfolder of the app's checkpoint folder it runs on in the stable revision, where "
         "a checkpoint migration moved it (<query>@<revision>; every other query's is its name).",
     )
+    checkpointLocation: str | None = Field(
+        None,
+        description="The checkpoint root the app runs on (its checkpoints are under <it>/<app>): where "
+        "spec.checkpoint.location names none, the operator's store when the app first ran, kept from then on.",
+    )
     driver: str | None = Field(
         None,
         description="The SparkApplication of the app's driver, where it is not named after the app: a fenced "
@@ -155,7 +162,7 @@ class StreamingAppStatus(Strict):
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra=list_map("type"),
-        description="Ready first; then Valid, TopicsReady, DriverSubmitted, Running and Rollout.",
+        description="Ready first; then Valid, TopicsReady, CheckpointReady, DriverSubmitted, Running and Rollout.",
     )
     selector: str | None = Field(
         None, description="The executors' pods, as a label selector (the scale subresource's, for an HPA or KEDA)."

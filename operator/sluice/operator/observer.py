@@ -14,7 +14,7 @@ from .cluster import Cluster
 from .driver_client import DriverClient, DriverUnavailable
 from .rollout import DriverFacts
 from .rollout.decide import driver_facts
-from .status import Observation, driver_failure
+from .status import Observation, driver_failure, driver_unschedulable
 
 log = logging.getLogger("sluice.operator")
 
@@ -75,6 +75,7 @@ class Observer:
             obs.driver, obs.driver_address = answer, address
             return
         obs.driver_failure = driver_failure(pod)  # not answering: failed at start, or its pod restarted
+        obs.driver_unschedulable = driver_unschedulable(pod)
 
     def second_driver(self, namespace: str, name: str, spark_app: dict[str, Any] | None, drivers: Drivers) -> None:
         """A handover's second driver, as the rollout sees it (the app's own is observed with the status)."""

@@ -22,7 +22,7 @@ from . import children as ch
 from .autoscaler.plan import plan_scaling
 from .autoscaler.realize import realize_scaling
 from .cluster import Cluster
-from .desired import Invalid, admissible_spec, desired_state
+from .desired import Invalid, admissible_spec, desired_state, with_checkpoint_location
 from .driver_client import DriverClient
 from .kube import Kube
 from .model import StreamingAppSpec
@@ -31,8 +31,12 @@ from .rollout_actions import RolloutActions
 from .rollout_pass import RolloutPass, Rollouts
 from .settings import SETTINGS, Settings
 from .status import (
+    CHECKPOINT_READY,
+    CLAIM_PENDING,
     KAFKA_LOGIN_FAILED,
     Observation,
+    blocks_first_driver,
+    checkpoint_condition,
     condition_of,
     last_driver_failure,
     status_for,
@@ -64,7 +68,8 @@ class Reconciler:
         self.cluster = Cluster(kube or Kube())
         self.driver_client = driver_client or DriverClient()
         self.observer = Observer(self.cluster, self.driver_client)
-        self.rollouts = Rollouts(self.cluster, self.observer, RolloutActions(self.cluster, self.driver_client))
+        actions = RolloutActions(self.cluster, self.driver_client, settings.checkpoints)
+        self.rollouts = Rollouts(self.cluster, self.observer, actions)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -99,11 +104,13 @@ class Reconciler:
         clock = time.time() if clock is None else clock
         now = dt.datetime.fromtimestamp(clock, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         old_status = body.get("status") or {}
-        spec = admissible_spec(body.get("spec") or {}, self.settings, namespace)
-        if isinstance(spec, Invalid):  # nothing is created or changed: what runs keeps running
-            obs = Observation(valid=spec)
+        admitted = admissible_spec(body.get("spec") or {}, self.settings, namespace)
+        if isinstance(admitted, Invalid):  # nothing is created or changed: what runs keeps running
+            obs = Observation(valid=admitted)
             return Outcome(status_for(obs, generation=meta.get("generation"), revision=None, children=[],
                                       old_status=old_status, now=now))  # fmt: skip
+        kept = old_status.get("checkpointLocation")
+        spec = with_checkpoint_location(admitted, namespace, self.settings.checkpoint_store, kept)
         self.cluster.ensure_operator_access(namespace, self.settings.access, clock)
         full = full or waits_for_topics(old_status)  # a KafkaTopic not Ready yet: looked at again
         obs, spark_app = self._observe(body, spec, full)
@@ -124,6 +131,7 @@ class Reconciler:
             scaling=plan.status,
             rollout=rollout.status,
             selector=ch.executor_selector(app),
+            checkpoint_location=spec.checkpoint.location,
         )
         return Outcome(status, plan.annotations, [*plan.events, *rollout.events, *scaled], plan.kinds)
 
@@ -144,10 +152,26 @@ class Reconciler:
             self.cluster.ensure_topics(body, topics, obs)
             if obs.kafka_error is None:  # an app that cannot log in gets nothing made (see _apply)
                 self.cluster.ensure_control_secret(body)
+            self._observe_checkpoint(app, namespace, spec, obs)
         else:
             obs.kafka_error, obs.topics_error, obs.topics_refused, obs.apply_error = self._last_full_errors(old_status)
+            checkpoint = condition_of(old_status, CHECKPOINT_READY)
+            if checkpoint.get("reason") == CLAIM_PENDING:  # read again until it binds (nothing else says so)
+                self._observe_checkpoint(app, namespace, spec, obs)
+            elif checkpoint:
+                ok = {"True": True, "False": False}.get(checkpoint.get("status", ""))
+                obs.checkpoint = (ok, checkpoint.get("reason", ""), checkpoint.get("message", ""))
         self.observer.app_driver(spark_app, namespace, obs)
         return obs, spark_app
+
+    def _observe_checkpoint(self, app: str, namespace: str, spec: StreamingAppSpec, obs: Observation) -> None:
+        """The checkpoint claim, if any, and what CheckpointReady says of it."""
+        name = ch.checkpoint_claim_name(app, spec)
+        if name is not None:
+            claim = self.cluster.get("v1", "PersistentVolumeClaim", namespace, name)
+            obs.checkpoint_claim = ch.claim_facts(name, claim)
+        together = ch.pods_kept_together(spec, self.settings.checkpoints, obs.checkpoint_claim)
+        obs.checkpoint = checkpoint_condition(app, spec, obs.checkpoint_claim, together)
 
     @staticmethod
     def _last_full_errors(old_status: dict[str, Any]) -> tuple[str | None, str | None, dict[str, str], str | None]:
@@ -179,11 +203,12 @@ class Reconciler:
             driver=None if rollout.driver == app else rollout.driver,
             driver_role=self.settings.access.driver_cluster_role,
             bootstrap=self.cluster.bootstrap(spec, namespace),
+            claim=obs.checkpoint_claim,
         )
         # Nothing is made for a driver that could not log in to Kafka (obs.kafka_error says why), and no first
         # driver is submitted before Strimzi made its topics Ready; one that runs keeps its children.
         login_failed = obs.kafka_error is not None and rollout.driver_app is None
-        if obs.topics_pending and rollout.driver_app is None:
+        if (obs.topics_pending or blocks_first_driver(obs.checkpoint)) and rollout.driver_app is None:
             desired.children = [c for c in desired.children if c["kind"] != "SparkApplication"]
         if full and not login_failed:
             self.cluster.ensure_children(body, desired, obs, rollout.decision.keep, rollout.driver)

@@ -39,6 +39,7 @@ from .rollout.decide import (
     with_driver_state,
     with_refused_swap,
 )
+from .settings import ClaimDefaults
 from .status import Observation
 
 log = logging.getLogger("sluice.operator")
@@ -77,9 +78,10 @@ class RolloutContext:
 
 
 class RolloutActions:
-    def __init__(self, cluster: Cluster, driver_client: DriverClient) -> None:
+    def __init__(self, cluster: Cluster, driver_client: DriverClient, claims: ClaimDefaults | None = None) -> None:
         self.cluster = cluster
         self.driver_client = driver_client
+        self.claims = claims or ClaimDefaults()
         self._pipelines_differ: dict[tuple[str, str, str, str], bool] = {}
 
     def carry_out(self, ctx: RolloutContext, observed: Observed) -> Observed | None:
@@ -174,7 +176,14 @@ class RolloutActions:
         pin = ch.DriverPin(action.revision, action.revision)
         children = [ch.runner_configmap(ctx.app, ctx.namespace, config, action.name)]
         if submit:
-            children.append(ch.spark_application(ctx.app, ctx.namespace, spec, pin=pin, name=action.name))
+            claim = ctx.obs.checkpoint_claim
+            if claim is None and spec.checkpoint.volumeClaim:  # a tick: the claim is read when it matters
+                pvc = self.cluster.get("v1", "PersistentVolumeClaim", ctx.namespace, spec.checkpoint.volumeClaim)
+                claim = ch.claim_facts(spec.checkpoint.volumeClaim, pvc)
+            together = ch.pods_kept_together(spec, self.claims, claim)
+            children.append(
+                ch.spark_application(ctx.app, ctx.namespace, spec, pin=pin, name=action.name, together=together)
+            )
         for child in children:
             adopt(child, ctx.owner)
             self.cluster.apply(child)

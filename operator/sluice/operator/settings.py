@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from sluice.api.app import S3A_SCHEME, CheckpointSpec, S3CredentialsSecret, S3Spec
+
 from .guard_rails import GuardRails
+
+SHARED = "ReadWriteMany"  # a claim every node may mount
+ONE_POD = "ReadWriteOncePod"  # a claim no executor could mount beside the driver
 
 
 @dataclass(frozen=True)
@@ -16,6 +21,37 @@ class ClaimDefaults:
     size: str = "1Gi"
     storage_class: str | None = None  # None: the cluster's default class
     access_mode: str = "ReadWriteOnce"
+
+
+@dataclass(frozen=True)
+class CheckpointStore:
+    """Where an app that names no checkpoint location keeps it (the chart's checkpoints.location): a Hadoop URI
+    with `{namespace}` in it, each app under <it>/<app>; None: a claim the operator creates."""
+
+    location: str | None = None
+    s3: S3Spec | None = None  # how pods reach an s3a:// store
+
+    def location_for(self, namespace: str) -> str | None:
+        return self.location.replace("{namespace}", namespace) if self.location else None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> CheckpointStore:
+        """The chart's checkpoints.location and checkpoints.s3.* (a bad value stops the operator at start, named)."""
+        location = env.get("SLUICE_CHECKPOINT_LOCATION") or None
+        if location is None:
+            return cls()
+        if not CheckpointSpec(location=location.replace("{namespace}", "x")).is_hadoop_uri():
+            raise ValueError(f"SLUICE_CHECKPOINT_LOCATION (checkpoints.location): not a Hadoop URI: {location!r}")
+        if not location.startswith(S3A_SCHEME):
+            return cls(location)
+        secret = env.get("SLUICE_CHECKPOINT_S3_CREDENTIALS_SECRET") or None
+        s3 = S3Spec(
+            endpoint=env.get("SLUICE_CHECKPOINT_S3_ENDPOINT") or None,
+            region=env.get("SLUICE_CHECKPOINT_S3_REGION") or None,
+            pathStyleAccess=env.get("SLUICE_CHECKPOINT_S3_PATH_STYLE_ACCESS", "false").lower() == "true",
+            credentialsSecret=S3CredentialsSecret(secretName=secret) if secret else None,
+        )
+        return cls(location, s3)
 
 
 DENIED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
@@ -49,6 +85,7 @@ class Settings:
     status_figures_seconds: float = 30.0  # a running app's lag, inputRate and observedAt: written at most this often
     workers: int = 8
     checkpoints: ClaimDefaults = field(default_factory=ClaimDefaults)
+    checkpoint_store: CheckpointStore = field(default_factory=CheckpointStore)
     guard_rails: GuardRails = field(default_factory=GuardRails)
     access: Access = field(default_factory=Access)
 
@@ -66,6 +103,7 @@ class Settings:
                 storage_class=env.get("SLUICE_CHECKPOINT_STORAGE_CLASS") or None,
                 access_mode=env.get("SLUICE_CHECKPOINT_ACCESS_MODE", "ReadWriteOnce"),
             ),
+            checkpoint_store=CheckpointStore.from_env(env),
             guard_rails=GuardRails.from_env(env),
             access=Access.from_env(env),
         )

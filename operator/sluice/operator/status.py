@@ -5,17 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
+from sluice.api.app import S3A_SCHEME
 from sluice.api.contract import DriverStatus
 
 from . import children as ch
 from .autoscaler.collect import parse_time
 from .desired import Invalid
+from .model import ConditionType, StreamingAppSpec
+from .settings import ONE_POD, SHARED
 
-CONDITION_TYPES = ("Ready", "Valid", "TopicsReady", "DriverSubmitted", "Running", "Rollout")
-# Ready sums these up: the app is valid, its topics are there, its driver runs and answers with its queries running.
-READY_FROM = ("Valid", "TopicsReady", "DriverSubmitted", "Running")
+CHECKPOINT_READY = "CheckpointReady"
+CONDITION_TYPES = get_args(ConditionType)
+# Ready sums these up: the app is valid, its topics and checkpoint store are there, its driver runs and answers with
+# its queries running.
+READY_FROM = ("Valid", "TopicsReady", CHECKPOINT_READY, "DriverSubmitted", "Running")
 
 
 @dataclass
@@ -37,11 +42,18 @@ class Observation:
     driver_address: str | None = None  # http://<driver pod IP>:<control port>
     rollout: tuple[bool | None, str, str] | None = None  # the Rollout condition: (status, reason, message)
     driver_failure: str | None = None  # a driver that is not answering: its container's termination message
+    driver_unschedulable: str | None = None  # the scheduler's word on a driver pod it cannot place
+    checkpoint: tuple[bool | None, str, str] | None = None  # the CheckpointReady condition: (status, reason, message)
+    checkpoint_claim: ch.ClaimFacts | None = None  # the app's checkpoint claim, read on a full pass
 
 
 DRIVER_FAILED = "DriverFailed"  # the Running condition's reason when a driver left its error
 KAFKA_LOGIN_FAILED = "KafkaLoginFailed"  # TopicsReady's reason: credentials unreadable or refused
 TOPIC_NOT_READY = "TopicNotReady"  # TopicsReady's reason: a KafkaTopic Strimzi has not made Ready (yet)
+CLAIM_NOT_FOUND = "ClaimNotFound"  # CheckpointReady's reasons that keep a first driver from being submitted
+CLAIM_REFUSED = "ClaimAccessModeRefused"
+CLAIM_PENDING = "ClaimPending"  # read again on each tick until the claim binds
+DRIVER_UNSCHEDULABLE = "DriverUnschedulable"  # the Running condition's reason for a driver pod nowhere to run
 
 
 def condition_of(status: Mapping[str, Any], kind: str) -> dict[str, Any]:
@@ -52,6 +64,43 @@ def condition_of(status: Mapping[str, Any], kind: str) -> dict[str, Any]:
 def waits_for_topics(status: Mapping[str, Any]) -> bool:
     """The last full pass found a KafkaTopic not Ready: the next passes look again (a tick is then full)."""
     return condition_of(status, "TopicsReady").get("reason") == TOPIC_NOT_READY
+
+
+def checkpoint_condition(
+    app: str, spec: StreamingAppSpec, claim: ch.ClaimFacts | None, together: bool
+) -> tuple[bool | None, str, str]:
+    """Where the checkpoints are and whether the driver can use them: an object store (or another Hadoop
+    filesystem), or a claim that must exist, allow the executors and bind."""
+    root = ch.checkpoint_root(app, spec)
+    if spec.checkpoint.is_hadoop_uri():
+        return True, "ObjectStore" if root.startswith(S3A_SCHEME) else "HadoopFileSystem", f"checkpoints in {root}"
+    name = ch.checkpoint_claim_name(app, spec)
+    if (claim is None or not claim.exists) and spec.checkpoint.volumeClaim:
+        return False, CLAIM_NOT_FOUND, f"spec.checkpoint.volumeClaim: no PersistentVolumeClaim {name}"
+    claim = claim or ch.ClaimFacts(str(name), exists=False)  # the operator's, made in this pass: Pending
+    if ONE_POD in claim.access_modes and SHARED not in claim.access_modes:
+        return (
+            False,
+            CLAIM_REFUSED,
+            (f"spec.checkpoint.volumeClaim: {name} is {ONE_POD}: the executors could not mount it beside the driver"),
+        )
+    where = " (ReadWriteOnce: the app's pods run on one node)" if together else ""
+    if claim.phase != "Bound":
+        return False, CLAIM_PENDING, f"claim {name} is {claim.phase or 'Pending'}: no volume bound yet{where}"
+    return True, "ClaimBound", f"checkpoints in {root} on claim {name}{where}"
+
+
+def blocks_first_driver(checkpoint: tuple[bool | None, str, str] | None) -> bool:
+    """A checkpoint no driver could use: none is submitted (one that runs keeps running)."""
+    return checkpoint is not None and checkpoint[1] in (CLAIM_NOT_FOUND, CLAIM_REFUSED)
+
+
+def driver_unschedulable(pod: dict[str, Any] | None) -> str | None:
+    """The scheduler's message on a driver pod it could not place (its PodScheduled condition)."""
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return condition.get("message") or condition.get("reason") or "not scheduled"
+    return None
 
 
 def driver_failure(pod: dict[str, Any] | None) -> str | None:
@@ -124,6 +173,9 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
     elif obs.driver_failure:
         submitted = cond("DriverSubmitted", True, "Submitted")
         running = cond("Running", False, DRIVER_FAILED, obs.driver_failure[:4000])
+    elif obs.driver_unschedulable:
+        submitted = cond("DriverSubmitted", True, "Submitted")
+        running = cond("Running", False, DRIVER_UNSCHEDULABLE, obs.driver_unschedulable[:4000])
     else:
         submitted = cond("DriverSubmitted", True, "Submitted")
         running = cond(
@@ -133,11 +185,9 @@ def conditions_for(obs: Observation) -> list[dict[str, str]]:
             obs.spark_error or "",
         )
     rollout = [cond("Rollout", *obs.rollout)] if obs.rollout else []
-    return with_ready(
-        [cond("Valid", True, "Valid"), cond("TopicsReady", topics_ok, reason, topics_message), submitted, running],
-        obs,
-        *rollout,
-    )
+    checkpoint = [cond(CHECKPOINT_READY, *obs.checkpoint)] if obs.checkpoint else []
+    topics = cond("TopicsReady", topics_ok, reason, topics_message)
+    return with_ready([cond("Valid", True, "Valid"), topics, *checkpoint, submitted, running], obs, *rollout)
 
 
 def with_ready(conditions: list[dict[str, str]], obs: Observation, *after: dict[str, str]) -> list[dict[str, str]]:
@@ -241,11 +291,13 @@ def status_for(
     scaling: dict[str, Any] | None = None,
     rollout: dict[str, Any] | None = None,
     selector: str | None = None,
+    checkpoint_location: str | None = None,
 ) -> dict[str, Any]:
     """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
     `selector`: the executors' label selector (the scale subresource's labelSelectorpath).
     `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step; `rollout`:
-    stableRevision, rollout, checkpoints and driver, by its rollout step."""
+    stableRevision, rollout, checkpoints and driver, by its rollout step. `checkpoint_location`: the one the app
+    runs on (kept from then on when the app names none)."""
     status: dict[str, Any] = {
         "phase": phase_of(obs),
         "observedGeneration": generation,
@@ -268,6 +320,7 @@ def status_for(
         "stableRevision": (rollout or {}).get("stableRevision", old_status.get("stableRevision")),
         "rollout": (rollout or {}).get("rollout", old_status.get("rollout")),
         "checkpoints": (rollout or {}).get("checkpoints", old_status.get("checkpoints")),
+        "checkpointLocation": checkpoint_location or old_status.get("checkpointLocation"),
         "driver": (rollout or {}).get("driver", old_status.get("driver")),
         "executors": None,
         "lag": None,

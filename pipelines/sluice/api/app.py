@@ -436,11 +436,60 @@ class UpdateStrategy(Strict):
     )
 
 
-class CheckpointSpec(Strict):
-    """Where queries keep their checkpoints. A path without volumeClaim gets a PersistentVolumeClaim the
-    operator creates (`<app>-checkpoints`), so a checkpoint never vanishes with the driver pod."""
+CLAIM_LOCATION = "/checkpoints"  # an app's checkpoint claim's mount, where it names no location and no store is set
+S3A_SCHEME = "s3a://"
 
-    location: str = Field("/checkpoints", description="Checkpoint root (a path or a Hadoop URI).")
+
+class S3CredentialsSecret(Strict):
+    secretName: ObjectName = Field(description="A Secret in the app's namespace.")
+    accessKeyId: SecretKey = Field("AWS_ACCESS_KEY_ID", description="Its key holding the access key id.")
+    secretAccessKey: SecretKey = Field("AWS_SECRET_ACCESS_KEY", description="Its key holding the secret access key.")
+
+
+class S3Spec(Strict):
+    """How the driver and executors reach an s3a:// checkpoint (Hadoop's S3A filesystem, AWS SDK v2)."""
+
+    endpoint: str | None = Field(
+        None,
+        min_length=1,
+        max_length=2048,
+        description="The store's URL, e.g. http://minio.storage:9000 for an S3-compatible store. Default: AWS S3's "
+        "for the region.",
+    )
+    region: str | None = Field(None, min_length=1, max_length=64, description="The bucket's region, e.g. eu-west-1.")
+    pathStyleAccess: bool = Field(
+        False, description="Request https://endpoint/bucket/key instead of bucket.endpoint (most S3-compatible stores)."
+    )
+    credentialsSecret: S3CredentialsSecret | None = Field(
+        None,
+        description="A key pair from a Secret. Default: the pod's identity (web identity / IRSA, EKS Pod Identity, "
+        "an instance profile), through the AWS SDK's default credentials chain.",
+    )
+
+
+class CheckpointSpec(Strict):
+    """Where queries keep their checkpoints (each app under `<location>/<app>`). An object store (s3a://) is
+    durable by itself and reachable from every node; a path is mounted from a PersistentVolumeClaim, the app's
+    own or one the operator creates (`<app>-checkpoints`), so a checkpoint never vanishes with the driver pod."""
+
+    model_config = cel(
+        (
+            "!has(self.s3) || (has(self.location) && self.location.startsWith('s3a://'))",
+            "s3 is for an s3a:// location: name it in location",
+        ),
+    )
+
+    location: str | None = Field(
+        None,
+        min_length=1,
+        max_length=2048,
+        description="Checkpoint root: a Hadoop URI (s3a://bucket/path, hdfs://…) or a path on a claim. Default: the "
+        "operator's store (the chart's checkpoints.location), else /checkpoints on a claim. Kept once the app "
+        "ran (status.checkpointLocation): a new operator default moves no app.",
+    )
+    s3: S3Spec | None = Field(
+        None, description="For an s3a:// location. Default with the operator's store: the chart's checkpoints.s3."
+    )
     volumeClaim: str | None = Field(None, description="An existing PersistentVolumeClaim mounted at the location.")
     size: Quantity | None = Field(None, description="Size of the claim the operator creates (default: the chart's).")
     storageClassName: str | None = Field(None, description="Its storage class (default: the chart's).")
@@ -448,10 +497,22 @@ class CheckpointSpec(Strict):
         "retain", description="delete: the claim the operator created is deleted with the app."
     )
 
+    @model_validator(mode="after")
+    def _store_settings_for_a_store(self) -> CheckpointSpec:
+        if self.s3 is not None and not (self.location or "").startswith(S3A_SCHEME):
+            raise ValueError("s3 is for an s3a:// location: name it in location")
+        if self.volumeClaim and self.is_hadoop_uri():
+            raise ValueError(f"volumeClaim is mounted at a path: location {self.location!r} is a Hadoop URI")
+        return self
+
     def is_hadoop_uri(self) -> bool:
         """s3a://, hdfs://, gs://, abfs://…: durable without a volume (file:// and plain paths are local)."""
-        scheme, sep, _ = self.location.partition("://")
+        scheme, sep, _ = (self.location or "").partition("://")
         return bool(sep) and scheme.lower() != "file"
+
+    @property
+    def mount_path(self) -> str:
+        return self.location or CLAIM_LOCATION
 
 
 def _duplicate_topics(topics: Any) -> str | None:
