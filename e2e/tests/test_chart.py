@@ -1133,9 +1133,10 @@ def test_operator_reconciles_with_its_service_account(
         )
 
     assert conditions == {
-        "Ready": "Unknown",  # no spark-operator here: the driver never runs
+        "Ready": "False",  # the first that is not True: the claim, never bound here
         "Valid": "True",
         "TopicsReady": "True",
+        "CheckpointReady": "False",  # no provisioner nor scheduler here: the operator's claim stays Pending
         "DriverSubmitted": "True",
         "Running": "Unknown",
         "Rollout": "True",  # the first revision is the stable one

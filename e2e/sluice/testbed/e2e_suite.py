@@ -34,7 +34,7 @@ import yaml
 
 from sluice.api.app import AutoscalingSpec
 from sluice.operator.autoscaler.policy import Policy
-from sluice.operator.children import CONTROL_PORT, DRIVER_CLIENT_LABEL
+from sluice.operator.children import APP_LABEL, CONTROL_PORT, DRIVER_CLIENT_LABEL
 
 from .common import REPO_ROOT, wait_for
 from .external_crds import install_external_crds
@@ -482,9 +482,10 @@ def wordcount_app(
     kafka: dict[str, Any],
     *,
     management: str | None = None,
-    checkpoint_claim: str | None = None,
+    checkpoint: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """pipelines/examples/wordcount.yaml, sized for a small cluster and pointed at the given Kafka."""
+    """pipelines/examples/wordcount.yaml, sized for a small cluster and pointed at the given Kafka; its executors
+    spread over the nodes. `checkpoint`: its spec.checkpoint (none: the operator's store, else a claim it makes)."""
     app = yaml.safe_load((EXAMPLES_DIR / "wordcount.yaml").read_text())
     app["metadata"]["namespace"] = namespace
     spec = app["spec"]
@@ -503,9 +504,10 @@ def wordcount_app(
             "spark.kubernetes.driver.request.cores": "250m",
             "spark.kubernetes.executor.request.cores": "250m",
         },
+        "pod": {"topologySpreadConstraints": [executors_spread(app["metadata"]["name"])]},
     }
-    if checkpoint_claim:
-        spec["checkpoint"] = {"location": "/checkpoints", "volumeClaim": checkpoint_claim}
+    if checkpoint:
+        spec["checkpoint"] = checkpoint
     # A new driver starts beside the running one on two cores: its handover took 165 s here and passed the
     # default 5 min on a slower CI machine (rolled back as not healthy in time). Less than the suite's waits,
     # so a rollout that never becomes healthy still ends, naming what it waited for.
@@ -514,6 +516,17 @@ def wordcount_app(
     spec["topics"].append({"name": SEEN, "partitions": 1})
     spec["pipeline"]["nodes"].append({"name": "seen", "inputs": ["non-empty"], "toKafka": {"topic": SEEN}})
     return app
+
+
+def executors_spread(app: str) -> dict[str, Any]:
+    """Executors on as many nodes as there are (tainted nodes, the control plane's, left out)."""
+    return {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "nodeTaintsPolicy": "Honor",
+        "labelSelector": {"matchLabels": {APP_LABEL: app, "spark-role": "executor"}},
+    }
 
 
 AUTOSCALE_WORDS, AUTOSCALE_COUNTS = "autoscale-words", "autoscale-weighed"
@@ -560,7 +573,7 @@ def autoscale_app(namespace: str, images: Images, kafka: dict[str, Any], checkpo
                     "spark.kubernetes.executor.request.cores": "250m",
                 },
             },
-            "checkpoint": {"location": "/checkpoints", "volumeClaim": checkpoint_claim},
+            "checkpoint": {"location": "/checkpoints", "volumeClaim": checkpoint_claim},  # kept on one node (RWO)
             # A quarter core spent ~2.4 s of fixed work per micro-batch (measured here): a 10 s trigger
             # keeps that a smaller share of the busy time, which is what the autoscaler measures.
             "pipeline": {
@@ -985,6 +998,13 @@ class E2ESuite:
         app = app or self.app_name
         return self.app_status(app).get("driver") or app
 
+    def executor_nodes(self) -> set[str]:
+        selector = f"spark-role=executor,{APP_LABEL}={self.app_name}"
+        pods = json.loads(
+            self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l", selector).stdout
+        )["items"]
+        return {p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
+
     def running_executor_pods(self) -> list[str]:
         """The app's executor pods that are Running (Spark labels them spark-role=executor)."""
         pods = json.loads(
@@ -1041,11 +1061,16 @@ class E2ESuite:
             install_external_crds(self.target.kubectl, crds=monitoring_crds())
             values["monitoring"] = {"enabled": True, "interval": MONITORING_INTERVAL}
             values["networkPolicy"]["metricsFrom"] = [PROMETHEUS_PEER]
+        if self.object_store_access is not None:  # the production default: checkpoints on the object store
+            values["checkpoints"] = self.object_store_access.chart_values()
         self.target.apply(restricted_namespace(self.release_namespace))  # the chart's pods are hardened
         self.target.helm.install(self.release, CHART_DIR, self.release_namespace, values, "--wait", "--timeout", "5m")
         # The apps' namespace enforces Pod Security "restricted", as production namespaces do; the Secrets its
         # apps' Kafka logins name are there before any app.
-        self.target.apply(restricted_namespace(self.apps_namespace), *self.kafka.secrets(self.apps_namespace))
+        secrets = [*self.kafka.secrets(self.apps_namespace)]
+        if self.object_store_access is not None:
+            secrets.append(self.object_store_access.secret(self.apps_namespace))
+        self.target.apply(restricted_namespace(self.apps_namespace), *secrets)
 
     def api_server_ports(self) -> list[int]:
         """The ports the operator's NetworkPolicy must let it reach the API server on, as a user finds them: the
@@ -1115,7 +1140,6 @@ class E2ESuite:
         access = self.object_store_access
         if access is None:
             pytest.skip("this cluster has no object store")
-        self.target.apply(access.secret(self.apps_namespace))
         settings = {"S3_ENDPOINT": access.authority, "AWS_REGION": access.region, "S3_BUCKET": access.bucket}
         phase, log = self.run_python_pod("object-store-client", OBJECT_STORE_CLIENT, settings, secret_env=SECRET)
         assert phase == "Succeeded", log
@@ -1205,9 +1229,10 @@ class E2ESuite:
         print(json.dumps(self.monitoring_report, indent=1))
 
     def deploy_app(self) -> None:
-        claim = self.CHECKPOINT_CLAIM
-        self.app = wordcount_app(self.apps_namespace, self.images, self.kafka.app_kafka(), checkpoint_claim=claim)
-        self.target.apply(pvc(claim, self.apps_namespace), self.app)
+        """The word count with no spec.checkpoint: the operator's store (the object store, where the cluster has
+        one), else a claim it makes. The suite's own claim is for the autoscaled app."""
+        self.app = wordcount_app(self.apps_namespace, self.images, self.kafka.app_kafka())
+        self.target.apply(pvc(self.CHECKPOINT_CLAIM, self.apps_namespace), self.app)
         kafka = self.kafka
         if isinstance(kafka, StrimziKafka):  # topics before data: no auto-created topic gets there first
             wait_for(
@@ -1256,6 +1281,32 @@ class E2ESuite:
             ).stdout
         )["items"]
         assert executors and all(p["metadata"]["labels"]["spark-role"] == "executor" for p in executors), scale
+        self.assert_checkpoints_in_store()
+
+    def assert_checkpoints_in_store(self) -> None:
+        """With the cluster's object store as the operator's store, the app (naming no location) checkpoints there:
+        the status says where, CheckpointReady says ObjectStore, and its queries' checkpoints are in the bucket."""
+        access = self.object_store_access
+        if access is None:
+            return
+        status = self.status()
+        assert status.get("checkpointLocation") == f"s3a://{access.bucket}/{self.apps_namespace}", status
+        ready = next(c for c in status["conditions"] if c["type"] == "CheckpointReady")
+        assert (ready["status"], ready["reason"]) == ("True", "ObjectStore"), ready
+        from pyarrow.fs import FileSelector
+
+        root = f"{access.bucket}/{self.apps_namespace}/{self.app_name}"
+        files = [info.path for info in access.filesystem().get_file_info(FileSelector(root, recursive=True))]
+        for query in ("out", "seen"):
+            assert any(path.startswith(f"{root}/{query}/commits/") for path in files), (query, files[:20])
+
+    def schedulable_nodes(self) -> list[str]:
+        nodes = json.loads(self.target.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+        return [
+            n["metadata"]["name"]
+            for n in nodes
+            if not any(t.get("effect") == "NoSchedule" for t in n["spec"].get("taints") or [])
+        ]
 
     def driver_pods(self, app: str | None = None) -> list[dict[str, Any]]:
         """The app's driver pods in any phase."""
@@ -1325,6 +1376,9 @@ class E2ESuite:
                 "scale", "streamingapp", self.app_name, "-n", self.apps_namespace, f"--replicas={replicas}"
             )
             self._wait_scaled(replicas)
+            if replicas == 3 and self.object_store_access is not None:
+                nodes = self.executor_nodes()
+                assert len(nodes) == min(len(self.schedulable_nodes()), 3), f"executors on {nodes}"
             self.send(["gamma", "alpha"] if replicas == 3 else ["epsilon"])
             self.assert_counts()
         assert self.driver_identity() == before, "scaling must not restart the driver or its queries"
@@ -1901,12 +1955,9 @@ class E2ESuite:
         with nothing at or after the rewind time; it starts from what is there and completes (no rollback). The
         words sent afterwards come out in 10 s windows, once each, with the exact count."""
         name, lines, counts = self.IDLE_APP, f"{self.IDLE_APP}-lines", f"{self.IDLE_APP}-counts"
-        app = wordcount_app(
-            self.apps_namespace, self.images, self.kafka.app_kafka(), checkpoint_claim=self.CHECKPOINT_CLAIM
-        )
+        app = wordcount_app(self.apps_namespace, self.images, self.kafka.app_kafka())  # the operator's store
         app = json.loads(json.dumps(app).replace('"wordcount-', f'"{name}-'))  # topics of its own
         app["metadata"]["name"] = name
-        app["spec"]["checkpoint"]["volumeClaim"] = self.CHECKPOINT_CLAIM  # the suite's (its root: /checkpoints/<app>)
         self.target.apply(app)
         wait_for(
             lambda: self.app_status(name).get("phase") == "Running" and self.driver_status(name),
@@ -1967,7 +2018,8 @@ class E2ESuite:
 
     def restricted_namespace(self) -> None:
         """An app in a namespace that enforces Pod Security "restricted", as production namespaces do, with the
-        checkpoint claim the operator makes on the cluster's default StorageClass: it runs and counts."""
+        checkpoint claim the operator makes on the cluster's default StorageClass (ReadWriteOnce: its pods run on
+        one node, and CheckpointReady says so): it runs and counts."""
         name, namespace = self.RESTRICTED_APP, self.RESTRICTED_NAMESPACE
         try:
             self.count_in_own_app(
@@ -1978,7 +2030,17 @@ class E2ESuite:
                 restricted_namespace(namespace),
                 *self.kafka.secrets(namespace),
                 check=lambda: self.assert_admitted(namespace),
+                checkpoint={"location": "/checkpoints"},
             )
+            status = (self.target.get("streamingapp", name, namespace) or {}).get("status") or {}
+            ready = next(c for c in status["conditions"] if c["type"] == "CheckpointReady")
+            assert (ready["status"], ready["reason"]) == ("True", "ClaimBound"), ready
+            assert "run on one node" in ready["message"], ready
+            pods = json.loads(
+                self.target.kubectl("get", "pods", "-n", namespace, "-l", f"{APP_LABEL}={name}", "-o", "json").stdout
+            )["items"]
+            nodes = {p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
+            assert len(nodes) == 1, f"a ReadWriteOnce checkpoint's pods on one node: {nodes}"
         finally:
             self.target.kubectl("delete", "namespace", namespace, "--wait=true", timeout=self.timeout)
 
@@ -2084,12 +2146,13 @@ class E2ESuite:
         kafka: KafkaAccess,
         *before: dict[str, Any],
         check: Callable[[], None] = lambda: None,
+        checkpoint: dict[str, Any] | None = None,
     ) -> None:
         """A word count app `name` with topics of its own on `app_kafka`, applied after `before`: it runs, and ten
         lines "omega omega" come out as exactly 20 (`kafka`: where the test writes and reads; `check`: run while
-        waiting, to fail at once on a refusal)."""
+        waiting, to fail at once on a refusal; `checkpoint`: its spec.checkpoint)."""
         lines, counts = f"{name}-lines", f"{name}-counts"
-        app = wordcount_app(namespace, self.images, app_kafka)
+        app = wordcount_app(namespace, self.images, app_kafka, checkpoint=checkpoint)
         app = json.loads(json.dumps(app).replace('"wordcount-', f'"{name}-'))  # topics of its own
         app["metadata"]["name"] = name
         self.target.apply(*before, app)

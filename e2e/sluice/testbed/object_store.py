@@ -85,6 +85,19 @@ class ObjectStoreAccess:
             "stringData": {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key},
         }
 
+    def chart_values(self) -> dict[str, Any]:
+        """The chart's checkpoints values making this store the apps' default checkpoint store (a folder per
+        namespace; the pods' key pair from the Secret `secret` makes in each apps' namespace)."""
+        return {
+            "location": f"s3a://{self.bucket}/{{namespace}}",
+            "s3": {
+                "endpoint": self.endpoint,
+                "region": self.region,
+                "pathStyleAccess": True,
+                "credentialsSecret": SECRET,
+            },
+        }
+
     def filesystem(self, secret_key: str | None = None) -> S3FileSystem:
         """A pyarrow S3 client for the store, path-style (`secret_key`: another one, to be refused)."""
         from pyarrow.fs import S3FileSystem
