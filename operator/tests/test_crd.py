@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from sluice.operator import crd
@@ -87,3 +88,37 @@ def test_lists_keyed_by_name_are_list_maps_and_the_scale_names_its_pods():
         assert (node["x-kubernetes-list-type"], node["x-kubernetes-list-map-keys"]) == ("map", keys), what
         assert set(keys) <= set(node["items"]["required"]), what
     assert version["subresources"]["scale"]["labelSelectorPath"] == ".status.selector"
+
+
+def _annotated(release: str, schema: str) -> dict:
+    return {"metadata": {"annotations": {crd.VERSION_ANNOTATION: release, crd.SCHEMA_ANNOTATION: schema}}}
+
+
+@pytest.mark.parametrize(
+    ("served", "upgraded"),
+    [
+        (None, False),  # the chart installs it
+        (_annotated("0.1.0", "same"), False),
+        (_annotated("0.1.0", "other"), True),  # a dev build of the release with another schema
+        (_annotated("0.0.9", "same"), True),
+        ({"metadata": {}}, True),  # a CRD from before the annotations
+        (_annotated("0.2.0", "other"), False),  # a later release's: an old replica never takes it back
+        (_annotated("0.1.0rc1", "other"), True),
+        (_annotated("0.10.0", "other"), False),  # 0.10 is later than 0.1
+    ],
+)
+def test_the_served_crd_is_upgraded_never_downgraded(served, upgraded):
+    why = crd.crd_upgrade(served, _annotated("0.1.0", "same"))
+    assert (why is not None) == upgraded, why
+    if why:
+        assert "0.1.0" in why and "schema same" in why
+
+
+def test_the_crd_names_its_release_and_schema():
+    ours = crd.crd(release="1.2.3")
+    annotations = ours["metadata"]["annotations"]
+    assert annotations[crd.VERSION_ANNOTATION] == "1.2.3"
+    assert (
+        annotations[crd.SCHEMA_ANNOTATION] == crd.crd(release="1.2.4")["metadata"]["annotations"][crd.SCHEMA_ANNOTATION]
+    )
+    assert crd.crd()["metadata"]["annotations"][crd.VERSION_ANNOTATION] == crd.operator_version()

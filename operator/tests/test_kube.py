@@ -91,3 +91,41 @@ def test_kinds_not_served(kube: Kube) -> None:
         kube.get("example.invalid/v1", "Widget", "default", "w")
     with pytest.raises(KindNotServed, match="no Widget in v1"):
         kube.get("v1", "Widget", "default", "w")
+
+
+def test_the_operator_brings_an_older_served_crd_up_to_its_own(kube: Kube, crds_installed) -> None:
+    """Helm never upgrades a chart's CRDs: the operator does at start. An older CRD (another release, without
+    a condition type this operator writes) becomes this operator's; a later release's is left as it is."""
+    import json
+
+    from sluice.operator import crd
+    from sluice.operator.cluster import Cluster
+
+    ours = crd.crd()
+    older = json.loads(json.dumps(ours))
+    older["metadata"]["annotations"] = {crd.VERSION_ANNOTATION: "0.0.1", crd.SCHEMA_ANNOTATION: "old"}
+    conditions = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        "conditions"
+    ]["items"]["properties"]["type"]
+    conditions["enum"] = [c for c in conditions["enum"] if c != "CheckpointReady"]
+    name = ours["metadata"]["name"]
+    try:
+        kube.apply(older, "helm")
+        why = Cluster(kube).upgrade_crd()
+        assert why is not None and "0.0.1" in why, why
+        served = kube.get(crd.CRD_API, "CustomResourceDefinition", None, name)
+        assert served is not None and served["metadata"]["annotations"] == ours["metadata"]["annotations"]
+        served_types = served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+            "conditions"
+        ]["items"]["properties"]["type"]["enum"]
+        assert "CheckpointReady" in served_types
+        assert Cluster(kube).upgrade_crd() is None, "up to date: left alone"
+
+        later = json.loads(json.dumps(older))
+        later["metadata"]["annotations"] = {crd.VERSION_ANNOTATION: "99.0.0", crd.SCHEMA_ANNOTATION: "new"}
+        kube.apply(later, "helm")
+        assert Cluster(kube).upgrade_crd() is None
+        served = kube.get(crd.CRD_API, "CustomResourceDefinition", None, name)
+        assert served is not None and served["metadata"]["annotations"][crd.VERSION_ANNOTATION] == "99.0.0"
+    finally:
+        kube.apply(ours, "sluice-test")

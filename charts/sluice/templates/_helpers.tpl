@@ -197,11 +197,18 @@ when it first handles an app of the namespace; with watchNamespaces, the chart b
 {{- end }}
 
 {{/* Cluster-scoped reads kopf needs: CRDs (to notice resources come and go) and, when it watches a
-namespace list, the namespaces. */}}
+namespace list, the namespaces; with crds.upgrade, get and patch of the StreamingApp CRD. */}}
 {{- define "sluice.clusterRules" -}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
+{{- if .Values.crds.upgrade }}
+# Its own CRD brought up to the operator's release at start (crds.upgrade).
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, patch]
+  resourceNames: [streamingapps.sluice.dev]
+{{- end }}
 {{- if .Values.watchNamespaces }}
 - apiGroups: [""]
   resources: [namespaces]

@@ -21,6 +21,7 @@ from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
 from sluice.api.kafka_clients import CredentialUnreadable, KafkaClient, kafka_security, read_credentials
 
 from . import children as ch
+from . import crd
 from .desired import DesiredState, Invalid, bootstrap_for, desired_state, parse_spec
 from .kube import KindNotServed, Kube, KubeError
 from .model import GROUP, KIND, VERSION, StreamingAppSpec
@@ -88,6 +89,15 @@ class Cluster:
             meta = binding["metadata"]
             self.delete(binding["apiVersion"], binding["kind"], meta["namespace"], meta["name"])
             self.apply(binding)
+
+    def upgrade_crd(self) -> str | None:
+        """The served StreamingApp CRD made this operator's when crd.crd_upgrade says so; returns why (None: left)."""
+        ours = crd.crd()
+        served = self.kube.get(crd.CRD_API, "CustomResourceDefinition", None, ours["metadata"]["name"])
+        why = crd.crd_upgrade(served, ours)
+        if why is not None:
+            self.kube.apply(ours, FIELD_MANAGER)
+        return why
 
     def apply(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.kube.apply(body, FIELD_MANAGER)

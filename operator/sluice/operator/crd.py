@@ -1,12 +1,18 @@
 """Generate the StreamingApp CRD from the pydantic models (the single source of truth).
 
 `python -m sluice.operator.crd` prints it; `make crds` writes crds/ and copies them into the chart; a
-test fails when the committed files differ from what this produces.
+test fails when the committed files differ from what this produces. The operator brings the served CRD up to
+its own at start (`crd_upgrade`): Helm installs a chart's CRDs once and never upgrades them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import sys
+from collections.abc import Mapping
+from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +101,49 @@ def model_schema(model) -> dict[str, Any]:
     return structural(schema, schema.get("$defs", {}))
 
 
-def crd() -> dict[str, Any]:
+CRD_API = "apiextensions.k8s.io/v1"
+VERSION_ANNOTATION = "sluice.dev/operator-version"  # the sluice release whose model the CRD's schema is
+SCHEMA_ANNOTATION = "sluice.dev/schema"  # a hash of its spec: dev builds of one release differ by it
+
+
+def operator_version() -> str:
+    return installed_version("sluice")
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """0.10.2 -> (0, 10, 2); anything else is older than every release."""
+    match = re.match(r"^(\d+(?:\.\d+)*)", text or "")
+    return tuple(int(part) for part in match.group(1).split(".")) if match else (-1,)
+
+
+def crd_upgrade(served: Mapping[str, Any] | None, ours: Mapping[str, Any]) -> str | None:
+    """Why the served CRD should become ours, None to leave it: ours is from a later release, or from the same
+    release with another schema. A CRD of a later release is never taken back (an old replica restarting during
+    a rolling upgrade must not undo it); none served is the chart's to install."""
+    if served is None:
+        return None
+    have, want = (dict((c.get("metadata") or {}).get("annotations") or {}) for c in (served, ours))
+    have_version, want_version = have.get(VERSION_ANNOTATION, ""), want[VERSION_ANNOTATION]
+    if _release(have_version) > _release(want_version):
+        return None
+    if _release(have_version) == _release(want_version) and have.get(SCHEMA_ANNOTATION) == want[SCHEMA_ANNOTATION]:
+        return None
+    return (
+        f"the served CRD is of sluice {have_version or 'unknown'} (schema {have.get(SCHEMA_ANNOTATION, 'unknown')}); "
+        f"this operator's is {want_version} (schema {want[SCHEMA_ANNOTATION]})"
+    )
+
+
+def crd(release: str | None = None) -> dict[str, Any]:
+    """The CRD, annotated with the release (default: the installed sluice's) and its schema's hash."""
+    body = _crd()
+    digest = hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:16]
+    annotations = {VERSION_ANNOTATION: release or operator_version(), SCHEMA_ANNOTATION: digest}
+    body["metadata"]["annotations"] = annotations
+    return body
+
+
+def _crd() -> dict[str, Any]:
     spec_schema = model_schema(StreamingAppSpec)
     spec_schema["description"] = "A streaming app: pipeline, Kafka topics, Spark resources and policies."
     status_schema = model_schema(StreamingAppStatus)

@@ -3,6 +3,7 @@ children that make it run. Nothing here talks to Kubernetes or Kafka."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,37 @@ def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults, store: Che
             "not mount them; set a Hadoop URI location (s3a://…) or checkpoint.volumeClaim",
         )
     return None
+
+
+def with_operator_defaults(
+    spec: StreamingAppSpec, namespace: str, settings: Settings, kept: Mapping[str, Any]
+) -> StreamingAppSpec:
+    """The spec as the operator runs it: what the app leaves to the operator filled in, each from what the app
+    first ran with where the status kept it (`kept`: checkpointLocation, sparkImage and sparkVersion), else from
+    the operator's settings. So an operator release with other defaults changes no app that runs."""
+    spec = with_checkpoint_location(spec, namespace, settings.checkpoint_store, kept.get("checkpointLocation"))
+    spark = spec.spark
+    if spark.image is not None:  # an image of the app's: its version, or the operator's
+        version = spark.version or settings.spark.version
+        return spec if version == spark.version else _with_spark(spec, spark.image, version)
+    kept_image = kept.get("sparkImage")
+    image, default_version = (
+        (kept_image, kept.get("sparkVersion")) if kept_image else (settings.spark.image, settings.spark.version)
+    )
+    return _with_spark(spec, image, spark.version or default_version or settings.spark.version)
+
+
+def kept_defaults(spec: StreamingAppSpec) -> dict[str, str | None]:
+    """What the status keeps of a spec with_operator_defaults filled in: the next passes run on it."""
+    return {
+        "checkpointLocation": spec.checkpoint.location,
+        "sparkImage": spec.spark.image,
+        "sparkVersion": spec.spark.version,
+    }
+
+
+def _with_spark(spec: StreamingAppSpec, image: str, version: str) -> StreamingAppSpec:
+    return spec.model_copy(update={"spark": spec.spark.model_copy(update={"image": image, "version": version})})
 
 
 def with_checkpoint_location(

@@ -54,8 +54,8 @@ def _within(module: str, allowed: str) -> bool:
 def guard_rail_problems(spec: StreamingAppSpec, rails: GuardRails) -> list[Problem]:
     """Each rail the spec crosses, at the field that crosses it."""
     problems = []
-    image = spec.spark.image
-    if rails.allowed_images and not any(image.startswith(prefix) for prefix in rails.allowed_images):
+    image = spec.spark.image  # None: the operator's default, which the administrator chose
+    if image and rails.allowed_images and not any(image.startswith(prefix) for prefix in rails.allowed_images):
         allowed = ", ".join(rails.allowed_images)
         problems.append(Problem("spec.spark.image", f"{image!r} is not an allowed image (allowed: {allowed}…)"))
     account = spec.spark.serviceAccount

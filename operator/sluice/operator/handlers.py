@@ -23,6 +23,7 @@ from . import (
     metrics,
 )
 from .children import APP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from .kube import KubeError
 from .memory import TRIMMER
 from .model import GROUP, PLURAL, TERMINAL_PHASES, VERSION
 from .reconciler import Outcome, Reconciler
@@ -30,6 +31,7 @@ from .settings import SETTINGS
 from .status import waits_for_topics
 
 RESOURCE = (GROUP, VERSION, PLURAL)
+log = logging.getLogger("sluice.operator")
 RESYNC_SECONDS = SETTINGS.resync_seconds
 TICK_SECONDS = SETTINGS.tick_seconds
 # Per watched kind (and namespace), kopf keeps a worker for each object with events to handle, by default without
@@ -67,8 +69,22 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     for kind in CHILD_KINDS:  # only ours: the API server filters, so kopf keeps nothing of the others
         settings.watching.label_selectors[kind] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     memo.reconciler = Reconciler()
+    if SETTINGS.upgrade_crd:
+        _upgrade_crd(memo.reconciler)
     TRIMMER.start()
     memo.apps = set()  # apps this replica has handled: child events of others wait for their handler
+
+
+def _upgrade_crd(reconciler: Reconciler) -> None:
+    """Before any app is watched, the served CRD becomes this operator's (Helm never upgrades a chart's CRDs): a
+    status field it writes is then one the API server keeps."""
+    try:
+        why = reconciler.cluster.upgrade_crd()
+    except KubeError as exc:
+        log.warning("the StreamingApp CRD is as served (%s): apply charts/sluice/crds/ by hand if it is older", exc)
+        return
+    if why is not None:
+        log.info("StreamingApp CRD updated: %s", why)
 
 
 def _record(trigger: str, outcome: Outcome, body: kopf.Body) -> None:

@@ -144,6 +144,12 @@ class StreamingAppStatus(Strict):
         description="The checkpoint root the app runs on (its checkpoints are under <it>/<app>): where "
         "spec.checkpoint.location names none, the operator's store when the app first ran, kept from then on.",
     )
+    sparkImage: str | None = Field(
+        None,
+        description="The image the app runs: where spec.spark.image names none, the operator's default when the "
+        "app first ran, kept from then on.",
+    )
+    sparkVersion: str | None = Field(None, description="The Spark version the app runs (kept with sparkImage).")
     driver: str | None = Field(
         None,
         description="The SparkApplication of the app's driver, where it is not named after the app: a fenced "

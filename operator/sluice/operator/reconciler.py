@@ -22,7 +22,7 @@ from . import children as ch
 from .autoscaler.plan import plan_scaling
 from .autoscaler.realize import realize_scaling
 from .cluster import Cluster
-from .desired import Invalid, admissible_spec, desired_state, with_checkpoint_location
+from .desired import Invalid, admissible_spec, desired_state, kept_defaults, with_operator_defaults
 from .driver_client import DriverClient
 from .kube import Kube
 from .model import StreamingAppSpec
@@ -109,8 +109,7 @@ class Reconciler:
             obs = Observation(valid=admitted)
             return Outcome(status_for(obs, generation=meta.get("generation"), revision=None, children=[],
                                       old_status=old_status, now=now))  # fmt: skip
-        kept = old_status.get("checkpointLocation")
-        spec = with_checkpoint_location(admitted, namespace, self.settings.checkpoint_store, kept)
+        spec = with_operator_defaults(admitted, namespace, self.settings, old_status)
         self.cluster.ensure_operator_access(namespace, self.settings.access, clock)
         full = full or waits_for_topics(old_status)  # a KafkaTopic not Ready yet: looked at again
         obs, spark_app = self._observe(body, spec, full)
@@ -131,7 +130,7 @@ class Reconciler:
             scaling=plan.status,
             rollout=rollout.status,
             selector=ch.executor_selector(app),
-            checkpoint_location=spec.checkpoint.location,
+            kept=kept_defaults(spec),
         )
         return Outcome(status, plan.annotations, [*plan.events, *rollout.events, *scaled], plan.kinds)
 

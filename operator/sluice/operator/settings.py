@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from importlib.metadata import version as installed_version
 
-from sluice.api.app import S3A_SCHEME, CheckpointSpec, S3CredentialsSecret, S3Spec
+from sluice.api.app import S3A_SCHEME, SPARK_VERSION, CheckpointSpec, S3CredentialsSecret, S3Spec
 
 from .guard_rails import GuardRails
 
@@ -54,6 +55,21 @@ class CheckpointStore:
         return cls(location, s3)
 
 
+@dataclass(frozen=True)
+class SparkDefaults:
+    """The image and Spark version of apps that name none (the chart's sparkImage and sparkVersion): this
+    release's Spark image by default."""
+
+    image: str = field(default_factory=lambda: f"sluice/spark:{installed_version('sluice')}")
+    version: str = SPARK_VERSION
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> SparkDefaults:
+        default = cls()
+        image = env.get("SLUICE_SPARK_IMAGE") or default.image
+        return cls(image, env.get("SLUICE_SPARK_VERSION") or default.version)
+
+
 DENIED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
 
@@ -84,8 +100,10 @@ class Settings:
     tick_seconds: float = 5.0
     status_figures_seconds: float = 30.0  # a running app's lag, inputRate and observedAt: written at most this often
     workers: int = 8
+    upgrade_crd: bool = True  # bring the served StreamingApp CRD up to this operator's at start (chart crds.upgrade)
     checkpoints: ClaimDefaults = field(default_factory=ClaimDefaults)
     checkpoint_store: CheckpointStore = field(default_factory=CheckpointStore)
+    spark: SparkDefaults = field(default_factory=SparkDefaults)
     guard_rails: GuardRails = field(default_factory=GuardRails)
     access: Access = field(default_factory=Access)
 
@@ -97,6 +115,7 @@ class Settings:
             tick_seconds=float(env.get("SLUICE_TICK_SECONDS", "5")),
             status_figures_seconds=float(env.get("SLUICE_STATUS_FIGURES_SECONDS", "30")),
             workers=int(env.get("SLUICE_WORKERS", "8")),
+            upgrade_crd=env.get("SLUICE_UPGRADE_CRD", "true").lower() != "false",
             checkpoints=ClaimDefaults(
                 create=env.get("SLUICE_CHECKPOINT_CLAIMS", "true").lower() != "false",
                 size=env.get("SLUICE_CHECKPOINT_CLAIM_SIZE", "1Gi"),
@@ -104,6 +123,7 @@ class Settings:
                 access_mode=env.get("SLUICE_CHECKPOINT_ACCESS_MODE", "ReadWriteOnce"),
             ),
             checkpoint_store=CheckpointStore.from_env(env),
+            spark=SparkDefaults.from_env(env),
             guard_rails=GuardRails.from_env(env),
             access=Access.from_env(env),
         )

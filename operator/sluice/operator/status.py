@@ -17,6 +17,7 @@ from .model import ConditionType, StreamingAppSpec
 from .settings import ONE_POD, SHARED
 
 CHECKPOINT_READY = "CheckpointReady"
+KEPT_DEFAULTS = ("checkpointLocation", "sparkImage", "sparkVersion")  # desired.kept_defaults' keys
 CONDITION_TYPES = get_args(ConditionType)
 # Ready sums these up: the app is valid, its topics and checkpoint store are there, its driver runs and answers with
 # its queries running.
@@ -291,13 +292,13 @@ def status_for(
     scaling: dict[str, Any] | None = None,
     rollout: dict[str, Any] | None = None,
     selector: str | None = None,
-    checkpoint_location: str | None = None,
+    kept: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
     `selector`: the executors' label selector (the scale subresource's labelSelectorpath).
     `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step; `rollout`:
-    stableRevision, rollout, checkpoints and driver, by its rollout step. `checkpoint_location`: the one the app
-    runs on (kept from then on when the app names none)."""
+    stableRevision, rollout, checkpoints and driver, by its rollout step. `kept`: the defaults the app runs on
+    (desired.kept_defaults: its checkpoint location, image and Spark version), kept from then on."""
     status: dict[str, Any] = {
         "phase": phase_of(obs),
         "observedGeneration": generation,
@@ -320,7 +321,7 @@ def status_for(
         "stableRevision": (rollout or {}).get("stableRevision", old_status.get("stableRevision")),
         "rollout": (rollout or {}).get("rollout", old_status.get("rollout")),
         "checkpoints": (rollout or {}).get("checkpoints", old_status.get("checkpoints")),
-        "checkpointLocation": checkpoint_location or old_status.get("checkpointLocation"),
+        **{key: (kept or {}).get(key) or old_status.get(key) for key in KEPT_DEFAULTS},
         "driver": (rollout or {}).get("driver", old_status.get("driver")),
         "executors": None,
         "lag": None,

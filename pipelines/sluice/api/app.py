@@ -339,12 +339,25 @@ class PodTemplate(Strict):
         return self
 
 
+SPARK_VERSION = "4.2.0"  # the Spark of sluice's image (images/spark), the operator's default spark.version
+
+
 class SparkSpec(Strict):
     """The driver's and executors' image, resources, Spark settings and pods."""
 
-    image: str = Field("sluice/spark:0.1.0", description="Driver and executor image (Spark + sluice runner).")
+    image: str | None = Field(
+        None,
+        min_length=1,
+        description="Driver and executor image (Spark + sluice runner). Default: the operator's (the chart's "
+        "sparkImage), as of the app's first run: kept (status.sparkImage), so an operator upgrade restarts no app.",
+    )
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Of the pods.")
-    version: str = Field("4.2.0", description="Spark version in the image.")
+    version: str | None = Field(
+        None,
+        min_length=1,
+        description="Spark version in the image. Default: that of the default image (kept with it), else the "
+        f"operator's ({SPARK_VERSION}).",
+    )
     driver: Resources = Field(default_factory=Resources)
     executor: Resources = Field(default_factory=Resources)
     sparkConf: dict[str, str] = Field(default_factory=dict, description="Spark settings, over sluice's defaults.")
