@@ -111,7 +111,7 @@ chart-crds: crds
 images: $(STAMP) ## build the operator and Spark images (docker, podman or buildah; tags = the sluice version)
 	$(PY) images/build.py
 
-e2e: $(STAMP) ## the e2e suite on a throwaway 3-node kind cluster on podman (root; no Docker, no registry): images, spark-operator, sluice, apps, data, Prometheus
+e2e: $(STAMP) ## the e2e suite on a throwaway 4-node kind cluster on podman (root; no Docker, no registry): images, spark-operator, sluice, apps, data, Prometheus
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest -p no:cacheprovider -m kind e2e/tests/test_e2e_kind.py $(PYTEST_ARGS)
 

@@ -386,6 +386,8 @@ def test_namespace_list_gets_roles_and_minimal_cluster_rules(chart_helm: Helm) -
     assert rule_set(cluster_role["rules"]) == {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),  # its own, by name: crds.upgrade
+        ("apiextensions.k8s.io", "customresourcedefinitions", "patch"),
         ("", "namespaces", "list"),
         ("", "namespaces", "watch"),
     }
@@ -629,7 +631,13 @@ ROLES, BINDINGS = "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authoriz
 CLUSTER_ROLES = "clusterroles.rbac.authorization.k8s.io"
 KAFKAS = "kafkas.kafka.strimzi.io"
 POLICIES = "networkpolicies.networking.k8s.io"
-ALL_NAMESPACES_ONLY = [("list", "customresourcedefinitions.apiextensions.k8s.io", "")]
+CRDS = "customresourcedefinitions.apiextensions.k8s.io"
+# Cluster-scoped: kopf's list of CRDs, and its own CRD brought up to date at start (crds.upgrade), no other.
+ALL_NAMESPACES_ONLY = [
+    ("list", CRDS, ""),
+    ("get", f"{CRDS}/{APPS}", ""),
+    ("patch", f"{CRDS}/{APPS}", ""),
+]
 
 
 def operator_uses(fullname: str = "sluice") -> list[tuple[str, str, str]]:
@@ -682,6 +690,8 @@ NEVER = [
     ("list", "nodes", ""),
     ("create", "kopfpeerings.kopf.dev", ""),
     ("create", "clusterkopfpeerings.kopf.dev", ""),
+    ("patch", f"{CRDS}/{SPARK_APPS}", ""),
+    ("patch", CRDS, ""),
 ]
 # The chart owns the webhook's configuration and certificate: the operator only serves the webhook.
 WEBHOOK_CONFIGURATIONS = "validatingwebhookconfigurations.admissionregistration.k8s.io"

@@ -1,6 +1,6 @@
-"""`make e2e`: the end-to-end suite (sluice.testbed.e2e_suite) on a throwaway 3-node kind cluster on podman.
+"""`make e2e`: the end-to-end suite (sluice.testbed.e2e_suite) on a throwaway 4-node kind cluster on podman.
 
-The cluster is sluice.testbed.kind's (a control plane and two workers from the node image built here, pod
+The cluster is sluice.testbed.kind's (a control plane and three workers from the node image built here, pod
 networking across nodes, NetworkPolicies enforced by kube-router, local-path volumes bound to one node, Pod
 Security). The images are those of `make e2e-local` (buildah: the sluice operator and Spark images, the
 spark-operator and Prometheus from their Go modules), loaded into every node with `kind load`. Kafka (SASL_SSL
@@ -31,7 +31,7 @@ from sluice.testbed.prometheus import prometheus_image
 
 pytestmark = [pytest.mark.kube, pytest.mark.kind]
 
-WORKERS = 2
+WORKERS = 3  # the node-loss steps lose two: one with executors only, then the driver's
 REPORTS = REPO_ROOT / ".sluice" / "e2e-kind"
 
 
@@ -64,7 +64,7 @@ def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesRu
             kubectl_runner(cluster.kubeconfig, binary=kubectl),
             Helm(helm, cluster.kubeconfig, work / "helm"),
         )
-        yield LocalImagesRun(target, store, secured)
+        yield LocalImagesRun(target, store, secured, lose_node=cluster.lose_node)
 
 
 @pytest.fixture(scope="module")

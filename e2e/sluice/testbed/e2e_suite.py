@@ -192,7 +192,11 @@ class Images:
     def chart_values(self) -> dict[str, Any]:
         repository, _, tag = self.operator.rpartition(":")
         # The images are built into the node's containerd, not pushed: the chart's default Always cannot pull.
-        return {"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}}
+        spark_repository, _, spark_tag = self.spark.rpartition(":")
+        return {
+            "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
+            "sparkImage": {"repository": spark_repository, "tag": spark_tag},
+        }
 
 
 def service_account_kubeconfig(target: Target, namespace: str, account: str, duration: str = "2h") -> str:
@@ -822,6 +826,7 @@ class E2ESuite:
     object_store_access: ObjectStoreAccess | None = None  # the cluster's S3-compatible store, where it has one
     prometheus: bool = False  # the cluster's nodes have the test bed's Prometheus image (sluice.testbed.prometheus)
     secured_kafka_access: SecuredKafka | None = None  # a broker taking only SASL_SSL, where the cluster has one
+    lose_node: Callable[[str], None] | None = None  # loses a node for good, where the cluster has several
     app: dict[str, Any] = field(default_factory=dict)
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
@@ -833,6 +838,7 @@ class E2ESuite:
         "deploy_app",
         "stream",
         "scale",
+        "operator_upgrade",
         "monitoring",
         "control_api_policy",
         "hot_swap",
@@ -849,6 +855,8 @@ class E2ESuite:
         "idle_app_migration",
         "restricted_namespace",
         "secured_kafka",
+        "executors_node_lost",  # last but uninstall: the cluster has a node less after each
+        "driver_node_lost",
         "uninstall",
     )
     # Steps the product cannot pass yet: they run, and must fail with their defect's symptom (a strict
@@ -880,6 +888,7 @@ class E2ESuite:
     rollout_report: dict[str, Any] = field(default_factory=dict)  # hot swap and rollback figures
     monitoring_report: dict[str, Any] = field(default_factory=dict)
     driver_kill_report: dict[str, Any] = field(default_factory=dict)
+    node_loss_report: dict[str, Any] = field(default_factory=dict)
     driver_kills: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_DRIVER_KILLS", "2")))
     start_changes: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_START_CHANGES", "1")))
 
@@ -900,6 +909,7 @@ class E2ESuite:
         reports = {
             "autoscale": ("autoscale.json", self.autoscale_report),
             "driver_killed": ("driver-killed.json", self.driver_kill_report),
+            **{name: ("node-lost.json", self.node_loss_report) for name in ("executors_node_lost", "driver_node_lost")},
             "monitoring": ("monitoring.json", self.monitoring_report),
             **{name: ("rollout.json", self.rollout_report) for name in self.ROLLOUT_STEPS},
         }
@@ -999,11 +1009,7 @@ class E2ESuite:
         return self.app_status(app).get("driver") or app
 
     def executor_nodes(self) -> set[str]:
-        selector = f"spark-role=executor,{APP_LABEL}={self.app_name}"
-        pods = json.loads(
-            self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l", selector).stdout
-        )["items"]
-        return {p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
+        return set(self.executor_nodes_pods())
 
     def running_executor_pods(self) -> list[str]:
         """The app's executor pods that are Running (Spark labels them spark-role=executor)."""
@@ -1050,6 +1056,22 @@ class E2ESuite:
             install_strimzi(self.target)
         if self.spark_operator is not None:
             install_spark_operator(self.target, self.spark_operator)
+        if self.prometheus:  # its CRDs first: the chart renders its monitors and alerts where they are served
+            install_external_crds(self.target.kubectl, crds=monitoring_crds())
+        self.target.apply(restricted_namespace(self.release_namespace))  # the chart's pods are hardened
+        self.target.helm.install(
+            self.release, CHART_DIR, self.release_namespace, self.chart_values(), "--wait", "--timeout", "5m"
+        )
+        # The apps' namespace enforces Pod Security "restricted", as production namespaces do; the Secrets its
+        # apps' Kafka logins name are there before any app.
+        secrets = [*self.kafka.secrets(self.apps_namespace)]
+        if self.object_store_access is not None:
+            secrets.append(self.object_store_access.secret(self.apps_namespace))
+        self.target.apply(restricted_namespace(self.apps_namespace), *secrets)
+
+    def chart_values(self) -> dict[str, Any]:
+        """The suite's release of the chart: its images, its Kafka, the API server's and Kafka's ports for the
+        NetworkPolicies, monitoring where there is a Prometheus, the object store as the checkpoint store."""
         values = {**self.images.chart_values(), **self.kafka.chart_values()}
         values["networkPolicy"] = {**values.get("networkPolicy", {}), "apiServerPorts": self.api_server_ports()}
         if self.secured_kafka_access is not None:  # its topics are managed through the Admin API as well
@@ -1057,20 +1079,59 @@ class E2ESuite:
             values["networkPolicy"]["kafkaPorts"] = sorted(
                 {*ports, *bootstrap_ports(self.secured_kafka_access.bootstrap)}
             )
-        if self.prometheus:  # its CRDs first: the chart renders its monitors and alerts where they are served
-            install_external_crds(self.target.kubectl, crds=monitoring_crds())
+        if self.prometheus:
             values["monitoring"] = {"enabled": True, "interval": MONITORING_INTERVAL}
             values["networkPolicy"]["metricsFrom"] = [PROMETHEUS_PEER]
         if self.object_store_access is not None:  # the production default: checkpoints on the object store
             values["checkpoints"] = self.object_store_access.chart_values()
-        self.target.apply(restricted_namespace(self.release_namespace))  # the chart's pods are hardened
-        self.target.helm.install(self.release, CHART_DIR, self.release_namespace, values, "--wait", "--timeout", "5m")
-        # The apps' namespace enforces Pod Security "restricted", as production namespaces do; the Secrets its
-        # apps' Kafka logins name are there before any app.
-        secrets = [*self.kafka.secrets(self.apps_namespace)]
-        if self.object_store_access is not None:
-            secrets.append(self.object_store_access.secret(self.apps_namespace))
-        self.target.apply(restricted_namespace(self.apps_namespace), *secrets)
+        return values
+
+    def operator_upgrade(self) -> None:
+        """`helm upgrade` with the app running, over the CRD of an older release (without the CheckpointReady
+        condition this operator writes, which that CRD's API server refuses): the new operator pods bring the CRD
+        up to theirs as they start, the app's driver and queries are the ones that ran before (no restart, no
+        resubmission), its status says CheckpointReady again, and every word comes out exactly once."""
+        from sluice.operator import crd
+
+        before = self.driver_identity()
+        ours = crd.crd()
+        older = json.loads(json.dumps(ours))
+        older["metadata"]["annotations"] = {crd.VERSION_ANNOTATION: "0.0.1", crd.SCHEMA_ANNOTATION: "older"}
+        status = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        types = status["conditions"]["items"]["properties"]["type"]
+        types["enum"] = [t for t in types["enum"] if t != "CheckpointReady"]
+        del status["checkpointLocation"]
+        apply_crd = ("apply", "--server-side", "--force-conflicts", "--field-manager=helm", "-f", "-")
+        self.target.kubectl(*apply_crd, input=json.dumps(older))
+        values = self.chart_values()
+        values["operator"] = {**values.get("operator", {}), "tickSeconds": 4}  # a new operator pod template
+        self.target.helm.install(
+            self.release, CHART_DIR, self.release_namespace, values, "--wait", "--timeout", "5m", upgrade=True
+        )
+
+        def served_annotations() -> dict[str, str]:
+            served = json.loads(self.target.kubectl("get", "crd", ours["metadata"]["name"], "-o", "json").stdout)
+            return served["metadata"].get("annotations") or {}
+
+        wait_for(
+            lambda: served_annotations() == ours["metadata"]["annotations"],
+            timeout=120,
+            what="the operator to bring the StreamingApp CRD up to its own",
+            interval=2,
+        )
+        upgraded_at = self.status().get("observedAt")
+        wait_for(  # a status written since, with the condition the older CRD refused
+            lambda: (
+                (status := self.status()).get("observedAt") != upgraded_at
+                and any(c["type"] == "CheckpointReady" for c in status.get("conditions", []))
+            ),
+            timeout=120,
+            what="a status write with CheckpointReady after the upgrade",
+            interval=2,
+        )
+        self.send(["upgrade", "alpha"])
+        self.assert_counts()
+        assert self.driver_identity() == before, "an operator upgrade must not restart the driver or its queries"
 
     def api_server_ports(self) -> list[int]:
         """The ports the operator's NetworkPolicy must let it reach the API server on, as a user finds them: the
@@ -2245,6 +2306,80 @@ class E2ESuite:
             restarts=restarts,
         )
         assert copies == sent, "the stateless query's output: every word exactly once"
+
+    def executors_node_lost(self) -> None:
+        """A worker running an executor (not the driver) lost for good under a paced load: the driver replaces
+        the executor on another node and goes on; every word comes out exactly once."""
+        self._node_lost("executors")
+
+    def driver_node_lost(self) -> None:
+        """The driver's worker lost for good under a paced load: spark-operator starts a new driver on another
+        node, from the checkpoint in the object store; every word comes out exactly once."""
+        self._node_lost("driver")
+
+    def _node_lost(self, role: str) -> None:
+        """Two executors spread over the nodes; a node lost (its container killed and its Node deleted, as a
+        cloud does with a vanished instance) while words are sent at 20/s. Recovery: from the loss until a word
+        sent right after it comes out."""
+        import pytest
+
+        if self.lose_node is None:
+            pytest.skip("this cluster has one node: `make e2e` (kind) loses nodes")
+        self.target.kubectl("scale", "streamingapp", self.app_name, "-n", self.apps_namespace, "--replicas=2")
+        self._wait_scaled(2)
+        self._wait_processing()
+        words = [f"{role}lost{i}" for i in range(5)]
+        marker = f"{role}lostmarker"
+        load = PacedLoad(self.kafka, LINES, words).start(20)
+        try:
+            time.sleep(10)  # mid-stream
+            driver = self.driver_pod()
+            driver_node = driver["spec"]["nodeName"]
+            node = driver_node if role == "driver" else sorted(self.executor_nodes() - {driver_node})[0]
+            executors_there = sorted(self.executor_nodes_pods().get(node, []))
+            lost = time.monotonic()
+            self.lose_node(node)
+            self.kafka.produce(LINES, [marker])
+            wait_for(
+                lambda: any(json.loads(v)["word"] == marker for v in self.kafka.consume(SEEN)),
+                timeout=self.timeout,
+                what=f"a word sent after {node} was lost to come out",
+                interval=2,
+            )
+            recovered = time.monotonic() - lost
+            if role == "driver":
+                self._wait_driver_replaced(driver["metadata"]["uid"])
+            self._wait_processing()
+            time.sleep(10)  # the load goes on over the recovered app
+        finally:
+            sent = load.stop()
+        sent[marker] += 1
+        self.expected.update(sent)
+        self.assert_counts()
+        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in sent)
+        self.node_loss_report[role] = {
+            "node": node,
+            "driver_on_it": node == driver_node,
+            "executors_on_it": executors_there,
+            "recovered_s": round(recovered, 1),
+            "records": sent.total(),
+            "lost": (sent - copies).total(),
+            "duplicated": (copies - sent).total(),
+        }
+        print(json.dumps(self.node_loss_report[role], indent=1))
+        assert copies == sent, "the stateless query's output: every word exactly once"
+        assert node not in self.executor_nodes(), "no executor is left on the lost node"
+
+    def executor_nodes_pods(self) -> dict[str, list[str]]:
+        selector = f"spark-role=executor,{APP_LABEL}={self.app_name}"
+        pods = json.loads(
+            self.target.kubectl("get", "pods", "-n", self.apps_namespace, "-o", "json", "-l", selector).stdout
+        )["items"]
+        by_node: dict[str, list[str]] = {}
+        for pod in pods:
+            if pod["status"].get("phase") == "Running":
+                by_node.setdefault(pod["spec"].get("nodeName"), []).append(pod["metadata"]["name"])
+        return by_node
 
     def _wait_driver_replaced(self, old_uid: str) -> None:
         wait_for(

@@ -622,6 +622,13 @@ class KindCluster:
             env=podman_env(),
         )
 
+    def lose_node(self, node: str) -> None:
+        """A worker gone for good, as when a cloud loses its instance: the node's container killed, then its Node
+        deleted, as a cloud's node controller does for a vanished instance (the pods bound to it are then
+        garbage-collected by the control plane)."""
+        podman("kill", node)
+        self.kubectl("delete", "node", node, "--wait=false")
+
     def tag_image(self, image: str, alias: str) -> None:
         """A second name for a loaded image in every node's containerd: an image change that pulls nothing."""
         for node in self.nodes():

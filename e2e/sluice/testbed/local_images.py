@@ -19,7 +19,7 @@ import contextlib
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,6 +179,7 @@ class LocalImagesRun:
     target: Target
     object_store: ObjectStoreAccess
     secured_kafka: SecuredKafka
+    lose_node: Callable[[str], None] | None = None  # a cluster of several nodes: one of them lost for good
 
     def suite(self) -> E2ESuite:
         """The e2e suite there: spark-operator from its chart on its image, the test bed's Prometheus; its apps
@@ -192,6 +193,7 @@ class LocalImagesRun:
             object_store_access=self.object_store,
             prometheus=True,
             secured_kafka_access=self.secured_kafka,
+            lose_node=self.lose_node,
         )
 
 
