@@ -244,8 +244,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    """The StreamingApp manifest's JSON Schema on stdout (for editors: see docs/streamingapp.md)."""
+    import json
+
+    from sluice.api.schema import manifest_schema
+
+    print(json.dumps(manifest_schema(), indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from importlib.metadata import version
+
     parser = argparse.ArgumentParser(prog="sluice", description="sluice streaming apps")
+    parser.add_argument("--version", action="version", version=f"sluice {version('sluice')}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("validate", help="check manifests; prints every error with its path")
@@ -271,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         help="serve the control API (/metrics, /healthz, /v1/status; writes disabled) (0: off)",
     )
     r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("schema", help="print the StreamingApp manifest's JSON Schema (for editors)")
+    s.set_defaults(func=cmd_schema)
 
     args = parser.parse_args(argv)
     return args.func(args)
