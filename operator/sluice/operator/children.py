@@ -174,7 +174,7 @@ def claim_facts(name: str, claim: dict[str, Any] | None) -> ClaimFacts:
 def pods_kept_together(spec: StreamingAppSpec, claims: ClaimDefaults, claim: ClaimFacts | None) -> bool:
     """Every pod of the app runs on the driver's node when its checkpoint is on a claim not every node may mount
     (ReadWriteOnce: one node mounts it, for any number of its pods). An app's own claim not seen yet counts as one."""
-    if checkpoint_claim_name("", spec) is None:
+    if spec.checkpoint.is_hadoop_uri():  # no claim
         return False
     modes = (claim.access_modes if claim else ()) if spec.checkpoint.volumeClaim else (claims.access_mode,)
     return SHARED not in modes
