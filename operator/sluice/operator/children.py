@@ -151,7 +151,7 @@ def owned_by_app(child: dict[str, Any], spec: StreamingAppSpec) -> bool:
 
 
 def checkpoint_root(app: str, spec: StreamingAppSpec) -> str:
-    return f"{spec.checkpoint.mount_path.rstrip('/')}/{app}"
+    return f"{spec.checkpoint.location_or_claim_path.rstrip('/')}/{app}"
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ S3A_POD_IDENTITY_PROVIDER = "software.amazon.awssdk.auth.credentials.DefaultCred
 
 def s3a_conf(spec: StreamingAppSpec) -> dict[str, str]:
     """Hadoop's S3A settings for an s3a:// checkpoint (spec.checkpoint.s3)."""
-    if not spec.checkpoint.mount_path.startswith(S3A_SCHEME):
+    if not spec.checkpoint.location_or_claim_path.startswith(S3A_SCHEME):
         return {}
     s3 = spec.checkpoint.s3 or S3Spec()
     conf = {
@@ -377,7 +377,7 @@ def _pod_template(app: str, spec: StreamingAppSpec, role: str, driver: str, toge
     claim = checkpoint_claim_name(app, spec)
     if claim:
         volumes.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim}})
-        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.location_or_claim_path})
     if role == "driver":
         volumes.append({"name": PIPELINE_VOLUME, "configMap": {"name": runner_configmap_name(driver)}})
         mounts.append({"name": PIPELINE_VOLUME, "mountPath": PIPELINE_MOUNT, "readOnly": True})

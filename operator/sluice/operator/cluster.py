@@ -99,6 +99,10 @@ class Cluster:
             self.kube.apply(ours, FIELD_MANAGER)
         return why
 
+    def checkpoint_claim(self, namespace: str, name: str) -> ch.ClaimFacts:
+        """An app's checkpoint claim as it is now (whether it exists, its phase and access modes)."""
+        return ch.claim_facts(name, self.get("v1", "PersistentVolumeClaim", namespace, name))
+
     def apply(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.kube.apply(body, FIELD_MANAGER)
 

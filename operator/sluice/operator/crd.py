@@ -124,9 +124,10 @@ def crd_upgrade(served: Mapping[str, Any] | None, ours: Mapping[str, Any]) -> st
         return None
     have, want = (dict((c.get("metadata") or {}).get("annotations") or {}) for c in (served, ours))
     have_version, want_version = have.get(VERSION_ANNOTATION, ""), want[VERSION_ANNOTATION]
-    if _release(have_version) > _release(want_version):
+    have_release, want_release = _release(have_version), _release(want_version)
+    if have_release > want_release:
         return None
-    if _release(have_version) == _release(want_version) and have.get(SCHEMA_ANNOTATION) == want[SCHEMA_ANNOTATION]:
+    if have_release == want_release and have.get(SCHEMA_ANNOTATION) == want[SCHEMA_ANNOTATION]:
         return None
     return (
         f"the served CRD is of sluice {have_version or 'unknown'} (schema {have.get(SCHEMA_ANNOTATION, 'unknown')}); "

@@ -64,7 +64,7 @@ def checkpoint_problem(spec: StreamingAppSpec, claims: ClaimDefaults, store: Che
     if not (checkpoint.volumeClaim or checkpoint.is_hadoop_uri() or claims.create):
         return Problem(
             "spec.checkpoint",
-            f"location {checkpoint.mount_path!r} is a path in the driver pod and this operator creates no "
+            f"location {checkpoint.location_or_claim_path!r} is a path in the driver pod and this operator creates no "
             "checkpoint claims (chart checkpoints.createClaims=false): set checkpoint.volumeClaim, or a Hadoop URI "
             "location (s3a://, hdfs://…)",
         )
@@ -95,13 +95,13 @@ def with_operator_defaults(
     return _with_spark(spec, image, spark.version or default_version or settings.spark.version)
 
 
+KEPT_DEFAULTS = ("checkpointLocation", "sparkImage", "sparkVersion")  # the status fields kept_defaults fills
+
+
 def kept_defaults(spec: StreamingAppSpec) -> dict[str, str | None]:
     """What the status keeps of a spec with_operator_defaults filled in: the next passes run on it."""
-    return {
-        "checkpointLocation": spec.checkpoint.location,
-        "sparkImage": spec.spark.image,
-        "sparkVersion": spec.spark.version,
-    }
+    kept = (spec.checkpoint.location, spec.spark.image, spec.spark.version)
+    return dict(zip(KEPT_DEFAULTS, kept, strict=True))
 
 
 def _with_spark(spec: StreamingAppSpec, image: str, version: str) -> StreamingAppSpec:

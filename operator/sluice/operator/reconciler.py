@@ -167,8 +167,7 @@ class Reconciler:
         """The checkpoint claim, if any, and what CheckpointReady says of it."""
         name = ch.checkpoint_claim_name(app, spec)
         if name is not None:
-            claim = self.cluster.get("v1", "PersistentVolumeClaim", namespace, name)
-            obs.checkpoint_claim = ch.claim_facts(name, claim)
+            obs.checkpoint_claim = self.cluster.checkpoint_claim(namespace, name)
         together = ch.pods_kept_together(spec, self.settings.checkpoints, obs.checkpoint_claim)
         obs.checkpoint = checkpoint_condition(app, spec, obs.checkpoint_claim, together)
 

@@ -178,8 +178,7 @@ class RolloutActions:
         if submit:
             claim = ctx.obs.checkpoint_claim
             if claim is None and spec.checkpoint.volumeClaim:  # a tick: the claim is read when it matters
-                pvc = self.cluster.get("v1", "PersistentVolumeClaim", ctx.namespace, spec.checkpoint.volumeClaim)
-                claim = ch.claim_facts(spec.checkpoint.volumeClaim, pvc)
+                claim = self.cluster.checkpoint_claim(ctx.namespace, spec.checkpoint.volumeClaim)
             together = ch.pods_kept_together(spec, self.claims, claim)
             children.append(
                 ch.spark_application(ctx.app, ctx.namespace, spec, pin=pin, name=action.name, together=together)

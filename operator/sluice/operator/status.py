@@ -12,12 +12,11 @@ from sluice.api.contract import DriverStatus
 
 from . import children as ch
 from .autoscaler.collect import parse_time
-from .desired import Invalid
+from .desired import KEPT_DEFAULTS, Invalid
 from .model import ConditionType, StreamingAppSpec
 from .settings import ONE_POD, SHARED
 
 CHECKPOINT_READY = "CheckpointReady"
-KEPT_DEFAULTS = ("checkpointLocation", "sparkImage", "sparkVersion")  # desired.kept_defaults' keys
 CONDITION_TYPES = get_args(ConditionType)
 # Ready sums these up: the app is valid, its topics and checkpoint store are there, its driver runs and answers with
 # its queries running.

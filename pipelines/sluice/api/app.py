@@ -524,7 +524,8 @@ class CheckpointSpec(Strict):
         return bool(sep) and scheme.lower() != "file"
 
     @property
-    def mount_path(self) -> str:
+    def location_or_claim_path(self) -> str:
+        """The location, or where the claim is mounted when none is named (before the operator fills it in)."""
         return self.location or CLAIM_LOCATION
 
 
