@@ -104,7 +104,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
 
 # --- packaging: Helm chart, images, kind e2e ---------------------------------------------------------
-.PHONY: chart-crds images e2e e2e-local local-images kind-cluster kind-cluster-down test-kind
+.PHONY: chart-crds images e2e e2e-local e2e-upgrade local-images kind-cluster kind-cluster-down test-kind
 
 chart-crds: crds
 
@@ -118,6 +118,12 @@ e2e: $(STAMP) ## the e2e suite on a throwaway 4-node kind cluster on podman (roo
 local-images: $(STAMP) ## build the images with buildah for the local cluster (no Docker; base from debootstrap)
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m sluice.testbed images
+
+UPGRADE_FROM ?= HEAD~1
+e2e-upgrade: $(STAMP) ## helm upgrade from an earlier commit's chart and images (UPGRADE_FROM=<git ref>, default HEAD~1) to this tree's, the e2e app running: same driver, exact output
+	$(PY) -m sluice.testbed prefetch
+	SLUICE_E2E_UPGRADE_FROM=$(UPGRADE_FROM) $(PY) -m pytest -p no:cacheprovider -m e2e_local e2e/tests/test_e2e_local.py \
+		$(PYTEST_ARGS) -k "install or kafka_ready or object_store or deploy_app or stream or operator_upgrade"
 
 e2e-faults: $(STAMP) ## the local cluster's long fault runs: the driver pod deleted 20 times under load, a change applied at 6 moments of a driver's start: .sluice/e2e/
 	$(PY) -m sluice.testbed prefetch

@@ -26,6 +26,7 @@ from sluice.testbed.kind import KindCluster
 from sluice.testbed.kube import kubectl_runner, kubernetes_binaries
 from sluice.testbed.local_images import LocalImagesRun, build_local_images, secured_kafka
 from sluice.testbed.object_store import serving
+from sluice.testbed.previous_release import release_to_upgrade_from
 from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
 from sluice.testbed.prometheus import prometheus_image
 
@@ -41,6 +42,7 @@ def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesRu
     try:
         archives = build_local_images()  # before the cluster: nothing to delete when a build fails
         archives[PROMETHEUS_IMAGE] = image_archive(prometheus_image())
+        previous = release_to_upgrade_from(archives)  # make e2e-upgrade
         helm, kubectl = helm_binary(), kubernetes_binaries("kubectl")["kubectl"]
     except ProvisionError as error:
         pytest.fail(str(error), pytrace=False)
@@ -64,7 +66,7 @@ def kind_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesRu
             kubectl_runner(cluster.kubeconfig, binary=kubectl),
             Helm(helm, cluster.kubeconfig, work / "helm"),
         )
-        yield LocalImagesRun(target, store, secured, lose_node=cluster.lose_node)
+        yield LocalImagesRun(target, store, secured, lose_node=cluster.lose_node, previous=previous)
 
 
 @pytest.fixture(scope="module")

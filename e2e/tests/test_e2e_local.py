@@ -28,6 +28,7 @@ from sluice.testbed.images import image_archive
 from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
 from sluice.testbed.local_images import LocalImagesRun, build_local_images, secured_kafka
 from sluice.testbed.node import NODE_ADDRESS, Node
+from sluice.testbed.previous_release import release_to_upgrade_from
 from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
 from sluice.testbed.prometheus import prometheus_image
 
@@ -42,6 +43,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesR
     try:
         archives = build_local_images()  # before the cluster: nothing to tear down when a build fails
         archives[PROMETHEUS_IMAGE] = image_archive(prometheus_image())
+        previous = release_to_upgrade_from(archives)  # make e2e-upgrade
         helm, kubectl = helm_binary(), kubernetes_binaries("kubectl")["kubectl"]
     except ProvisionError as error:
         pytest.fail(str(error), pytrace=False)
@@ -66,7 +68,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesR
     try:
         # Kafka on the node address, which exists while the node runs.
         with secured_kafka(NODE_ADDRESS, work / "kafka-secured") as secured:
-            yield LocalImagesRun(target, node.object_store, secured)
+            yield LocalImagesRun(target, node.object_store, secured, previous=previous)
     finally:
         stop(node, plane)
     assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "cluster processes survived the run"

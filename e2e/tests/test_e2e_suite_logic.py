@@ -6,8 +6,16 @@ import json
 from collections.abc import Sequence
 
 import pytest
+import yaml
 
-from sluice.testbed.e2e_suite import PacedLoad, duplicated_windows, word_counts, word_tally
+from sluice.testbed.e2e_suite import (
+    CHART_DIR,
+    PacedLoad,
+    duplicated_windows,
+    values_the_chart_takes,
+    word_counts,
+    word_tally,
+)
 
 
 def row(start: str, word: str, count: int) -> str:
@@ -109,3 +117,28 @@ def test_a_known_defect_step_failing_otherwise_is_a_plain_failure(known_defect: 
     with pytest.raises(AssertionError, match="timed out") as raised:
         suite.run("restricted_namespace")
     assert not isinstance(raised.value, KnownDefectSeen)
+
+
+def test_an_older_charts_values_drop_only_the_keys_its_schema_refuses():
+    schema = {
+        "additionalProperties": False,
+        "properties": {
+            "image": {"type": "object", "additionalProperties": False, "properties": {"tag": {}}},
+            "operator": {"type": "object"},  # takes any key
+        },
+    }
+    values = {
+        "image": {"tag": "0.1.0-abc", "pullPolicy": "IfNotPresent"},
+        "operator": {"tickSeconds": 4, "anything": {"x": 1}},
+        "checkpoints": {"location": "s3a://b/{namespace}"},
+    }
+    assert values_the_chart_takes(values, schema) == {
+        "image": {"tag": "0.1.0-abc"},
+        "operator": {"tickSeconds": 4, "anything": {"x": 1}},
+    }
+
+
+def test_this_charts_values_are_all_taken_by_its_own_schema():
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    assert values_the_chart_takes(values, schema) == values

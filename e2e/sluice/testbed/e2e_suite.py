@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import yaml
 
@@ -45,6 +45,9 @@ from .prometheus import NAME as PROMETHEUS_JOB
 from .prometheus import NAMESPACE as MONITORING_NAMESPACE
 from .prometheus import Prometheus, monitoring_crds
 from .versions import STRIMZI
+
+if TYPE_CHECKING:
+    from .previous_release import PreviousRelease
 
 CHART_DIR = REPO_ROOT / "charts" / "sluice"
 IMAGES_DIR = REPO_ROOT / "images"
@@ -163,9 +166,11 @@ class Target:
 
 
 @functools.cache
-def image_builder() -> Any:
-    """images/build.py as a module (it is a script, outside the sluice packages)."""
-    spec = importlib.util.spec_from_file_location("sluice_images_build", IMAGES_DIR / "build.py")
+def image_builder(images_dir: Path = IMAGES_DIR) -> Any:
+    """images/build.py as a module (it is a script, outside the sluice packages); another tree's, such as an
+    earlier commit's, under its own module name."""
+    name = "sluice_images_build" if images_dir == IMAGES_DIR else f"sluice_images_build_{abs(hash(images_dir))}"
+    spec = importlib.util.spec_from_file_location(name, images_dir / "build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
@@ -175,6 +180,18 @@ def image_builder() -> Any:
 
 def chart_version() -> str:
     return yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())["appVersion"]
+
+
+def values_the_chart_takes(values: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """`values` without the keys a chart's values.schema.json refuses (an older chart knows fewer): so one test
+    bed's values install both releases."""
+    properties = schema.get("properties", {})
+    strict = schema.get("additionalProperties", True) is False
+    return {
+        key: values_the_chart_takes(value, properties.get(key, {})) if isinstance(value, dict) else value
+        for key, value in values.items()
+        if key in properties or not strict
+    }
 
 
 @dataclass(frozen=True)
@@ -827,6 +844,7 @@ class E2ESuite:
     prometheus: bool = False  # the cluster's nodes have the test bed's Prometheus image (sluice.testbed.prometheus)
     secured_kafka_access: SecuredKafka | None = None  # a broker taking only SASL_SSL, where the cluster has one
     lose_node: Callable[[str], None] | None = None  # loses a node for good, where the cluster has several
+    previous: PreviousRelease | None = None  # installed first, upgraded to this tree's by operator_upgrade
     app: dict[str, Any] = field(default_factory=dict)
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
@@ -1059,9 +1077,12 @@ class E2ESuite:
         if self.prometheus:  # its CRDs first: the chart renders its monitors and alerts where they are served
             install_external_crds(self.target.kubectl, crds=monitoring_crds())
         self.target.apply(restricted_namespace(self.release_namespace))  # the chart's pods are hardened
-        self.target.helm.install(
-            self.release, CHART_DIR, self.release_namespace, self.chart_values(), "--wait", "--timeout", "5m"
-        )
+        chart, values = CHART_DIR, self.chart_values()
+        if self.previous is not None:  # the release operator_upgrade upgrades from, with what its chart takes
+            chart = self.previous.chart
+            schema = json.loads((chart / "values.schema.json").read_text())
+            values = values_the_chart_takes(self.chart_values(self.previous.images), schema)
+        self.target.helm.install(self.release, chart, self.release_namespace, values, "--wait", "--timeout", "5m")
         # The apps' namespace enforces Pod Security "restricted", as production namespaces do; the Secrets its
         # apps' Kafka logins name are there before any app.
         secrets = [*self.kafka.secrets(self.apps_namespace)]
@@ -1069,10 +1090,11 @@ class E2ESuite:
             secrets.append(self.object_store_access.secret(self.apps_namespace))
         self.target.apply(restricted_namespace(self.apps_namespace), *secrets)
 
-    def chart_values(self) -> dict[str, Any]:
-        """The suite's release of the chart: its images, its Kafka, the API server's and Kafka's ports for the
-        NetworkPolicies, monitoring where there is a Prometheus, the object store as the checkpoint store."""
-        values = {**self.images.chart_values(), **self.kafka.chart_values()}
+    def chart_values(self, images: Images | None = None) -> dict[str, Any]:
+        """The suite's release of the chart: its images (or `images`), its Kafka, the API server's and Kafka's
+        ports for the NetworkPolicies, monitoring where there is a Prometheus, the object store as the checkpoint
+        store."""
+        values = {**(images or self.images).chart_values(), **self.kafka.chart_values()}
         values["networkPolicy"] = {**values.get("networkPolicy", {}), "apiServerPorts": self.api_server_ports()}
         if self.secured_kafka_access is not None:  # its topics are managed through the Admin API as well
             ports = values["networkPolicy"].get("kafkaPorts", [])
@@ -1087,22 +1109,17 @@ class E2ESuite:
         return values
 
     def operator_upgrade(self) -> None:
-        """`helm upgrade` with the app running, over the CRD of an older release (without the CheckpointReady
+        """`helm upgrade` to this tree's chart and images with the app running, from the earlier release the suite
+        installed (`previous`), else from this release over the CRD of an older one (without the CheckpointReady
         condition this operator writes, which that CRD's API server refuses): the new operator pods bring the CRD
         up to theirs as they start, the app's driver and queries are the ones that ran before (no restart, no
-        resubmission), its status says CheckpointReady again, and every word comes out exactly once."""
+        resubmission), its status says CheckpointReady, and every word comes out exactly once."""
         from sluice.operator import crd
 
         before = self.driver_identity()
         ours = crd.crd()
-        older = json.loads(json.dumps(ours))
-        older["metadata"]["annotations"] = {crd.VERSION_ANNOTATION: "0.0.1", crd.SCHEMA_ANNOTATION: "older"}
-        status = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-        types = status["conditions"]["items"]["properties"]["type"]
-        types["enum"] = [t for t in types["enum"] if t != "CheckpointReady"]
-        del status["checkpointLocation"]
-        apply_crd = ("apply", "--server-side", "--force-conflicts", "--field-manager=helm", "-f", "-")
-        self.target.kubectl(*apply_crd, input=json.dumps(older))
+        if self.previous is None:
+            self.serve_older_crd(ours)
         values = self.chart_values()
         values["operator"] = {**values.get("operator", {}), "tickSeconds": 4}  # a new operator pod template
         self.target.helm.install(
@@ -1132,6 +1149,19 @@ class E2ESuite:
         self.send(["upgrade", "alpha"])
         self.assert_counts()
         assert self.driver_identity() == before, "an operator upgrade must not restart the driver or its queries"
+
+    def serve_older_crd(self, ours: dict[str, Any]) -> None:
+        """Our CRD as an older release's: other annotations, no CheckpointReady, no status.checkpointLocation."""
+        from sluice.operator import crd
+
+        older = json.loads(json.dumps(ours))
+        older["metadata"]["annotations"] = {crd.VERSION_ANNOTATION: "0.0.1", crd.SCHEMA_ANNOTATION: "older"}
+        status = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        types = status["conditions"]["items"]["properties"]["type"]
+        types["enum"] = [t for t in types["enum"] if t != "CheckpointReady"]
+        del status["checkpointLocation"]
+        apply_crd = ("apply", "--server-side", "--force-conflicts", "--field-manager=helm", "-f", "-")
+        self.target.kubectl(*apply_crd, input=json.dumps(older))
 
     def api_server_ports(self) -> list[int]:
         """The ports the operator's NetworkPolicy must let it reach the API server on, as a user finds them: the
@@ -1292,7 +1322,8 @@ class E2ESuite:
     def deploy_app(self) -> None:
         """The word count with no spec.checkpoint: the operator's store (the object store, where the cluster has
         one), else a claim it makes. The suite's own claim is for the autoscaled app."""
-        self.app = wordcount_app(self.apps_namespace, self.images, self.kafka.app_kafka())
+        images = self.previous.images if self.previous else self.images  # the images of the release installed
+        self.app = wordcount_app(self.apps_namespace, images, self.kafka.app_kafka())
         self.target.apply(pvc(self.CHECKPOINT_CLAIM, self.apps_namespace), self.app)
         kafka = self.kafka
         if isinstance(kafka, StrimziKafka):  # topics before data: no auto-created topic gets there first
@@ -1342,7 +1373,8 @@ class E2ESuite:
             ).stdout
         )["items"]
         assert executors and all(p["metadata"]["labels"]["spark-role"] == "executor" for p in executors), scale
-        self.assert_checkpoints_in_store()
+        if self.previous is None:  # an earlier release keeps its checkpoints where it chose (operator_upgrade)
+            self.assert_checkpoints_in_store()
 
     def assert_checkpoints_in_store(self) -> None:
         """With the cluster's object store as the operator's store, the app (naming no location) checkpoints there:

@@ -22,7 +22,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.pipelines.local.kafka import KafkaCluster
 
@@ -33,6 +33,9 @@ from .kafka_security import secured_listener
 from .node import RUNTIME_ROOT, install_packages
 from .object_store import ObjectStoreAccess
 from .versions import SPARK_OPERATOR
+
+if TYPE_CHECKING:
+    from .previous_release import PreviousRelease
 
 BUILDAH_PACKAGES = ("buildah",)
 SPARK_OPERATOR_REPOSITORY = "sluice.local/spark-operator"  # tagged with its version
@@ -180,6 +183,7 @@ class LocalImagesRun:
     object_store: ObjectStoreAccess
     secured_kafka: SecuredKafka
     lose_node: Callable[[str], None] | None = None  # a cluster of several nodes: one of them lost for good
+    previous: PreviousRelease | None = None  # a release to install first and upgrade from
 
     def suite(self) -> E2ESuite:
         """The e2e suite there: spark-operator from its chart on its image, the test bed's Prometheus; its apps
@@ -194,6 +198,7 @@ class LocalImagesRun:
             prometheus=True,
             secured_kafka_access=self.secured_kafka,
             lose_node=self.lose_node,
+            previous=self.previous,
         )
 
 
