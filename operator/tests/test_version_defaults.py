@@ -11,7 +11,7 @@ import yaml
 from sluice.operator import children as ch
 from sluice.operator.desired import kept_defaults, parse_spec, with_operator_defaults
 from sluice.operator.guard_rails import GuardRails, guard_rail_problems
-from sluice.operator.settings import Settings, SparkDefaults
+from sluice.operator.settings import CheckpointStore, Settings, SparkDefaults
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "wordcount.yaml"
 RELEASE_1 = Settings(spark=SparkDefaults("registry/spark:1.0", "4.2.0"))
@@ -84,3 +84,17 @@ def test_the_image_guard_rail_checks_images_apps_name(raw_spec) -> None:
     raw_spec.setdefault("spark", {})["image"] = "elsewhere/spark:1"
     (problem,) = guard_rail_problems(parse_spec(raw_spec), rails)
     assert problem.path == "spec.spark.image"
+
+
+def test_an_app_run_before_the_status_kept_its_location_stays_on_its_claim(raw_spec) -> None:
+    """A release before status.checkpointLocation ran the app on its claim; a store set since moves it not."""
+    raw_spec.pop("checkpoint", None)  # the old CRD defaulted location only inside a given checkpoint object
+    store = Settings(spark=RELEASE_2.spark, checkpoint_store=CheckpointStore("s3a://bucket/{namespace}"))
+    old_status = {"revision": "4f4d32a248", "phase": "Running"}
+    runs = with_operator_defaults(parse_spec(raw_spec), "apps", store, old_status)
+    assert runs.checkpoint.location == "/checkpoints" and runs.checkpoint.s3 is None
+    before = with_operator_defaults(parse_spec(raw_spec), "apps", RELEASE_2, old_status)  # no store, as then
+    assert ch.revision(runs) == ch.revision(before)
+    new_app = with_operator_defaults(parse_spec(raw_spec), "apps", store, {})
+    assert new_app.checkpoint.location == "s3a://bucket/apps"
+

@@ -83,7 +83,10 @@ def with_operator_defaults(
     """The spec as the operator runs it: what the app leaves to the operator filled in, each from what the app
     first ran with where the status kept it (`kept`: checkpointLocation, sparkImage and sparkVersion), else from
     the operator's settings. So an operator release with other defaults changes no app that runs."""
-    spec = with_checkpoint_location(spec, namespace, settings.checkpoint_store, kept.get("checkpointLocation"))
+    location = kept.get("checkpointLocation")
+    if location is None and kept.get("revision"):  # run by a release before the status kept it: on the claim,
+        location = CLAIM_LOCATION  # the only default then (its CRD's, written in the spec only when given)
+    spec = with_checkpoint_location(spec, namespace, settings.checkpoint_store, location)
     spark = spec.spark
     if spark.image is not None:  # an image of the app's: its version, or the operator's
         version = spark.version or settings.spark.version
