@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sluice.api.contract import revision_configmap_name
 from sluice.operator import admission, children
 from sluice.operator.crd import CRD_FILE
 from sluice.operator.model import TopicSpec
@@ -1070,7 +1071,7 @@ def test_operator_reconciles_with_its_service_account(
         def kept() -> list[str]:
             rollout = status(target, namespace, name)["rollout"]
             revisions = {rollout["fromRevision"], rollout["toRevision"]}
-            return sorted(f"configmap/{children.configmap_name(name, rev)}" for rev in revisions)
+            return sorted(f"configmap/{revision_configmap_name(name, rev)}" for rev in revisions)
 
         wait_for(
             lambda: sorted(pipeline_configmaps(target, namespace, name)) == kept(),
@@ -1078,7 +1079,7 @@ def test_operator_reconciles_with_its_service_account(
             what="the first pipeline ConfigMap to be pruned",
             interval=0.5,
         )
-        assert f"configmap/{children.configmap_name(name, first_revision)}" not in kept()
+        assert f"configmap/{revision_configmap_name(name, first_revision)}" not in kept()
 
         # A running driver whose pod the operator reads (it has none here: no figures, nothing stale).
         target.kubectl(

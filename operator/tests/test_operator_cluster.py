@@ -9,7 +9,7 @@ import pytest
 import yaml
 from cluster_helpers import example, wait_for
 
-from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
+from sluice.api.contract import REVISION_SPEC_FILE, RUNNER_CONFIG_FILE, RunnerConfig, revision_configmap_name
 from sluice.operator import children
 from sluice.pipelines.local.kafka_io import create_topic
 
@@ -118,8 +118,8 @@ def test_update_makes_a_new_revision_without_resubmitting_and_drift_is_repaired(
 
     config = wait_for(runs_new_revision, what="the runner ConfigMap on the new revision")
     assert "length(word) > 2" in config.pipeline.model_dump_json()
-    kept = get(kube_cluster, "configmap", children.configmap_name("wordcount", config.revision), namespace)
-    assert "length(word) > 2" in kept["data"][children.SPEC_FILE], "a revision keeps its spec (the diff base)"
+    kept = get(kube_cluster, "configmap", revision_configmap_name("wordcount", config.revision), namespace)
+    assert "length(word) > 2" in kept["data"][REVISION_SPEC_FILE], "a revision keeps its spec (the diff base)"
     app = wait_for(
         lambda: (
             (a := get(kube_cluster, "sapp", "wordcount", namespace))["status"].get("stableRevision") == config.revision
@@ -605,7 +605,7 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(crds_install
                 rollout = status.get("rollout") or {}
                 # The revision that runs, and the last rollout's two (kept until the next one): nothing else.
                 revisions = {status["revision"], *(rollout.get(k) for k in ("fromRevision", "toRevision") if rollout)}
-                expected = sorted(f"configmap/{children.configmap_name(name, rev)}" for rev in revisions)
+                expected = sorted(f"configmap/{revision_configmap_name(name, rev)}" for rev in revisions)
                 wait_for(
                     lambda n=name, e=expected: (
                         sorted(

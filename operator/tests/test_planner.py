@@ -10,7 +10,14 @@ import pytest
 import yaml
 from pydantic import create_model
 
-from sluice.api.contract import RUNNER_CONFIG_FILE, DriverStatus, ExecutorStatus, QueryStatus, RunnerConfig
+from sluice.api.contract import (
+    REVISION_SPEC_FILE,
+    RUNNER_CONFIG_FILE,
+    DriverStatus,
+    ExecutorStatus,
+    QueryStatus,
+    RunnerConfig,
+)
 from sluice.operator import children as ch
 from sluice.operator.autoscaler.plan import plan_scaling
 from sluice.operator.desired import (
@@ -79,7 +86,7 @@ def test_children_of_an_app(raw_spec):
     driver = spark["spec"]["driver"]["template"]["spec"]
     assert ch.pipeline_configmap_of(spark) == runner["metadata"]["name"] == "wc-runner"
     assert runner["data"] == {RUNNER_CONFIG_FILE: configmap["data"][RUNNER_CONFIG_FILE]}
-    assert parse_spec(json.loads(configmap["data"][ch.SPEC_FILE])) == parse_spec(raw_spec), "the revision's spec"
+    assert parse_spec(json.loads(configmap["data"][REVISION_SPEC_FILE])) == parse_spec(raw_spec), "the revision's spec"
     assert driver["containers"][0]["name"] == "spark-kubernetes-driver"  # the container Spark fills in
     mounts = driver["containers"][0]["volumeMounts"]
     assert {"name": "pipeline", "mountPath": ch.PIPELINE_MOUNT, "readOnly": True} in mounts

@@ -14,6 +14,7 @@ from fakes import (
     runner_revision,
 )
 
+from sluice.api.contract import revision_configmap_name
 from sluice.operator import children as ch
 
 
@@ -28,7 +29,7 @@ def test_a_new_app_gets_its_children_and_its_first_stable_revision(world) -> Non
     assert {
         ("SparkApplication", APP),
         ("ConfigMap", ch.runner_configmap_name(APP)),
-        ("ConfigMap", ch.configmap_name(APP, revision)),
+        ("ConfigMap", revision_configmap_name(APP, revision)),
         ("Secret", ch.control_secret_name(APP)),
         ("Service", f"{APP}-driver"),
     } <= kinds(kube)
@@ -91,3 +92,23 @@ def test_a_pass_records_the_status_only_when_it_changed(world) -> None:
     assert len(writes) == 1 and writes[0][3]["status"]["stableRevision"]
     reconciler.reconcile_by_name(NAMESPACE, APP)  # nothing changed since
     assert [p for p in kube.patches if p[0] == "StreamingApp" and p[2] == "status"] == writes
+
+
+def test_a_driver_an_earlier_release_submitted_is_kept_and_an_edit_by_hand_is_undone(world) -> None:
+    """A new rendering of the running driver's SparkApplication (another operator release, other settings)
+    restarts nothing: spark-operator would resubmit on any change of its spec. What this operator rendered is
+    applied, so an edit by hand goes."""
+    reconciler, kube, driver = world
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    driver_pod_started(kube)
+    driver.revision = app["status"]["stableRevision"]
+    key = ("SparkApplication", NAMESPACE, APP)
+    ours = kube.objects[key]
+    earlier = {**ours, "metadata": {**ours["metadata"], "annotations": {}}, "spec": {**ours["spec"], "sparkConf": {}}}
+    kube.objects[key] = earlier  # as an earlier release submitted it: rendered otherwise, no rendering hash
+    app = reconcile(reconciler, app_manifest("word != ''") | {"status": app["status"]}, clock=1005.0)
+    assert kube.objects[key]["spec"] == earlier["spec"], "kept as submitted: no resubmission"
+
+    kube.objects[key] = {**ours, "spec": {**ours["spec"], "executor": {**ours["spec"]["executor"], "instances": 9}}}
+    reconcile(reconciler, app_manifest("word != ''") | {"status": app["status"]}, clock=1010.0)
+    assert kube.objects[key]["spec"] == ours["spec"], "an edit by hand of what this operator rendered is undone"

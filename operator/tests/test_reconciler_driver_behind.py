@@ -15,7 +15,7 @@ from fakes import (
     runner_revision,
 )
 
-from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
+from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig, revision_configmap_name
 from sluice.operator import children as ch
 from sluice.operator.desired import parse_spec
 from sluice.operator.reconciler import Reconciler
@@ -100,7 +100,7 @@ def test_a_driver_on_a_revision_whose_spec_is_gone_is_left_alone(world) -> None:
     rollout): what it runs cannot be compared, and a healthy driver is not restarted for it."""
     _, kube, driver = world
     app, first, _ = started_on_the_revision_before(world)
-    kube.delete("v1", "ConfigMap", NAMESPACE, ch.configmap_name(APP, first))
+    kube.delete("v1", "ConfigMap", NAMESPACE, revision_configmap_name(APP, first))
     fresh = Reconciler(kube=kube, driver_client=driver)  # type: ignore[arg-type]  # nothing cached
     outcome = fresh.reconcile(app, full=False, clock=1010.0)
     assert ("Pod", POD) not in kube.deleted, outcome.events

@@ -98,3 +98,18 @@ def test_an_app_run_before_the_status_kept_its_location_stays_on_its_claim(raw_s
     new_app = with_operator_defaults(parse_spec(raw_spec), "apps", store, {})
     assert new_app.checkpoint.location == "s3a://bucket/apps"
 
+
+def test_a_spark_application_is_kept_only_when_rendered_otherwise_for_the_same_submission(raw_spec) -> None:
+    spec = parse_spec(raw_spec)
+    ours = spark_application(spec)
+    assert not ch.kept_as_submitted(None, ours)
+    assert not ch.kept_as_submitted(ours, ours)
+    edited = {**ours, "spec": {**ours["spec"], "image": "by/hand:1"}}  # our rendering hash, edited since
+    assert not ch.kept_as_submitted(edited, ours)
+    earlier = {**ours, "metadata": {**ours["metadata"], "annotations": {}}}  # a release before the hash
+    assert ch.kept_as_submitted(earlier, ours)
+    other = {**ours, "metadata": {**ours["metadata"], "annotations": {ch.RENDERED_ANNOTATION: "other"}}}
+    assert ch.kept_as_submitted(other, ours)
+    raw_spec["pipeline"]["nodes"][2]["filter"] = "length(word) > 3"
+    restarted = spark_application(parse_spec(raw_spec))  # submitted for another revision: a restart
+    assert not ch.kept_as_submitted(other, restarted)

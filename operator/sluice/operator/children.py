@@ -22,7 +22,14 @@ from sluice.api.app import (
     S3A_SCHEME,
     S3Spec,
 )
-from sluice.api.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_FILE, Migration, RunnerConfig
+from sluice.api.contract import (
+    DEFAULT_CONTROL_PORT,
+    REVISION_SPEC_FILE,
+    RUNNER_CONFIG_FILE,
+    Migration,
+    RunnerConfig,
+    revision_configmap_name,
+)
 from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT, SPARK_REDACTED_OPTIONS, kafka_security
 
 from .model import StreamingAppSpec, TopicSpec
@@ -36,7 +43,8 @@ SUBMITTED_EXECUTORS_ANNOTATION = "sluice.dev/submitted-executors"
 # On the driver pod template: the revision the SparkApplication was submitted for. spark-operator resubmits
 # on any spec change, so it changes only when a rollout restarts the driver (a hot swap does not).
 SUBMITTED_REVISION_ANNOTATION = "sluice.dev/submitted-revision"
-SPEC_FILE = "spec.json"  # in a revision's ConfigMap: the app's spec of that revision (what rollouts diff)
+# On the SparkApplication: a hash of its spec as this operator rendered it (kept_as_submitted reads it).
+RENDERED_ANNOTATION = "sluice.dev/rendered"
 CONTROL_PORT = DEFAULT_CONTROL_PORT  # the driver's control API: /metrics, /healthz, /v1/...
 RUNNER_FILE = "local:///opt/sluice/runner.py"
 PIPELINE_MOUNT = "/etc/sluice"
@@ -85,10 +93,6 @@ def revision(spec: StreamingAppSpec) -> str:
         "image": spec.spark.image,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def configmap_name(app: str, rev: str) -> str:
-    return f"{app}-pipeline-{rev}"
 
 
 def runner_configmap_name(app: str) -> str:
@@ -265,13 +269,13 @@ def pipeline_configmap(app: str, namespace: str, spec: StreamingAppSpec, bootstr
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": configmap_name(app, rev),
+            "name": revision_configmap_name(app, rev),
             "namespace": namespace,
             "labels": {**labels(app, "pipeline"), REVISION_LABEL: rev},
         },
         "data": {
             RUNNER_CONFIG_FILE: _runner_json(runner_config(app, namespace, spec, bootstrap)),
-            SPEC_FILE: spec.model_dump_json(by_alias=True, exclude_none=True, indent=2),
+            REVISION_SPEC_FILE: spec.model_dump_json(by_alias=True, exclude_none=True, indent=2),
         },
     }
 
@@ -522,7 +526,26 @@ def spark_application(
             "executor": executor,
         },
     }
+    rendered = hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:16]
+    body["metadata"]["annotations"][RENDERED_ANNOTATION] = rendered
     return body
+
+
+def submitted_revision(spark_application: Mapping[str, Any]) -> str | None:
+    driver = (spark_application.get("spec") or {}).get("driver") or {}
+    return (driver.get("annotations") or {}).get(SUBMITTED_REVISION_ANNOTATION)
+
+
+def kept_as_submitted(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
+    """Whether the driver's SparkApplication stays as it is though this operator renders it otherwise: it was
+    submitted for the revision it should be, by another operator release or other settings. spark-operator
+    restarts the driver on any change of the spec, and a new rendering is no reason to restart an app: it applies
+    when the app next needs a new driver. A SparkApplication this operator rendered is applied as usual, so an
+    edit by hand is undone."""
+    if current is None or submitted_revision(current) != submitted_revision(desired):
+        return False
+    rendered = (current.get("metadata", {}).get("annotations") or {}).get(RENDERED_ANNOTATION)
+    return rendered != desired["metadata"]["annotations"][RENDERED_ANNOTATION]
 
 
 def service_account(app: str, namespace: str, spec: StreamingAppSpec) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any, cast
 import kopf
 
 from sluice.api.app import KafkaSpec
-from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
+from sluice.api.contract import REVISION_SPEC_FILE, RUNNER_CONFIG_FILE, RunnerConfig, revision_configmap_name
 from sluice.api.kafka_clients import CredentialUnreadable, KafkaClient, kafka_security, read_credentials
 
 from . import children as ch
@@ -220,8 +220,15 @@ class Cluster:
         self.apply(topic)
 
     def ensure_children(
-        self, owner: dict[str, Any], desired: DesiredState, obs: Observation, keep: frozenset[str], driver: str
+        self,
+        owner: dict[str, Any],
+        desired: DesiredState,
+        obs: Observation,
+        keep: frozenset[str],
+        driver: str,
+        driver_app: dict[str, Any] | None = None,
     ) -> None:
+        """`driver_app`: the driver's SparkApplication as observed this pass."""
         for child in desired.children:
             if ch.owned_by_app(child, desired.spec):
                 adopt(child, owner)
@@ -230,6 +237,8 @@ class Cluster:
                     self._ensure_claim(child)
                 elif child["kind"] == "RoleBinding":
                     self._apply_binding(child)
+                elif child["kind"] == "SparkApplication" and ch.kept_as_submitted(driver_app, child):
+                    self._relabel(child, driver_app or {})
                 else:
                     self.apply(child)
             except KubeError as exc:
@@ -240,6 +249,15 @@ class Cluster:
         if desired.spec.suspend:
             self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
         self._prune_pipeline_configmaps(namespace, app, keep)
+
+    def _relabel(self, child: dict[str, Any], current: dict[str, Any]) -> None:
+        """Only the labels (the revision the driver runs) of a SparkApplication kept as submitted: spark-operator
+        restarts the driver on a change of its spec, not of its metadata."""
+        labels = child["metadata"].get("labels") or {}
+        if (current.get("metadata", {}).get("labels") or {}) != labels:
+            meta = child["metadata"]
+            body = {"metadata": {"labels": labels}}
+            self.kube.patch(child["apiVersion"], child["kind"], meta["namespace"], meta["name"], body)
 
     def _ensure_claim(self, claim: dict[str, Any]) -> None:
         """Created once (a claim's spec is mostly immutable); afterwards only its owner changes with the
@@ -298,8 +316,8 @@ class Cluster:
         """A revision's spec, from its ConfigMap (None: gone, or written before revisions kept their spec);
         `specs`: the ones this pass read already."""
         if revision not in specs:
-            configmap = self.get("v1", "ConfigMap", namespace, ch.configmap_name(app, revision))
-            text = ((configmap or {}).get("data") or {}).get(ch.SPEC_FILE)
+            configmap = self.get("v1", "ConfigMap", namespace, revision_configmap_name(app, revision))
+            text = ((configmap or {}).get("data") or {}).get(REVISION_SPEC_FILE)
             try:
                 specs[revision] = StreamingAppSpec.model_validate_json(text) if text else None  # type: ignore[assignment]
             except ValueError:

@@ -209,7 +209,7 @@ class Reconciler:
         if (obs.topics_pending or blocks_first_driver(obs.checkpoint)) and rollout.driver_app is None:
             desired.children = [c for c in desired.children if c["kind"] != "SparkApplication"]
         if full and not login_failed:
-            self.cluster.ensure_children(body, desired, obs, rollout.decision.keep, rollout.driver)
+            self.cluster.ensure_children(body, desired, obs, rollout.decision.keep, rollout.driver, rollout.driver_app)
             for retired in rollout.retired:
                 self.cluster.delete_driver(namespace, retired)
         elif rollout.moved and not full:

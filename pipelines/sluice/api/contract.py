@@ -17,9 +17,15 @@ from .pipeline import PipelineSpec, Strict
 
 API_VERSION: Final = "sluice.dev/v1alpha1"
 RUNNER_CONFIG_FILE = "runner.json"
+REVISION_SPEC_FILE = "spec.json"  # in a revision's ConfigMap: the app's spec of that revision (what rollouts diff)
 DEFAULT_CONTROL_PORT = 9090
 MAX_EXECUTORS = 1000
 CHECKPOINT_FOLDER = r"^[A-Za-z0-9][A-Za-z0-9._@-]*$"  # one folder under checkpointRoot, never a path
+
+
+def revision_configmap_name(app: str, revision: str) -> str:
+    """A revision's ConfigMap: its RunnerConfig and its spec as the operator ran it (`sluice plan` reads it)."""
+    return f"{app}-pipeline-{revision}"
 
 
 CheckpointFolder = Annotated[str, StringConstraints(pattern=CHECKPOINT_FOLDER)]
