@@ -13,10 +13,9 @@ from fakes import NAMESPACE, FakeKube, app_manifest, reconcile
 
 from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
 from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT
+from sluice.api.rollout import choose_strategy, classify
 from sluice.operator import children as ch
 from sluice.operator.model import StreamingAppSpec
-from sluice.operator.rollout.diff import classify
-from sluice.operator.rollout.strategy import choose_strategy
 from sluice.testbed.kafka_security import scram_over_tls
 
 PASSWORD = "s3cr3t-Pa55word"

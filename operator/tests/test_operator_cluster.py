@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from cluster_helpers import example, wait_for
 from sluice.api.contract import REVISION_SPEC_FILE, RUNNER_CONFIG_FILE, RunnerConfig, revision_configmap_name
 from sluice.operator import children
 from sluice.pipelines.local.kafka_io import create_topic
+from sluice.testbed.kube import kubernetes_binaries
 
 pytestmark = [pytest.mark.kube, pytest.mark.kafka]
 
@@ -25,6 +29,23 @@ def get(cluster, kind: str, name: str, namespace: str) -> dict | None:
 
 def apply(cluster, manifest: dict, namespace: str, check: bool = True):
     return cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=check)
+
+
+def sluice_plan(cluster, manifest: dict, namespace: str, tmp_path: Path) -> tuple[int, dict]:
+    """`sluice plan` as a user runs it against the cluster (kubectl on PATH, the cluster's kubeconfig): its exit
+    code and its JSON plan."""
+    kubectl = kubernetes_binaries("kubectl")["kubectl"]
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(manifest))
+    env = {**os.environ, "PATH": f"{kubectl.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "sluice.pipelines.cli", "plan", str(changed), "-n", namespace, "-o", "json",
+         f"--kubeconfig={cluster.kubeconfig}"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    (plan,) = json.loads(result.stdout)
+    return result.returncode, plan
 
 
 def condition(app: dict | None, kind: str) -> dict:
@@ -161,8 +182,9 @@ def test_update_makes_a_new_revision_without_resubmitting_and_drift_is_repaired(
 
 
 def test_a_strategy_that_cannot_roll_out_the_change_is_refused_and_nothing_changes(
-    operator_process, kube_cluster, namespace, kafka_bootstrap
+    operator_process, kube_cluster, namespace, kafka_bootstrap, tmp_path
 ):
+    """`sluice plan` against the cluster said so before: the same refusal, word for word."""
     manifest = example("wordcount", kafka_bootstrap, namespace)
     apply(kube_cluster, manifest, namespace)
     first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
@@ -172,6 +194,8 @@ def test_a_strategy_that_cannot_roll_out_the_change_is_refused_and_nothing_chang
     )
     manifest["spec"]["pipeline"]["nodes"][3]["aggregate"]["window"]["tumbling"] = "10s"
     manifest["spec"]["updateStrategy"] = {"type": "hotSwap"}  # the window's state cannot be swapped in
+    code, plan = sluice_plan(kube_cluster, manifest, namespace, tmp_path)
+    assert code == 1 and plan["against"] == f"revision {stable} of streamingapp {namespace}/wordcount", plan
     apply(kube_cluster, manifest, namespace)
     app = wait_for(
         lambda: (
@@ -183,6 +207,7 @@ def test_a_strategy_that_cannot_roll_out_the_change_is_refused_and_nothing_chang
     )
     message = condition(app, "Rollout")["message"]
     assert "spec.pipeline.nodes[3].aggregate.window" in message and "checkpointMigration" in message, message
+    assert message == plan["refusal"], "sluice plan says what the operator says"
     assert condition(app, "Rollout")["status"] == "False"
     assert app["status"]["stableRevision"] == stable and app["status"]["revision"] == stable
     runner = get(kube_cluster, "configmap", children.runner_configmap_name("wordcount"), namespace)
@@ -195,10 +220,11 @@ def test_a_strategy_that_cannot_roll_out_the_change_is_refused_and_nothing_chang
 
 
 def test_a_window_change_moves_the_query_to_a_checkpoint_of_the_new_revision(
-    operator_process, kube_cluster, namespace, kafka_bootstrap
+    operator_process, kube_cluster, namespace, kafka_bootstrap, tmp_path
 ):
     """No driver answers here (no spark-operator): the next driver to start runs the new revision, and the
-    runner config tells it where the query's new checkpoint takes over from."""
+    runner config tells it where the query's new checkpoint takes over from. `sluice plan` against the cluster
+    said so before: the strategy and each query's step."""
     manifest = example("wordcount", kafka_bootstrap, namespace)
     apply(kube_cluster, manifest, namespace)
     first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
@@ -207,6 +233,9 @@ def test_a_window_change_moves_the_query_to_a_checkpoint_of_the_new_revision(
         what="the first stable revision",
     )
     manifest["spec"]["pipeline"]["nodes"][3]["aggregate"]["window"]["tumbling"] = "10s"
+    unchanged_code, _ = sluice_plan(kube_cluster, example("wordcount", kafka_bootstrap, namespace), namespace, tmp_path)
+    code, plan = sluice_plan(kube_cluster, manifest, namespace, tmp_path)
+    assert (unchanged_code, code, plan["strategy"]) == (0, 1, "checkpointMigration"), plan
     apply(kube_cluster, manifest, namespace)
     app = wait_for(
         lambda: (
@@ -220,6 +249,8 @@ def test_a_window_change_moves_the_query_to_a_checkpoint_of_the_new_revision(
     rollout, revision = app["status"]["rollout"], app["status"]["stableRevision"]
     assert rollout["phase"] == "Complete" and rollout["toRevision"] == revision, rollout
     assert app["status"]["checkpoints"] == {"out": f"out@{revision}"}
+    steps = {q["name"]: (q["action"], q.get("rewindMs")) for q in rollout["queries"]}
+    assert steps == {q["name"]: (q["action"], q["rewind_ms"]) for q in plan["queries"]}, plan
     runner = get(kube_cluster, "configmap", children.runner_configmap_name("wordcount"), namespace)
     config = RunnerConfig.model_validate_json(runner["data"][RUNNER_CONFIG_FILE])
     assert config.revision == revision and config.checkpoint("out").endswith(f"/wordcount/out@{revision}")

@@ -389,5 +389,5 @@ def test_a_bad_event_time_expression_is_reported_at_its_path(parsers: tuple[SqlP
     ],
 )
 def test_a_joins_span_is_the_farthest_apart_two_joined_event_times_lie(bound: dict[str, Any], span_ms: int) -> None:
-    """What the operator rewinds a new checkpoint by (rollout.diff) for a join."""
+    """What the operator rewinds a new checkpoint by (sluice.api.rollout) for a join."""
     assert Join.model_validate({"condition": "a.id = b.id", **bound}).span_ms() == span_ms

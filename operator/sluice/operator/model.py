@@ -24,6 +24,7 @@ from sluice.api.app import (  # noqa: F401  (re-exported: the operator's modules
     Resources,
     RollbackSpec,
     SparkSpec,
+    Strategy,
     StreamingAppSpec,
     StrimziCluster,
     TopicName,
@@ -75,7 +76,6 @@ class AutoscalerStatus(Strict):
 # ---------------------------------------- status.rollout: the rolling update in progress (or the last one)
 # Everything a restarted operator needs to finish a rollout is here: the plan (strategy, per-query steps, which
 # drivers were there), the phase reached and the deadline.
-Strategy = Literal["hotSwap", "checkpointMigration", "fencedHandover", "restart"]
 RolloutPhase = Literal[
     "Planned", "Draining", "Starting", "Verifying", "Complete", "RollingBack", "RolledBack", "Failed"
 ]

@@ -1,6 +1,6 @@
 """A pass's rollout step: which revision the app's driver should run, and getting it there.
 
-target   = the spec's revision, diffed against the base revision's spec (rollout.diff)
+target   = the spec's revision, diffed against the base revision's spec (sluice.api.rollout)
 drivers  = the app's driver (observed with the status) and a handover's second one (observer)
 decision = rollout.decide (pure), its actions carried out (rollout_actions), decided again on what the
            drivers answered, so a handover's drain and activation follow each other in one pass

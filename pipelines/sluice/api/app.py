@@ -434,6 +434,9 @@ class RollbackSpec(Strict):
     )
 
 
+Strategy = Literal["hotSwap", "checkpointMigration", "fencedHandover", "restart"]  # how a change rolls out
+
+
 class UpdateStrategy(Strict):
     """How a change of the spec rolls out: compared with the stable revision's spec, query by query, by Spark's
     rules for restarting a query on its checkpoint."""
@@ -441,8 +444,9 @@ class UpdateStrategy(Strict):
     type: Literal["auto", "restart", "hotSwap", "checkpointMigration", "fencedHandover"] = Field(
         "auto",
         description="auto: the cheapest safe strategy. hotSwap: only the changed queries restart, in the running "
-        "driver. restart: spark-operator resubmits the driver (runtime changes). checkpointMigration and "
-        "fencedHandover are refused as not available yet, as is an explicit type unsafe for the change.",
+        "driver. fencedHandover: a second driver takes over at a batch boundary. checkpointMigration: changed "
+        "queries start on new checkpoints from the old ones' offsets. restart: spark-operator resubmits the "
+        "driver. An explicit type unsafe for the change is refused. `sluice plan` shows what a change needs.",
     )
     rollback: RollbackSpec = Field(
         default_factory=RollbackSpec, description="Whether and when a new revision that fails goes back."

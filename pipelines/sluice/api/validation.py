@@ -39,12 +39,14 @@ class PipelineInvalid(ValueError):
 
 @dataclass
 class PipelineDocument:
-    """A pipeline as found in a file: a StreamingApp manifest or a bare pipeline."""
+    """A pipeline as found in a file: a StreamingApp manifest or a bare pipeline; or an object of another kind,
+    skipped (`other_kind` names it, e.g. ConfigMap/settings)."""
 
     source: str
     pipeline: Any
     prefix: str  # path of the pipeline inside the document, e.g. "spec.pipeline"
     manifest: dict[str, Any] | None = None
+    other_kind: str | None = None
 
     @property
     def app_name(self) -> str:
@@ -53,9 +55,22 @@ class PipelineDocument:
         return Path(self.source).stem
 
 
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+STDIN = "-"
+
+
+def manifest_files(path: str | Path) -> list[str]:
+    """`path` itself, `-` (stdin), or a directory's manifests (*.yaml, *.yml, *.json) in name order."""
+    if str(path) != STDIN and Path(path).is_dir():
+        return [str(p) for p in sorted(Path(path).iterdir()) if p.suffix in MANIFEST_SUFFIXES and p.is_file()]
+    return [str(path)]
+
+
 def load_documents(path: str | Path) -> list[PipelineDocument]:
-    """All pipelines in a YAML file (multi-document files allowed)."""
-    text = Path(path).read_text()
+    """All documents of a YAML (or JSON) file, multi-document files allowed; `-` reads stdin."""
+    import sys
+
+    text = sys.stdin.read() if str(path) == STDIN else Path(path).read_text()
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
@@ -72,6 +87,9 @@ def document_from(doc: Any, source: str) -> PipelineDocument:
         spec = doc.get("spec") or {}
         pipeline = spec.get("pipeline") if isinstance(spec, dict) else None
         return PipelineDocument(source, pipeline, "spec.pipeline", doc)
+    if isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc:  # a Kubernetes object, not an app
+        name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+        return PipelineDocument(source, None, "", doc, other_kind=f"{doc['kind']}/{name or '?'}")
     return PipelineDocument(source, doc, "")
 
 

@@ -1,4 +1,8 @@
-"""The `sluice` command: validate manifests, run an app locally with a live view."""
+"""The `sluice` command: validate manifests, run an app locally with a live view, plan a change, print the schema.
+
+Exit codes (docs/cli.md): 0 done (valid, no change, the run ended); 1 the answer is "problems" (validate),
+"changes" (plan) or a query failed (run); 2 it could not be done (usage, unreadable or invalid input, no cluster
+or app)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from sluice.api.validation import (
     Problem,
     SqlParser,
     load_documents,
+    manifest_files,
     validate,
 )
 
@@ -67,7 +72,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         console.print("[yellow]note:[/] no Java found: SQL is checked without Spark, and again when the app starts")
     failures = 0
     try:
-        for path in args.files:
+        for path in (file for given in args.files for file in manifest_files(given)):
             failures += _validate_file(path, sql, ddl, plans)
     finally:
         if spark is not None:
@@ -86,6 +91,9 @@ def _validate_file(path: str, sql: SqlParser, ddl: DdlParser, plans: PlanChecker
         return 1
     failures = 0
     for document in documents:
+        if document.other_kind is not None:
+            print(f"{path}: {document.other_kind}: skipped (not a StreamingApp)")
+            continue
         if document.manifest is not None:
             problems = manifest_problems(document.manifest, sql=sql, ddl=ddl)
         else:
@@ -188,13 +196,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .session import local_session
 
     try:
-        document = load_documents(args.file)[0]
+        document = next(d for d in load_documents(args.file) if d.other_kind is None)
         config = config_from_document(
             document,
             checkpoint_root=args.checkpoint_dir or str(Path(".sluice/checkpoints") / document.app_name),
             bootstrap_servers=default_bootstrap(document, args.bootstrap_servers),
             control_port=args.metrics_port,
         )
+    except StopIteration:
+        print(f"error: {args.file}: no StreamingApp nor pipeline in it", file=sys.stderr)
+        return 2
     except (OSError, PipelineInvalid) as exc:
         print(f"error: {args.file}:\n{exc}", file=sys.stderr)
         return 2
@@ -261,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"sluice {version('sluice')}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    v = sub.add_parser("validate", help="check manifests; prints every error with its path")
-    v.add_argument("files", nargs="+")
+    v = sub.add_parser("validate", help="check manifests; prints every error with its path (exit 1: problems)")
+    v.add_argument("files", nargs="+", help="files, directories (their *.yaml, *.yml, *.json) or - for stdin")
     v.add_argument(
         "--no-spark",
         dest="spark",
@@ -287,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
 
     s = sub.add_parser("schema", help="print the StreamingApp manifest's JSON Schema (for editors)")
     s.set_defaults(func=cmd_schema)
+
+    from .plan_command import add_plan_parser
+
+    add_plan_parser(sub)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -1,12 +1,25 @@
 """Rolling updates of a StreamingApp's pipeline: pure decisions, no I/O.
 
-diff: per streaming query, what a spec change needs by Spark's rules for one checkpoint.
-strategy: the cheapest safe strategy (or the refusal of an unsafe explicit one) and the planned rollout.
+sluice.api.rollout (shared with `sluice plan`): per streaming query, what a spec change needs by Spark's rules
+for one checkpoint, and the cheapest safe strategy (or the refusal of an unsafe explicit one).
+strategy: the planned rollout.
 plan: the rollout state machine kept in `status.rollout` (its models are in ..model); observed: what it
 reads; actions: what it says. decide: one pass of it as the operator carries it out.
 """
 
 from sluice.api.contract import QueryStep
+from sluice.api.rollout import (
+    Change,
+    QueryChange,
+    Reason,
+    Refusal,
+    SpecDiff,
+    choose_strategy,
+    classify,
+    query_steps,
+    safe_strategies,
+    unsafe_reasons,
+)
 
 from ..model import DriverRef, RolloutStatus, Strategy
 from .actions import (
@@ -16,17 +29,15 @@ from .actions import (
     DeleteDriver,
     Drain,
     Event,
-    Refusal,
     ReleaseRevision,
     Resume,
     StartDriver,
     Step,
     SwapQueries,
 )
-from .diff import Change, QueryChange, Reason, SpecDiff, classify
 from .observed import DriverFacts, Observed, QueryFacts, Target
 from .plan import diff_base, reverse_steps, step
-from .strategy import choose_strategy, plan, query_steps, safe_strategies, unsafe_reasons
+from .strategy import plan
 
 __all__ = [
     "Action",

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sluice.api.contract import QueryStep
+from sluice.api.rollout import Refusal
 
-from ..model import RolloutStatus, Strategy
+from ..model import RolloutStatus
 
 
 @dataclass(frozen=True)
@@ -94,17 +95,6 @@ class Event:
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """An explicit updateStrategy.type that cannot roll out the change safely, or a change only strategies the
-    caller does not carry out can roll out (reason StrategyNotAvailable): nothing is rolled out."""
-
-    requested: str
-    safe: tuple[Strategy, ...]
-    message: str
-    reason: str = "UnsafeUpdateStrategy"
 
 
 @dataclass(frozen=True)

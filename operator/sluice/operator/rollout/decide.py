@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from sluice.api.contract import DriverStatus, Migration, QueryStep
+from sluice.api.rollout import Change, Reason, SpecDiff
 
 from ..autoscaler.collect import format_time
 from ..model import RolloutStatus
 from .actions import Event, Step, SwapQueries, migrated_folder
-from .diff import Change, Reason, SpecDiff
 from .observed import DriverFacts, DriverState, Observed, QueryFacts, Target
 from .plan import step
 

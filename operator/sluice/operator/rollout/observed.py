@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from sluice.api.rollout import STRATEGIES_CHEAPEST_FIRST, SpecDiff
+
 from ..model import Strategy, UpdateStrategy
-from .diff import SpecDiff
-
-STRATEGIES_CHEAPEST_FIRST: tuple[Strategy, ...] = ("hotSwap", "fencedHandover", "checkpointMigration", "restart")
-
 
 DriverState = Literal["pending", "standby", "running", "draining", "drained", "failed"]
 

@@ -23,6 +23,7 @@ from functools import cached_property
 from typing import Literal, get_args
 
 from sluice.api.contract import QueryAction, QueryStep
+from sluice.api.rollout import Refusal
 
 from ..autoscaler.collect import format_time, parse_time
 from ..model import RolloutPhase, RolloutStatus, UpdateStrategy
@@ -41,7 +42,7 @@ from .actions import (
     migrated_folder,
 )
 from .observed import DriverFacts, Observed, QueryFacts, Target
-from .strategy import Refusal, deadline_after, plan
+from .strategy import deadline_after, plan
 
 HEALTHY_BATCHES = 3  # batches every query of a new revision completes before it is healthy
 CRASH_LOOP_RESTARTS = 3  # driver restarts since the rollout began that count as a crash loop

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sluice.operator.model import StreamingAppSpec
-from sluice.operator.rollout import Change, SpecDiff, choose_strategy, classify, safe_strategies
+from sluice.api.app import StreamingAppSpec
+from sluice.api.rollout import Change, SpecDiff, choose_strategy, classify, safe_strategies
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "pipelines" / "examples"
 Edit = Callable[[dict[str, Any]], None]

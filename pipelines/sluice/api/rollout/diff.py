@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from sluice.api.app import StreamingAppSpec
 from sluice.api.pipeline import Node, PipelineSpec, duration_ms
 
-from ..model import StreamingAppSpec
 from .spark_rules import (
     FILTERS_ALLOWED,
     MAP_LIKE,

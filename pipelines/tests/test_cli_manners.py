@@ -1,0 +1,127 @@
+"""The `sluice` command's manners, in subprocesses as a user runs it: `plan`'s exit codes and outputs, stdin,
+directories, multi-document files holding other kinds."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+WORDCOUNT = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "wordcount.yaml"
+CONFIG_MAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "b"}}
+
+
+def sluice(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sluice.pipelines.cli", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def app() -> dict[str, Any]:
+    return yaml.safe_load(WORDCOUNT.read_text())
+
+
+def write(path: Path, *documents: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump_all(documents))
+    return str(path)
+
+
+def with_filter(app: dict[str, Any], filter_: str = "length(word) > 1") -> dict[str, Any]:
+    changed = copy.deepcopy(app)
+    changed["spec"]["pipeline"]["nodes"][2]["filter"] = filter_
+    return changed
+
+
+def test_plan_of_an_unchanged_app_exits_0(app, tmp_path) -> None:
+    old = write(tmp_path / "old.yaml", app)
+    result = sluice("plan", old, "--from", old)
+    assert result.returncode == 0, result.stderr
+    assert "no rollout" in result.stdout
+
+
+def test_plan_of_a_filter_change_is_a_hot_swap_of_its_query_and_exits_1(app, tmp_path) -> None:
+    old, new = write(tmp_path / "old.yaml", app), write(tmp_path / "new.yaml", with_filter(app))
+    result = sluice("plan", new, "--from", old)
+    assert result.returncode == 1, result.stderr
+    assert "strategy: hotSwap (picked by auto)" in result.stdout
+    assert "spec.pipeline.nodes[2].filter" in result.stdout
+    (plan,) = json.loads(sluice("plan", new, "--from", old, "-o", "json").stdout)
+    assert (plan["app"], plan["strategy"], plan["changes"]) == ("wordcount", "hotSwap", True)
+    assert {q["name"]: q["action"] for q in plan["queries"]} == {"lines-dead-letters": "keep", "out": "restart"}
+    assert [o["strategy"] for o in plan["options"] if o["safe"]] == [
+        "hotSwap",
+        "fencedHandover",
+        "checkpointMigration",
+        "restart",
+    ]
+    assert yaml.safe_load(sluice("plan", new, "--from", old, "-o", "yaml").stdout) == [plan]
+
+
+def test_plan_says_why_a_stated_strategy_is_refused(app, tmp_path) -> None:
+    changed = copy.deepcopy(app)
+    changed["spec"]["pipeline"]["nodes"][3]["aggregate"]["window"]["tumbling"] = "10s"
+    changed["spec"]["updateStrategy"] = {"type": "hotSwap"}
+    old, new = write(tmp_path / "old.yaml", app), write(tmp_path / "new.yaml", changed)
+    result = sluice("plan", new, "--from", old, "-o", "json")
+    assert result.returncode == 1, result.stderr
+    (plan,) = json.loads(result.stdout)
+    assert plan["strategy"] is None and plan["auto"] == "checkpointMigration"
+    assert "spec.pipeline.nodes[3].aggregate.window" in plan["refusal"]
+
+
+def test_plan_reads_stdin_and_skips_other_kinds_by_name(app, tmp_path) -> None:
+    old = write(tmp_path / "old.yaml", app)
+    stdin = yaml.safe_dump_all([CONFIG_MAP, with_filter(app)])
+    result = sluice("plan", "-", "--from", old, stdin=stdin)
+    assert result.returncode == 1, result.stderr
+    assert "ConfigMap/settings: skipped (not a StreamingApp)" in result.stderr
+    assert "strategy: hotSwap" in result.stdout
+
+
+def test_plan_of_an_invalid_app_names_the_field_and_exits_2(app, tmp_path) -> None:
+    old = write(tmp_path / "old.yaml", app)
+    broken = copy.deepcopy(app)
+    broken["spec"]["pipeline"]["nodes"][2]["inputs"] = ["nowhere"]
+    result = sluice("plan", write(tmp_path / "new.yaml", broken), "--from", old)
+    assert result.returncode == 2
+    assert "spec.pipeline.nodes[2].inputs[0]" in result.stderr
+
+
+def test_plan_against_the_cluster_without_kubectl_says_what_to_do(app, tmp_path) -> None:
+    new = write(tmp_path / "new.yaml", app)
+    result = sluice("plan", new, env={**os.environ, "PATH": str(tmp_path)})
+    assert result.returncode == 2
+    assert "kubectl is not on PATH" in result.stderr and "--from" in result.stderr
+
+
+def test_validate_takes_a_directory_and_stdin_and_skips_other_kinds(app, tmp_path) -> None:
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    write(folder / "a.yaml", CONFIG_MAP, app)
+    write(folder / "b.yml", with_filter(app))
+    (folder / "notes.txt").write_text("not a manifest")
+    result = sluice("validate", "--no-spark", str(folder))
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines() == [
+        f"{folder / 'a.yaml'}: ConfigMap/settings: skipped (not a StreamingApp)",
+        f"{folder / 'a.yaml'}: wordcount: valid",
+        f"{folder / 'b.yml'}: wordcount: valid",
+    ]
+    broken = copy.deepcopy(app)
+    broken["spec"]["pipeline"]["nodes"][2]["inputs"] = ["nowhere"]
+    result = sluice("validate", "--no-spark", "-", stdin=yaml.safe_dump(broken))
+    assert result.returncode == 1
+    assert "spec.pipeline.nodes[2].inputs[0]" in result.stdout
