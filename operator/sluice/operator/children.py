@@ -531,9 +531,12 @@ def spark_application(
     return body
 
 
-def submitted_revision(spark_application: Mapping[str, Any]) -> str | None:
-    driver = (spark_application.get("spec") or {}).get("driver") or {}
-    return (driver.get("annotations") or {}).get(SUBMITTED_REVISION_ANNOTATION)
+def submitted_revision(spark_app: Mapping[str, Any] | None) -> str | None:
+    """The revision a SparkApplication was submitted for (None: none, or one made before rollouts)."""
+    if spark_app is None:
+        return None
+    annotations = ((spark_app.get("spec") or {}).get("driver") or {}).get("annotations") or {}
+    return annotations.get(SUBMITTED_REVISION_ANNOTATION)
 
 
 def kept_as_submitted(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:

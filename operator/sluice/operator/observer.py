@@ -27,19 +27,11 @@ class Drivers:
     addresses: dict[str, str] = field(default_factory=dict)
 
 
-def submitted_revision(spark_app: dict[str, Any] | None) -> str | None:
-    """The revision a SparkApplication was submitted for (None: none, or one made before rollouts)."""
-    if spark_app is None:
-        return None
-    annotations = ((spark_app.get("spec") or {}).get("driver") or {}).get("annotations") or {}
-    return annotations.get(ch.SUBMITTED_REVISION_ANNOTATION)
-
-
 def submitted_executors(spark_app: dict[str, Any] | None, submitted: str) -> int | None:
     """The executor count a running SparkApplication was submitted with, as recorded on it (a hand edit of
     its spec is repaired back to it): changing it would make spark-operator resubmit. A driver resubmitted
     for another revision (a restart) starts with today's count (None)."""
-    if spark_app is None or submitted_revision(spark_app) != submitted:
+    if spark_app is None or ch.submitted_revision(spark_app) != submitted:
         return None
     recorded = (spark_app["metadata"].get("annotations") or {}).get(ch.SUBMITTED_EXECUTORS_ANNOTATION, "")
     return int(recorded) if recorded.isdigit() else None
@@ -70,7 +62,7 @@ class Observer:
             obs.executors = sum(1 for s in executors.values() if s == "RUNNING")
         if not (status.get("driverInfo") or {}).get("podName"):
             return
-        pod, answer, address, obs.driver_error = self.ask_driver(namespace, status, submitted_revision(spark_app))
+        pod, answer, address, obs.driver_error = self.ask_driver(namespace, status, ch.submitted_revision(spark_app))
         if answer is not None:
             obs.driver, obs.driver_address = answer, address
             return
@@ -83,12 +75,13 @@ class Observer:
             return
         status = spark_app.get("status") or {}
         state = (status.get("applicationState") or {}).get("state")
-        pod, answer, address, _ = self.ask_driver(namespace, status, submitted_revision(spark_app))
+        pod, answer, address, _ = self.ask_driver(namespace, status, ch.submitted_revision(spark_app))
         if address is not None:
             drivers.addresses[name] = address
         restarts = int(status.get("executionAttempts") or 0)
         failure = driver_failure(pod)
-        drivers.facts[name] = driver_facts(name, submitted_revision(spark_app) or "", state, restarts, answer, failure)
+        submitted = ch.submitted_revision(spark_app) or ""
+        drivers.facts[name] = driver_facts(name, submitted, state, restarts, answer, failure)
 
     def ask_driver(
         self, namespace: str, spark_status: dict[str, Any], submitted: str | None

@@ -18,7 +18,7 @@ from sluice.api.contract import RunnerConfig
 from . import children as ch
 from .cluster import Cluster
 from .model import RolloutStatus, StreamingAppSpec
-from .observer import Drivers, Observer, submitted_revision
+from .observer import Drivers, Observer
 from .rollout import DriverFacts, Observed, Target, classify, diff_base
 from .rollout.decide import (
     RolloutDecision,
@@ -106,7 +106,7 @@ class Rollouts:
         facts = self._app_driver_facts(body, spark_app, obs, recorded, revision, specs, events)
         drivers, spark_apps = self._drivers(body, spark_app, obs, facts, recorded)
         observed = Observed(clock, frozenset(revisions), tuple(drivers.facts.values()))
-        submitted = submitted_revision(spark_app)
+        submitted = ch.submitted_revision(spark_app)
         decision = decide_rollout(
             body["metadata"]["name"],
             recorded.rollout,
@@ -173,7 +173,7 @@ class Rollouts:
         (rollout_actions.restart_behind_driver) and seen as the pending driver spark-operator starts next (its
         answer is no longer the pass's: nothing more is asked of it, and the status does not show it running)."""
         restarts = int(((spark_app or {}).get("status") or {}).get("executionAttempts") or 0)
-        submitted = submitted_revision(spark_app) or ""
+        submitted = ch.submitted_revision(spark_app) or ""
         facts = driver_facts(recorded.driver, submitted, obs.spark_state, restarts, obs.driver)
         claimed = runner_revision(recorded.rollout, recorded.stable, revision)  # what the status says it runs
         behind = driver_behind(recorded.rollout, facts if spark_app else None, claimed, revision)
@@ -227,7 +227,7 @@ class Rollouts:
         submitted_now = decision.submitted_revision
         if driver != recorded.driver:  # the handover's driver took over: what it was submitted for stays
             spark_apps.setdefault(driver, self.cluster.spark_application(namespace, driver))
-            submitted_now = submitted_revision(spark_apps[driver]) or runs
+            submitted_now = ch.submitted_revision(spark_apps[driver]) or runs
         folders = revision_checkpoints(runs, recorded.checkpoints, rollout)
         standby = on_standby(rollout, driver, driver, spec.updateStrategy.rollback.enabled)
         stable = decision.step.stable_revision
