@@ -160,6 +160,16 @@ def test_dashboard_shows_the_metrics_sluice_exports(chart_helm: Helm) -> None:
         "sluice_operator_scaling_decisions_total",
         "sluice_operator_reconciles_total",
         "sluice_operator_reconcile_duration_seconds_bucket",
+        "sluice_dead_letter_records_total",
+        "sluice_malformed_records_total",
+        "sluice_late_records_dropped_total",
+        "sluice_watermark_timestamp_seconds",
+        "sluice_state_rows",
+        "sluice_trigger_interval_seconds",
+        "sluice_operator_rollouts_total",
+        "sluice_operator_app_ready",
+        "sluice_operator_app_rollout_failed",
+        "process_resident_memory_bytes",
     ):
         assert any(needed in expr for expr in exprs), needed
 
@@ -176,6 +186,16 @@ def test_alerts_read_the_metrics_sluice_exports_and_the_monitors_jobs(chart_helm
     assert f'job="ops/{pod_monitor["metadata"]["name"]}"' in alerts["SluiceOperatorDown"]
     assert 'job="sluice-app"' in alerts["SluiceDriverDown"]
     assert "> 1000000" in alerts["SluiceKafkaBacklogHigh"]
+    assert "> 1" in alerts["SluiceDeadLetters"] and "sluice_dead_letter_records_total" in alerts["SluiceDeadLetters"]
+    for alert, metric in (
+        ("SluiceAppNotReady", "sluice_operator_app_ready"),
+        ("SluiceRolloutRolledBack", "sluice_operator_app_rollout_failed"),
+        ("SluiceKafkaBacklogGrowing", "sluice_kafka_backlog_records"),
+        ("SluiceDriverRestarted", "process_start_time_seconds"),
+    ):
+        assert metric in alerts[alert], alert
+    growing = next(r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "SluiceKafkaBacklogGrowing")
+    assert growing["for"] == "15m"
     no_rules = {"monitoring": {"enabled": True, "rules": {"enabled": False}}}
     assert (
         of_kind(

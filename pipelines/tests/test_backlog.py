@@ -11,7 +11,7 @@ from sluice.api.pipeline import FromKafka, ProcessingTime
 from sluice.pipelines.control.backlog import kafka_offsets, source_partitions, source_topics, topic_backlogs
 from sluice.pipelines.control.executors import host_of, least_loaded
 from sluice.pipelines.control.latest import LatestOffsets, LatestOffsetsUnavailable
-from sluice.pipelines.control.status import partitions_by_bootstrap, source_tasks, trigger_interval_ms
+from sluice.pipelines.control.status import partitions_by_bootstrap, source_tasks
 from sluice.pipelines.metrics import PipelineMetrics, QueryRecord, RunningBatches
 from sluice.testbed.common import free_port
 
@@ -159,6 +159,9 @@ def test_metrics_keep_totals_and_export_the_backlog_per_topic():
     record = metrics.queries()["out"]
     assert (record.batches, record.input_rows, record.busy_ms) == (2, 40, 12)
     assert metrics.registry.get_sample_value("sluice_kafka_backlog_records", {"app": "app", "topic": "lines"}) == 20
+    resident = metrics.registry.get_sample_value("process_resident_memory_bytes")
+    assert resident is not None and resident > 0, "the runner's own memory (the soak's and the dashboard's)"
+    assert metrics.registry.get_sample_value("process_start_time_seconds"), "what SluiceDriverRestarted reads"
 
 
 def test_source_tasks_take_partitions_or_min_partitions():
@@ -174,9 +177,9 @@ def test_source_tasks_take_partitions_or_min_partitions():
 
 
 def test_trigger_interval():
-    assert trigger_interval_ms(ProcessingTime(processingTime="2s")) == 2000
-    assert trigger_interval_ms(ProcessingTime(realTime="5m")) == 300_000
-    assert trigger_interval_ms(ProcessingTime(availableNow=True)) is None
+    assert ProcessingTime(processingTime="2s").interval_ms == 2000
+    assert ProcessingTime(realTime="5m").interval_ms == 300_000
+    assert ProcessingTime(availableNow=True).interval_ms is None
 
 
 def test_scale_down_stops_the_least_loaded_executors_newest_first():

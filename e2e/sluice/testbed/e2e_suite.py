@@ -65,7 +65,14 @@ PROMETHEUS_PEER = {
 }
 JAVA_FRAME = re.compile(r"\s+at \S+\(|\s+\.\.\. \d+ more$")  # a stack frame of a Java exception: left out of dumps
 # Counters with labels export a series only once counted: their queries may be empty on a healthy cluster.
-SERIES_ONLY_ONCE_COUNTED = ("sluice_operator_reconcile_errors_total", "sluice_operator_scaling_decisions_total")
+SERIES_ONLY_ONCE_COUNTED = (  # no series before the first count: none may have happened by the monitoring step
+    "sluice_operator_reconcile_errors_total",
+    "sluice_operator_scaling_decisions_total",
+    "sluice_operator_rollouts_total",
+    "sluice_dead_letter_records_total",
+    "sluice_malformed_records_total",
+)
+ALERT_RULES = {"for": "5s", "backlogRecords": 50}  # the autoscale step's stepped-up load passes 50 for ~30 s
 
 # Cluster-level waits poll kubectl: every 2 s is often enough.
 wait_for = functools.partial(wait_for, interval=2.0)
@@ -1101,8 +1108,8 @@ class E2ESuite:
             values["networkPolicy"]["kafkaPorts"] = sorted(
                 {*ports, *bootstrap_ports(self.secured_kafka_access.bootstrap)}
             )
-        if self.prometheus:
-            values["monitoring"] = {"enabled": True, "interval": MONITORING_INTERVAL}
+        if self.prometheus:  # alerts that fire within a step: the lag and rollback ones are checked to
+            values["monitoring"] = {"enabled": True, "interval": MONITORING_INTERVAL, "rules": ALERT_RULES}
             values["networkPolicy"]["metricsFrom"] = [PROMETHEUS_PEER]
         if self.object_store_access is not None:  # the production default: checkpoints on the object store
             values["checkpoints"] = self.object_store_access.chart_values()
@@ -1318,6 +1325,21 @@ class E2ESuite:
             "prometheus_resident_mib": round(float(memory["value"][1]) / 2**20, 1),
         }
         print(json.dumps(self.monitoring_report, indent=1))
+
+    def alert_fired(self, alert: str, timeout: float = 90, **labels: str) -> bool:
+        """The chart's `alert` fires for the series with `labels` (firing now, or in the last 15 minutes), in the
+        test bed's Prometheus; False where the cluster has none."""
+        if not self.prometheus:
+            return False
+        prometheus = Prometheus(self.target.kubectl)
+        matchers = ", ".join(f'{k}="{v}"' for k, v in {"alertname": alert, "alertstate": "firing", **labels}.items())
+        wait_for(
+            lambda: prometheus.query(f"max_over_time(ALERTS{{{matchers}}}[15m])"),
+            timeout=timeout,
+            what=f"the alert {alert} ({labels}) to fire",
+            interval=5,
+        )
+        return True
 
     def deploy_app(self) -> None:
         """The word count with no spec.checkpoint: the operator's store (the object store, where the cluster has
@@ -1612,6 +1634,7 @@ class E2ESuite:
             )
             report["seconds_to_catch_up"] = round(time.monotonic() - stepped, 1)
             report["peak_executors"] = max(w["pods"] for w in timeline)
+            report["backlog_alert_fired"] = self.alert_fired("SluiceKafkaBacklogHigh", app=name)
         finally:
             sent = load.stop()
         stopped = time.monotonic()
@@ -1775,6 +1798,7 @@ class E2ESuite:
         rollout_condition = {c["type"]: c for c in status["conditions"]}["Rollout"]
         assert (rollout_condition["status"], rollout_condition["reason"]) == ("False", "RolledBack"), rollout_condition
         assert self.driver_identity() == before, "a refused revision changes nothing in the driver"
+        self.alert_fired("SluiceRolloutRolledBack", app=self.app_name)
         self.send(["zeta", "alpha"])
         self.expected["zeta"] -= 20  # the stable filter still drops zeta
         self.assert_counts()

@@ -96,7 +96,7 @@ def _record(trigger: str, outcome: Outcome, body: kopf.Body) -> None:
     metrics.APPS.clear()
     for phase, count in Counter(_phases.values()).items():
         metrics.APPS.labels(phase).set(count)
-    metrics.record_scaling(meta["namespace"], meta["name"], status)
+    metrics.record_app(meta["namespace"], meta["name"], status, (reason for _, reason, _ in outcome.events))
     for kind in outcome.scaling_kinds:
         metrics.SCALING_DECISIONS.labels(kind).inc()
     for event_type, reason, message in outcome.events:

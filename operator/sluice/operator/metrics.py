@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -27,14 +28,59 @@ SCALING_DECISIONS = Counter(
 )
 
 
-def record_scaling(namespace: str, app: str, status: dict[str, Any]) -> None:
+ROLLOUTS = Counter(
+    "sluice_operator_rollouts",
+    "Rollouts that ended, by result: Complete, RolledBack, Failed; Refused: a stated strategy refused the change",
+    ["app_namespace", "app", "result"],
+)
+APP_READY = Gauge(
+    "sluice_operator_app_ready",
+    "1 while the app processes records (its Ready condition), else 0; no series while it is suspended",
+    ["app_namespace", "app"],
+)
+ROLLOUT_FAILED = Gauge(
+    "sluice_operator_app_rollout_failed",
+    "1 while the app's spec does not run because its rollout rolled back, failed or was refused (its Rollout "
+    "condition is False): the revision before runs",
+    ["app_namespace", "app"],
+)
+ROLLOUT_RESULTS = {
+    "RolloutComplete": "Complete",
+    "RolledBack": "RolledBack",
+    "RolloutFailed": "Failed",
+    "UnsafeUpdateStrategy": "Refused",
+    "StrategyNotAvailable": "Refused",
+}
+PER_APP = (DESIRED_EXECUTORS, APP_READY, ROLLOUT_FAILED)
+
+
+def record_app(namespace: str, app: str, status: dict[str, Any], event_reasons: Iterable[str]) -> None:
+    """The app's series after a pass: its executors asked for, whether it is Ready, whether its spec runs, the
+    rollouts that ended in the pass."""
     desired = status.get("desiredExecutors")
     if desired is None:
-        forget_app(namespace, app)
+        _forget(DESIRED_EXECUTORS, namespace, app)
     else:
         DESIRED_EXECUTORS.labels(namespace, app).set(desired)
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready", {})
+    if ready.get("reason") == "Suspended":
+        _forget(APP_READY, namespace, app)
+    else:
+        APP_READY.labels(namespace, app).set(1 if ready.get("status") == "True" else 0)
+    ROLLOUT_FAILED.labels(namespace, app).set(1 if conditions.get("Rollout", {}).get("status") == "False" else 0)
+    for reason in event_reasons:
+        if reason in ROLLOUT_RESULTS:
+            ROLLOUTS.labels(namespace, app, ROLLOUT_RESULTS[reason]).inc()
 
 
 def forget_app(namespace: str, app: str) -> None:
+    for gauge in PER_APP:
+        _forget(gauge, namespace, app)
+    for result in set(ROLLOUT_RESULTS.values()):
+        _forget(ROLLOUTS, namespace, app, result)
+
+
+def _forget(metric: Gauge | Counter, *labels: str) -> None:
     with contextlib.suppress(KeyError):
-        DESIRED_EXECUTORS.remove(namespace, app)
+        metric.remove(*labels)

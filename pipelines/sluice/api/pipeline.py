@@ -532,6 +532,12 @@ class ProcessingTime(Strict):
             raise ValueError("set exactly one of 'processingTime', 'availableNow' or 'realTime'")
         return self
 
+    @property
+    def interval_ms(self) -> int | None:
+        """The processing-time interval, or real-time mode's batch length; None for availableNow."""
+        interval = self.processingTime or self.realTime
+        return duration_ms(interval) if interval else None
+
 
 class DeadLetter(Strict):
     """Where malformed records (and, if asked, late records) go, with the error and the original bytes."""

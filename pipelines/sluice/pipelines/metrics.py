@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
 from pyspark.sql.streaming import StreamingQueryListener
 
 from sluice.api.contract import TopicStatus
@@ -97,7 +97,10 @@ class RunningBatches:
 
 class PipelineMetrics:
     def __init__(self, app: str, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        if registry is None:  # the runner's own: process_* (its RSS; process_start_time_seconds: driver restarts)
+            registry = CollectorRegistry()
+            ProcessCollector(registry=registry)
+        self.registry = registry
         self.app = app
         q = ["app", "query"]
         r = self.registry
@@ -106,6 +109,9 @@ class PipelineMetrics:
             "sluice_processed_rows_per_second", "Processed rows/s of the last batch", q, registry=r
         )
         self.batch_duration = Gauge("sluice_batch_duration_seconds", "Duration of the last batch", q, registry=r)
+        self.trigger_interval = Gauge(
+            "sluice_trigger_interval_seconds", "The query's trigger interval (0: as fast as it can)", q, registry=r
+        )
         self.input_rows = Counter("sluice_input_rows", "Rows read", q, registry=r)
         self.batches = Counter("sluice_batches", "Micro-batches completed", q, registry=r)
         self.lag = Gauge(

@@ -434,6 +434,8 @@ class PipelineRun:
         self.queries.append(query)
         self.query_revisions[plan.name] = config.revision
         self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
+        interval = config.pipeline.trigger.interval_ms or 0
+        self.metrics.trigger_interval.labels(app=self.metrics.app, query=plan.name).set(interval / 1000)
         return query
 
     # ------------------------------------------------------------------------------- hot swap

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.api.contract import DriverStatus, QueryStatus, in_app
-from sluice.api.pipeline import FromKafka, ProcessingTime, duration_ms
+from sluice.api.pipeline import FromKafka, ProcessingTime
 
 from ..metrics import QueryRecord, RunningBatches
 from ..plancheck import error_summary
@@ -24,12 +24,6 @@ if TYPE_CHECKING:
     from ..pipeline_run import PipelineRun
 
 log = logging.getLogger("sluice.control")
-
-
-def trigger_interval_ms(trigger: ProcessingTime) -> int | None:
-    """The processing-time interval, or real-time mode's batch length; None for availableNow."""
-    interval = trigger.processingTime or trigger.realTime
-    return duration_ms(interval) if interval else None
 
 
 def subscribed_topics(source: FromKafka, known_topics: Iterable[str]) -> list[str]:
@@ -91,7 +85,7 @@ def query_status(
         inputRowsPerSecond=progress.get("inputRowsPerSecond"),
         processedRowsPerSecond=progress.get("processedRowsPerSecond"),
         lastBatchDurationMs=int(duration) if duration is not None else None,
-        triggerIntervalMs=trigger_interval_ms(trigger),
+        triggerIntervalMs=trigger.interval_ms,
         stateful=bool(progress.get("stateOperators")),
         topics=source_topics(progress),
     )
