@@ -44,8 +44,9 @@ lint: $(STAMP) ## ruff (rules and format), the import contracts in pyproject.tom
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/mypy
 
-docs: ## render docs/diagrams/*.dot to docs/*.svg (Graphviz, from Debian when missing)
+docs: $(STAMP) ## render docs/diagrams/*.dot to docs/*.svg (Graphviz, from Debian when missing), the word count's drawn by sluice graph
 	@command -v dot >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; }
+	$(PY) -m sluice.pipelines.cli graph pipelines/examples/wordcount.yaml --to docs/diagrams/wordcount-pipeline.dot
 	for f in docs/diagrams/*.dot; do dot -Tsvg "$$f" -o "docs/$$(basename "$${f%.dot}").svg"; done
 
 format: $(STAMP)

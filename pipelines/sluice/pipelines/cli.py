@@ -1,4 +1,5 @@
-"""The `sluice` command: validate manifests, run an app locally with a live view, plan a change, print the schema.
+"""The `sluice` command: validate manifests, run an app locally with a live view, plan a change, draw a pipeline,
+print the schema.
 
 Exit codes (docs/cli.md): 0 done (valid, no change, the run ended); 1 the answer is "problems" (validate),
 "changes" (plan) or a query failed (run); 2 it could not be done (usage, unreadable or invalid input, no cluster
@@ -299,9 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("schema", help="print the StreamingApp manifest's JSON Schema (for editors)")
     s.set_defaults(func=cmd_schema)
 
+    from .graph_command import add_graph_parser
     from .plan_command import add_plan_parser
 
     add_plan_parser(sub)
+    add_graph_parser(sub)
 
     args = parser.parse_args(argv)
     return args.func(args)

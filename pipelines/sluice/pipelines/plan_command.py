@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +24,8 @@ from sluice.api.contract import REVISION_SPEC_FILE, revision_configmap_name
 from sluice.api.rollout import ChangePlan, plan_change, runs_like
 from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
 from sluice.api.validation import PipelineDocument, PipelineInvalid, load_documents, manifest_files
+
+from .kubectl import KubectlError, add_cluster_flags, kubectl_json
 
 NO_CHANGE, CHANGES, ERROR = 0, 1, 2
 TERMINAL_PHASES = ("Complete", "RolledBack", "Failed")
@@ -68,9 +68,7 @@ def add_plan_parser(sub: Any) -> None:
     )
     p.add_argument("files", nargs="+", help="the changed apps: files, directories (*.yaml, *.yml, *.json) or -")
     p.add_argument("--from", dest="base", help="compare with this file's app of the same name, not the cluster's")
-    p.add_argument("-n", "--namespace", help="the apps' namespace where the manifest names none")
-    p.add_argument("--context", help="the kubeconfig context (kubectl's default)")
-    p.add_argument("--kubeconfig", help="the kubeconfig file (kubectl's default)")
+    add_cluster_flags(p)
     p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     p.set_defaults(func=cmd_plan)
 
@@ -88,7 +86,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for document in documents:
             try:
                 result = plan_document(document, args)
-            except PlanError as exc:
+            except (PlanError, KubectlError) as exc:
                 print(f"error: {path}: {exc}", file=sys.stderr)
                 errors += 1
                 continue
@@ -134,12 +132,15 @@ def file_base(path: str, name: str) -> Base:
 def cluster_base(name: str, namespace: str | None, args: argparse.Namespace) -> Base:
     """The stable revision's spec as the operator kept it (what its next rollout diffs with), and what the
     app's status says about changes applied now."""
-    app = kubectl_json(args, namespace, "get", "streamingapp", name)
+    without = "compare with a file (--from OLD.yaml)"
+    app = kubectl_json(args, namespace, "get", "streamingapp", name, without=without)
     status = app.get("status") or {}
     revision = status.get("stableRevision") or status.get("revision")
     if not revision:
         raise PlanError(f"streamingapp/{name} has no running revision yet: there is nothing to compare with")
-    configmap = kubectl_json(args, namespace, "get", "configmap", revision_configmap_name(name, revision))
+    configmap = kubectl_json(
+        args, namespace, "get", "configmap", revision_configmap_name(name, revision), without=without
+    )
     text = (configmap.get("data") or {}).get(REVISION_SPEC_FILE)
     if not text:
         raise PlanError(f"configmap/{revision_configmap_name(name, revision)} keeps no {REVISION_SPEC_FILE}")
@@ -155,19 +156,6 @@ def cluster_base(name: str, namespace: str | None, args: argparse.Namespace) -> 
         notes.append(f"the app is {status['phase']}: a driver that is starting runs the new revision as it starts")
     where = f"{namespace}/" if namespace else ""
     return Base(spec, f"revision {revision} of streamingapp {where}{name}", tuple(notes))
-
-
-def kubectl_json(args: argparse.Namespace, namespace: str | None, *command: str) -> dict[str, Any]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise PlanError("kubectl is not on PATH: install it, or compare with a file (--from OLD.yaml)")
-    flags = [f"--{key}={value}" for key in ("context", "kubeconfig") if (value := getattr(args, key, None))]
-    if namespace:
-        flags.append(f"--namespace={namespace}")
-    result = subprocess.run([kubectl, *flags, *command, "-o", "json"], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise PlanError(f"kubectl {' '.join(command)}: {result.stderr.strip() or 'failed'}")
-    return dict(json.loads(result.stdout))
 
 
 def print_results(results: list[PlanResult], output: str) -> None:
