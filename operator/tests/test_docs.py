@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import get_args
 
-from sluice.operator.model import RolloutPhase
+from sluice.operator.model import ConditionType, RolloutPhase
 from sluice.testbed.common import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
@@ -33,3 +33,28 @@ def test_the_readme_links_to_pages_that_exist() -> None:
     assert len(links) >= 8
     missing = [link for link in links if not (REPO_ROOT / link).exists()]
     assert missing == []
+
+
+def written_reasons() -> set[str]:
+    """The CamelCase reasons the operator writes into conditions: its named reasons, the literals where the
+    conditions are made, the rollout's phases and refusals."""
+    import inspect
+
+    from sluice.api.rollout import choice
+    from sluice.operator import status
+    from sluice.operator.rollout import decide
+
+    named = {value for name, value in vars(status).items() if name.isupper() and isinstance(value, str)}
+    makers = (status.conditions_for, status.with_ready, status.checkpoint_condition, decide.rollout_condition)
+    literals = {m for f in makers for m in re.findall(r'"([A-Z][a-z]+(?:[A-Z][a-z]+)*)"', inspect.getsource(f))}
+    refusals = set(re.findall(r'reason="([A-Za-z]+)"', inspect.getsource(choice))) | {choice.Refusal.reason}
+    found = {r for r in named | literals | refusals if re.fullmatch(r"[A-Z][A-Za-z]+", r)} | set(get_args(RolloutPhase))
+    not_reasons = {*get_args(ConditionType), "True", "False", "Bound", *(m for m in found if m.startswith("ReadWrite"))}
+    return found - not_reasons  # condition types, statuses, a claim's phase and access modes
+
+
+def test_the_troubleshooting_page_names_every_reason_the_operator_writes() -> None:
+    page = (DOCS / "troubleshooting.md").read_text()
+    reasons = written_reasons()
+    assert {"InvalidSpec", "KafkaLoginFailed", "ClaimPending", "DriverUnschedulable", "StrategyNotAvailable"} <= reasons
+    assert sorted(r for r in reasons if f"`{r}`" not in page) == []
