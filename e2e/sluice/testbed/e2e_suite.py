@@ -1326,6 +1326,17 @@ class E2ESuite:
         }
         print(json.dumps(self.monitoring_report, indent=1))
 
+    def sluice_cli(self, *args: str, stdin: str | None = None) -> str:
+        """The `sluice` command as a user runs it against this cluster (kubectl on PATH, its kubeconfig): stdout."""
+        from .kube import kubernetes_binaries
+
+        kubectl = kubernetes_binaries("kubectl")["kubectl"]
+        env = {**os.environ, "PATH": f"{kubectl.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        command = [sys.executable, "-m", "sluice.pipelines.cli", *args, f"--kubeconfig={self.target.kubeconfig}"]
+        result = subprocess.run(command, capture_output=True, text=True, input=stdin, env=env, timeout=120)
+        assert result.returncode == 0, f"sluice {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
     def alert_fired(self, alert: str, timeout: float = 90, **labels: str) -> bool:
         """The chart's `alert` fires for the series with `labels` (firing now, or in the last 15 minutes), in the
         test bed's Prometheus; False where the cluster has none."""
@@ -1395,6 +1406,9 @@ class E2ESuite:
             ).stdout
         )["items"]
         assert executors and all(p["metadata"]["labels"]["spark-role"] == "executor" for p in executors), scale
+        drawn = self.sluice_cli("graph", "-", "--live", stdin=yaml.safe_dump(self.app))
+        live = re.search(r"backlog [\d,]+ records", drawn) and "out\\ntoKafka" in drawn and "running: in " in drawn
+        assert live, f"sluice graph --live drew:\n{drawn}"
         if self.previous is None:  # an earlier release keeps its checkpoints where it chose (operator_upgrade)
             self.assert_checkpoints_in_store()
 
