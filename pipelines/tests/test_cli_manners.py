@@ -125,3 +125,12 @@ def test_validate_takes_a_directory_and_stdin_and_skips_other_kinds(app, tmp_pat
     result = sluice("validate", "--no-spark", "-", stdin=yaml.safe_dump(broken))
     assert result.returncode == 1
     assert "spec.pipeline.nodes[2].inputs[0]" in result.stdout
+
+
+def test_other_kinds_are_skipped_but_a_runner_config_is_the_runners_to_read() -> None:
+    from sluice.api.validation import document_from
+
+    assert document_from(CONFIG_MAP, "f.yaml").other_kind == "ConfigMap/settings"
+    runner = {"apiVersion": "sluice.dev/v1alpha1", "kind": "RunnerConfig", "app": "a"}
+    document = document_from(runner, "runner.json")
+    assert document.other_kind is None and document.pipeline == runner, "the driver reads its config whole"

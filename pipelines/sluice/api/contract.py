@@ -17,6 +17,7 @@ from .pipeline import PipelineSpec, Strict
 
 API_VERSION: Final = "sluice.dev/v1alpha1"
 RUNNER_CONFIG_FILE = "runner.json"
+RUNNER_CONFIG_KIND = "RunnerConfig"
 REVISION_SPEC_FILE = "spec.json"  # in a revision's ConfigMap: the app's spec of that revision (what rollouts diff)
 DEFAULT_CONTROL_PORT = 9090
 MAX_EXECUTORS = 1000

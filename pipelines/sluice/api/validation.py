@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from .contract import RUNNER_CONFIG_KIND
 from .pipeline import DURATION_PATTERN, OPERATIONS, SIGNED_DURATION_PATTERN, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
 
 
@@ -87,7 +88,8 @@ def document_from(doc: Any, source: str) -> PipelineDocument:
         spec = doc.get("spec") or {}
         pipeline = spec.get("pipeline") if isinstance(spec, dict) else None
         return PipelineDocument(source, pipeline, "spec.pipeline", doc)
-    if isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc:  # a Kubernetes object, not an app
+    if isinstance(doc, dict) and "apiVersion" in doc and doc.get("kind") not in (None, RUNNER_CONFIG_KIND):
+        # a Kubernetes object of another kind (a RunnerConfig is the runner's to read, whole)
         name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
         return PipelineDocument(source, None, "", doc, other_kind=f"{doc['kind']}/{name or '?'}")
     return PipelineDocument(source, doc, "")

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from sluice.api.contract import DEFAULT_CONTROL_PORT, RunnerConfig, in_app
+from sluice.api.contract import DEFAULT_CONTROL_PORT, RUNNER_CONFIG_KIND, RunnerConfig, in_app
 from sluice.api.validation import (
     PipelineInvalid,
     Problem,
@@ -93,7 +93,7 @@ def runner_config(args: argparse.Namespace) -> tuple[RunnerConfig, str]:
     """What to run, and where its pipeline sits in the file (the prefix of error paths)."""
     document = load_documents(args.file)[0]
     data = document.pipeline
-    if isinstance(data, dict) and data.get("kind") == "RunnerConfig":
+    if isinstance(data, dict) and data.get("kind") == RUNNER_CONFIG_KIND:
         given = [flag for dest, flag in CONFIG_FLAGS.items() if getattr(args, dest) is not None]
         if given:
             raise PipelineInvalid(
