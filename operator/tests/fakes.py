@@ -77,13 +77,23 @@ class FakeKube:
         """A merge patch, recorded (the status writes a pass makes)."""
         self.patches.append((kind, name, sub, copy.deepcopy(patch)))
         target = self.objects[(kind, namespace, name)]
-        for key, value in patch.items():
-            target[key] = {**(target.get(key) or {}), **value} if isinstance(value, dict) else value
+        merge_patch(target, patch)
         return target
 
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
         if self.objects.pop((kind, namespace, name), None) is not None:
             self.deleted.append((kind, name))
+
+
+def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386, as the API server applies it: objects merge key by key, null removes, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 class FakeDriver:

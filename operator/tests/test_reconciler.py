@@ -107,8 +107,23 @@ def test_a_driver_an_earlier_release_submitted_is_kept_and_an_edit_by_hand_is_un
     earlier = {**ours, "metadata": {**ours["metadata"], "annotations": {}}, "spec": {**ours["spec"], "sparkConf": {}}}
     kube.objects[key] = earlier  # as an earlier release submitted it: rendered otherwise, no rendering hash
     app = reconcile(reconciler, app_manifest("word != ''") | {"status": app["status"]}, clock=1005.0)
-    assert kube.objects[key]["spec"] == earlier["spec"], "kept as submitted: no resubmission"
+    kept = kube.objects[key]
+    assert kept["spec"] == earlier["spec"], "kept as submitted: no resubmission"
+    assert (
+        kept["metadata"]["annotations"][ch.RUNTIME_ANNOTATION] == ours["metadata"]["annotations"][ch.RUNTIME_ANNOTATION]
+    ), "the runtime it runs, stamped"
+    assert kept["metadata"]["labels"] == ours["metadata"]["labels"]
 
-    kube.objects[key] = {**ours, "spec": {**ours["spec"], "executor": {**ours["spec"]["executor"], "instances": 9}}}
-    reconcile(reconciler, app_manifest("word != ''") | {"status": app["status"]}, clock=1010.0)
-    assert kube.objects[key]["spec"] == ours["spec"], "an edit by hand of what this operator rendered is undone"
+    tuned = app_manifest("word != ''")
+    tuned["spec"].setdefault("spark", {})["sparkConf"] = {"spark.sql.shuffle.partitions": "7"}
+    app = reconcile(reconciler, tuned | {"status": app["status"]}, clock=1007.0)
+    assert kube.objects[key]["spec"]["sparkConf"]["spark.sql.shuffle.partitions"] == "7", "a runtime change applies"
+    assert app["status"]["stableRevision"] == app["status"]["revision"]
+
+    applied = kube.objects[key]
+    kube.objects[key] = {
+        **applied,
+        "spec": {**applied["spec"], "executor": {**applied["spec"]["executor"], "instances": 9}},
+    }
+    reconcile(reconciler, tuned | {"status": app["status"]}, clock=1010.0)
+    assert kube.objects[key]["spec"] == applied["spec"], "an edit by hand of what this operator rendered is undone"

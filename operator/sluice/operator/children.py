@@ -15,12 +15,12 @@ from typing import Any
 
 from sluice.api.app import (
     CHECKPOINT_VOLUME,
-    CLAIM_LOCATION,
     CONTROL_VOLUME,
     KAFKA_SECRET_VOLUME_PREFIX,
     PIPELINE_VOLUME,
     S3A_SCHEME,
     S3Spec,
+    revision,
 )
 from sluice.api.contract import (
     DEFAULT_CONTROL_PORT,
@@ -43,8 +43,10 @@ SUBMITTED_EXECUTORS_ANNOTATION = "sluice.dev/submitted-executors"
 # On the driver pod template: the revision the SparkApplication was submitted for. spark-operator resubmits
 # on any spec change, so it changes only when a rollout restarts the driver (a hot swap does not).
 SUBMITTED_REVISION_ANNOTATION = "sluice.dev/submitted-revision"
-# On the SparkApplication: a hash of its spec as this operator rendered it (kept_as_submitted reads it).
+# On the SparkApplication, for kept_as_submitted: a hash of its spec as this operator rendered it, and one of the
+# app's runtime it was rendered from (what only a new driver applies).
 RENDERED_ANNOTATION = "sluice.dev/rendered"
+RUNTIME_ANNOTATION = "sluice.dev/runtime"
 CONTROL_PORT = DEFAULT_CONTROL_PORT  # the driver's control API: /metrics, /healthz, /v1/...
 RUNNER_FILE = "local:///opt/sluice/runner.py"
 PIPELINE_MOUNT = "/etc/sluice"
@@ -73,26 +75,6 @@ def labels(app: str, component: str) -> dict[str, str]:
 def executor_selector(app: str) -> str:
     """The app's executor pods as a label selector (status.selector: the scale subresource's)."""
     return f"{APP_LABEL}={app},app.kubernetes.io/component=executor"
-
-
-def revision(spec: StreamingAppSpec) -> str:
-    """Identifies what the driver runs: the pipeline, its Kafka, its checkpoint and the image, as the user
-    wrote them. Fields left at their defaults are not hashed, so an operator release that adds a defaulted
-    field does not make a new revision (and restart every app)."""
-
-    def written(model: Any) -> Any:
-        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-
-    checkpoint = written(spec.checkpoint)
-    if checkpoint.get("location") == CLAIM_LOCATION:  # the default before the operator's store: same revisions
-        del checkpoint["location"]
-    identity = {
-        "pipeline": written(spec.pipeline),
-        "kafka": written(spec.kafka),
-        "checkpoint": checkpoint,
-        "image": spec.spark.image,
-    }
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def runner_configmap_name(app: str) -> str:
@@ -526,9 +508,24 @@ def spark_application(
             "executor": executor,
         },
     }
-    rendered = hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:16]
-    body["metadata"]["annotations"][RENDERED_ANNOTATION] = rendered
+    body["metadata"]["annotations"] |= {RENDERED_ANNOTATION: _digest(body["spec"]), RUNTIME_ANNOTATION: runtime(spec)}
     return body
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def runtime(spec: StreamingAppSpec) -> str:
+    """A hash of what the app's SparkApplication is rendered from and only a new driver applies: its Spark
+    settings, its Kafka login, its checkpoint. Fields left at their defaults are not hashed, so a release that
+    adds a defaulted field does not change it."""
+
+    def written(model: Any) -> Any:
+        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True) if model is not None else None
+
+    kafka = {"tls": written(spec.kafka.tls), "authentication": written(spec.kafka.authentication)}
+    return _digest({"spark": written(spec.spark), "kafka": kafka, "checkpoint": written(spec.checkpoint)})
 
 
 def submitted_revision(spark_app: Mapping[str, Any] | None) -> str | None:
@@ -541,14 +538,17 @@ def submitted_revision(spark_app: Mapping[str, Any] | None) -> str | None:
 
 def kept_as_submitted(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
     """Whether the driver's SparkApplication stays as it is though this operator renders it otherwise: it was
-    submitted for the revision it should be, by another operator release or other settings. spark-operator
-    restarts the driver on any change of the spec, and a new rendering is no reason to restart an app: it applies
-    when the app next needs a new driver. A SparkApplication this operator rendered is applied as usual, so an
-    edit by hand is undone."""
+    submitted for the revision and the runtime it should be (a release before the runtime hash: for the revision),
+    by another operator release or under other settings. spark-operator restarts the driver on any change of the
+    spec, and a new rendering is no reason to restart an app: it applies when the app next needs a new driver.
+    A change of the app's runtime (resources, sparkConf, …) is one: applied, as spark-operator's resubmission.
+    A SparkApplication this operator rendered is applied as usual, so an edit by hand is undone."""
     if current is None or submitted_revision(current) != submitted_revision(desired):
         return False
-    rendered = (current.get("metadata", {}).get("annotations") or {}).get(RENDERED_ANNOTATION)
-    return rendered != desired["metadata"]["annotations"][RENDERED_ANNOTATION]
+    annotations, wanted = current.get("metadata", {}).get("annotations") or {}, desired["metadata"]["annotations"]
+    if annotations.get(RENDERED_ANNOTATION) == wanted[RENDERED_ANNOTATION]:
+        return False
+    return annotations.get(RUNTIME_ANNOTATION) in (None, wanted[RUNTIME_ANNOTATION])
 
 
 def service_account(app: str, namespace: str, spec: StreamingAppSpec) -> dict[str, Any]:

@@ -251,13 +251,20 @@ class Cluster:
         self._prune_pipeline_configmaps(namespace, app, keep)
 
     def _relabel(self, child: dict[str, Any], current: dict[str, Any]) -> None:
-        """Only the labels (the revision the driver runs) of a SparkApplication kept as submitted: spark-operator
-        restarts the driver on a change of its spec, not of its metadata."""
-        labels = child["metadata"].get("labels") or {}
-        if (current.get("metadata", {}).get("labels") or {}) != labels:
-            meta = child["metadata"]
-            body = {"metadata": {"labels": labels}}
-            self.kube.patch(child["apiVersion"], child["kind"], meta["namespace"], meta["name"], body)
+        """Only the labels of a SparkApplication kept as submitted (the revision its driver runs), and the runtime
+        it runs where an earlier release did not stamp it: spark-operator restarts the driver on a change of its
+        spec, not of its metadata."""
+        meta, now = child["metadata"], current.get("metadata", {})
+        have_labels, have_annotations = now.get("labels") or {}, now.get("annotations") or {}
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if have_labels.get(k) != v}
+        annotations = (
+            {}
+            if ch.RUNTIME_ANNOTATION in have_annotations
+            else {ch.RUNTIME_ANNOTATION: meta["annotations"][ch.RUNTIME_ANNOTATION]}
+        )
+        patch = {key: value for key, value in (("labels", labels), ("annotations", annotations)) if value}
+        if patch:  # a merge patch: the keys named change, the others stay
+            self.kube.patch(child["apiVersion"], child["kind"], meta["namespace"], meta["name"], {"metadata": patch})
 
     def _ensure_claim(self, claim: dict[str, Any]) -> None:
         """Created once (a claim's spec is mostly immutable); afterwards only its owner changes with the
