@@ -1,4 +1,4 @@
-"""Changes of the word count, one per class of change the rollout code knows, with what a rollout of each does:
+"""Changes of the word count, one per class of change the rollout code knows, with what applying each does:
 operator/tests/test_change_plan.py holds `sluice plan` and the operator's rollout to them."""
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class ChangeCase:
     actions: dict[str, str]  # per query, where something rolls out
     new_driver: bool = False
     refused: bool = False
+    resubmit: bool = False  # the revision stays: spark-operator resubmits the driver with the new settings
 
 
 CASES = (
@@ -85,6 +86,14 @@ CASES = (
         {"out": "migrate", "lines-dead-letters": "keep"},
     ),
     ChangeCase("a filter, restart stated", _stated("restart", _filter), "restart", {"out": "restart"}, new_driver=True),
+    ChangeCase(
+        "sparkConf only",
+        lambda s: s.setdefault("spark", {}).update(sparkConf={"spark.sql.shuffle.partitions": "7"}),
+        None,
+        {"out": "keep"},
+        new_driver=True,
+        resubmit=True,
+    ),
 )
 
 

@@ -6,17 +6,19 @@ from __future__ import annotations
 import pytest
 from change_cases import CASES, ChangeCase, changed, wordcount_spec
 
+from sluice.api.app import revision
 from sluice.api.rollout import plan_change, runs_like
+from sluice.operator import children as ch
 from sluice.operator.model import StreamingAppSpec
-from sluice.operator.rollout import DriverFacts, Observed, QueryFacts, Target, classify, step
+from sluice.operator.rollout import DriverFacts, Observed, QueryFacts, Target, classify, diff_base, step
 
 APP = "wc"
 T0 = 1_700_000_000.0
 
 
-def running_driver(old: StreamingAppSpec) -> DriverFacts:
+def running_driver(old: StreamingAppSpec, rev: str) -> DriverFacts:
     names = [n.name for n in old.pipeline.nodes if n.kind == "sink"] + ["lines-dead-letters"]
-    return DriverFacts(APP, "r1", "running", 0, tuple(QueryFacts(n, "r1", active=True, batches=5) for n in names))
+    return DriverFacts(APP, rev, "running", 0, tuple(QueryFacts(n, rev, active=True, batches=5) for n in names))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -29,17 +31,28 @@ def test_sluice_plan_says_what_the_operators_rollout_does(case: ChangeCase) -> N
         case.new_driver,
         case.refused,
     )
+    assert planned.resubmit == case.resubmit
     assert {q.name: q.action for q in planned.queries if q.name in case.actions} == case.actions
 
-    diff = classify(old, new)
-    facts = Observed(now=T0, revisions=frozenset({"r1", "r2"}), drivers=(running_driver(old),))
-    operator = step(APP, None, "r1", Target("r2", new.updateStrategy, diff), facts)
+    # The operator: a rollout when the revision changes (diff_base), else the driver's SparkApplication as
+    # rendered from the new spec (spark-operator resubmits on a change of it).
+    stable, target = revision(old), revision(new)
+    base = diff_base(None, stable, target)
+    if base is None:
+        assert not planned.rollout
+        before = ch.spark_application(APP, "apps", old)
+        submitted = old.executors.instances  # the operator keeps the count submitted (executors go live)
+        after = ch.spark_application(APP, "apps", new, submitted_executors=submitted)
+        assert (before["spec"] != after["spec"]) == planned.resubmit
+        assert ch.kept_as_submitted(before, after) is False, "a runtime change is applied, not kept"
+        return
+    facts = Observed(now=T0, revisions=frozenset({stable, target}), drivers=(running_driver(old, stable),))
+    operator = step(APP, None, stable, Target(target, new.updateStrategy, classify(old, new)), facts)
     if case.refused:
         assert operator.rollout is None and operator.refusal is not None
         assert operator.refusal.message == planned.refusal
     elif case.strategy is None:
-        assert operator.refusal is None and (operator.rollout is None or operator.rollout.strategy is None)
-        assert not planned.rollout
+        assert operator.refusal is None and not planned.rollout
     else:
         rollout = operator.rollout
         assert rollout is not None and operator.refusal is None

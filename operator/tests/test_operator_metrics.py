@@ -13,6 +13,7 @@ def value(name: str, **labels: str) -> float | None:
 
 def status(ready: str, reason: str = "Processing", rollout: str = "True") -> dict:
     return {
+        "phase": "Suspended" if reason == "Suspended" else "Running",
         "desiredExecutors": 2,
         "conditions": [{"type": "Ready", "status": ready, "reason": reason}, {"type": "Rollout", "status": rollout}],
     }

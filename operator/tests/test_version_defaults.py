@@ -97,6 +97,9 @@ def test_an_app_run_before_the_status_kept_its_location_stays_on_its_claim(raw_s
     assert ch.revision(runs) == ch.revision(before)
     new_app = with_operator_defaults(parse_spec(raw_spec), "apps", store, {})
     assert new_app.checkpoint.location == "s3a://bucket/apps"
+    ours = {**old_status, "conditions": [{"type": "CheckpointReady", "status": "True", "reason": "ObjectStore"}]}
+    pruned = with_operator_defaults(parse_spec(raw_spec), "apps", store, ours)  # its location pruned away
+    assert pruned.checkpoint.location == "s3a://bucket/apps", "an app of this release is not moved to the claim"
 
 
 def test_a_spark_application_is_kept_only_when_rendered_otherwise_for_the_same_submission(raw_spec) -> None:
@@ -108,8 +111,13 @@ def test_a_spark_application_is_kept_only_when_rendered_otherwise_for_the_same_s
     assert not ch.kept_as_submitted(edited, ours)
     earlier = {**ours, "metadata": {**ours["metadata"], "annotations": {}}}  # a release before the hash
     assert ch.kept_as_submitted(earlier, ours)
-    other = {**ours, "metadata": {**ours["metadata"], "annotations": {ch.RENDERED_ANNOTATION: "other"}}}
+    other = {**ours, "metadata": {**ours["metadata"], "annotations": {**ours["metadata"]["annotations"]}}}
+    other["metadata"]["annotations"][ch.RENDERED_ANNOTATION] = "other"  # the same runtime, rendered otherwise
     assert ch.kept_as_submitted(other, ours)
+    raw_spec.setdefault("spark", {})["sparkConf"] = {"spark.sql.shuffle.partitions": "7"}
+    tuned = spark_application(parse_spec(raw_spec))  # the same revision, another runtime: resubmitted
+    assert ch.submitted_revision(tuned) == ch.submitted_revision(ours) and not ch.kept_as_submitted(other, tuned)
+    assert ch.kept_as_submitted(earlier, tuned), "a release before the runtime hash: kept until it is stamped"
     raw_spec["pipeline"]["nodes"][2]["filter"] = "length(word) > 3"
     restarted = spark_application(parse_spec(raw_spec))  # submitted for another revision: a restart
     assert not ch.kept_as_submitted(other, restarted)

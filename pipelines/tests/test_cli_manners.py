@@ -134,3 +134,20 @@ def test_other_kinds_are_skipped_but_a_runner_config_is_the_runners_to_read() ->
     runner = {"apiVersion": "sluice.dev/v1alpha1", "kind": "RunnerConfig", "app": "a"}
     document = document_from(runner, "runner.json")
     assert document.other_kind is None and document.pipeline == runner, "the driver reads its config whole"
+
+
+def test_a_mistyped_kind_of_sluices_group_is_an_error_not_a_skip(app, tmp_path) -> None:
+    app["kind"] = "StreamingApps"
+    result = sluice("validate", "--no-spark", write(tmp_path / "app.yaml", app))
+    assert result.returncode == 1 and "kind: must be StreamingApp (got 'StreamingApps')" in result.stdout
+
+
+def test_plan_of_a_runtime_only_change_is_a_resubmission_not_a_rollout(app, tmp_path) -> None:
+    changed = copy.deepcopy(app)
+    changed["spec"].setdefault("spark", {})["sparkConf"] = {"spark.sql.shuffle.partitions": "7"}
+    old, new = write(tmp_path / "old.yaml", app), write(tmp_path / "new.yaml", changed)
+    result = sluice("plan", new, "--from", old, "-o", "json")
+    assert result.returncode == 1, result.stderr
+    (plan,) = json.loads(result.stdout)
+    assert (plan["strategy"], plan["resubmit"], plan["rollout"]) == (None, True, False)
+    assert plan["runtime"] and plan["runtime"][0].startswith("spec.spark.sparkConf")

@@ -1344,12 +1344,24 @@ class E2ESuite:
             return False
         prometheus = Prometheus(self.target.kubectl)
         matchers = ", ".join(f'{k}="{v}"' for k, v in {"alertname": alert, "alertstate": "firing", **labels}.items())
-        wait_for(
-            lambda: prometheus.query(f"max_over_time(ALERTS{{{matchers}}}[15m])"),
-            timeout=timeout,
-            what=f"the alert {alert} ({labels}) to fire",
-            interval=5,
-        )
+        try:
+            wait_for(
+                lambda: prometheus.query(f"max_over_time(ALERTS{{{matchers}}}[15m])"),
+                timeout=timeout,
+                what=f"the alert {alert} ({labels}) to fire",
+                interval=5,
+            )
+        except AssertionError as error:  # what Prometheus saw, for the failure's message
+            seen = {
+                query: prometheus.query(query)
+                for query in (
+                    f'max_over_time(ALERTS{{alertname="{alert}"}}[15m])',
+                    'max_over_time(sluice_kafka_backlog_records{job="sluice-app"}[15m])',
+                    'up{job="sluice-app"}',
+                )
+            }
+            rules = [r for r in prometheus.rules() if r["name"] == alert]
+            raise AssertionError(f"{error}; Prometheus saw {json.dumps(seen)}; the rule: {json.dumps(rules)}") from None
         return True
 
     def deploy_app(self) -> None:

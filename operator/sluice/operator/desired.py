@@ -84,7 +84,7 @@ def with_operator_defaults(
     first ran with where the status kept it (`kept`: checkpointLocation, sparkImage and sparkVersion), else from
     the operator's settings. So an operator release with other defaults changes no app that runs."""
     location = kept.get("checkpointLocation")
-    if location is None and kept.get("revision"):  # run by a release before the status kept it: on the claim,
+    if location is None and ran_before_kept_locations(kept):
         location = CLAIM_LOCATION  # the only default then (its CRD's, written in the spec only when given)
     spec = with_checkpoint_location(spec, namespace, settings.checkpoint_store, location)
     spark = spec.spark
@@ -96,6 +96,14 @@ def with_operator_defaults(
         (kept_image, kept.get("sparkVersion")) if kept_image else (settings.spark.image, settings.spark.version)
     )
     return _with_spark(spec, image, spark.version or default_version or settings.spark.version)
+
+
+def ran_before_kept_locations(status: Mapping[str, Any]) -> bool:
+    """Whether a release before status.checkpointLocation ran the app: it has a revision but neither a kept
+    location nor the CheckpointReady condition, which this release writes with it. (An older CRD served by
+    mistake may prune the location; the condition this release wrote stays, so the app is not moved.)"""
+    conditions = {c.get("type") for c in status.get("conditions") or [] if isinstance(c, dict)}
+    return bool(status.get("revision")) and "checkpointLocation" not in status and "CheckpointReady" not in conditions
 
 
 KEPT_DEFAULTS = ("checkpointLocation", "sparkImage", "sparkVersion")  # the status fields kept_defaults fills

@@ -64,7 +64,7 @@ def record_app(namespace: str, app: str, status: dict[str, Any], event_reasons: 
         DESIRED_EXECUTORS.labels(namespace, app).set(desired)
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = conditions.get("Ready", {})
-    if ready.get("reason") == "Suspended":
+    if status.get("phase") == "Suspended":
         _forget(APP_READY, namespace, app)
     else:
         APP_READY.labels(namespace, app).set(1 if ready.get("status") == "True" else 0)

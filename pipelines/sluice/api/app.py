@@ -7,6 +7,8 @@ module, so a manifest is judged the same way everywhere. The status models are t
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -584,6 +586,26 @@ class StreamingAppSpec(Strict):
         return "strimzi" if self.kafka.strimziCluster else "admin"
 
 
+def revision(spec: StreamingAppSpec) -> str:
+    """Identifies what the driver runs: the pipeline, its Kafka, its checkpoint and the image, as the user
+    wrote them. Fields left at their defaults are not hashed, so an operator release that adds a defaulted
+    field does not make a new revision (and restart every app)."""
+
+    def written(model: Any) -> Any:
+        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+    checkpoint = written(spec.checkpoint)
+    if checkpoint.get("location") == CLAIM_LOCATION:  # the default before the operator's store: same revisions
+        del checkpoint["location"]
+    identity = {
+        "pipeline": written(spec.pipeline),
+        "kafka": written(spec.kafka),
+        "checkpoint": checkpoint,
+        "image": spec.spark.image,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
+
+
 def app_problems(
     spec: Any, prefix: str = "spec", sql: SqlParser | None = None, ddl: DdlParser | None = None
 ) -> tuple[StreamingAppSpec | None, list[Problem]]:
@@ -601,11 +623,22 @@ def app_problems(
 def manifest_problems(
     manifest: dict[str, Any], sql: SqlParser | None = None, ddl: DdlParser | None = None
 ) -> list[Problem]:
-    """Every problem of a whole StreamingApp manifest (apiVersion, metadata.name, spec)."""
+    """Every problem of a whole StreamingApp manifest (apiVersion, kind, metadata.name, spec)."""
+    return parsed_manifest(manifest, sql, ddl)[1]
+
+
+def parsed_manifest(
+    manifest: dict[str, Any], sql: SqlParser | None = None, ddl: DdlParser | None = None
+) -> tuple[StreamingAppSpec | None, list[Problem]]:
+    """A whole StreamingApp manifest's spec (None when anything is wrong) and every problem of it."""
     problems = []
     if manifest.get("apiVersion") != API_VERSION:
         problems.append(Problem("apiVersion", f"must be {API_VERSION} (got {manifest.get('apiVersion')!r})"))
+    if manifest.get("kind") != KIND:
+        problems.append(Problem("kind", f"must be {KIND} (got {manifest.get('kind')!r})"))
     name = (manifest.get("metadata") or {}).get("name") if isinstance(manifest.get("metadata"), dict) else None
     if not isinstance(name, str) or not name:
         problems.append(Problem("metadata.name", "required"))
-    return problems + app_problems(manifest.get("spec"), "spec", sql=sql, ddl=ddl)[1]
+    spec, spec_problems = app_problems(manifest.get("spec"), "spec", sql=sql, ddl=ddl)
+    problems += spec_problems
+    return (None if problems else spec), problems

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from .contract import RUNNER_CONFIG_KIND
+from .contract import API_VERSION, RUNNER_CONFIG_KIND
 from .pipeline import DURATION_PATTERN, OPERATIONS, SIGNED_DURATION_PATTERN, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
 
 
@@ -84,14 +84,18 @@ def load_documents(path: str | Path) -> list[PipelineDocument]:
 
 
 def document_from(doc: Any, source: str) -> PipelineDocument:
-    if isinstance(doc, dict) and doc.get("kind") == "StreamingApp":
+    """A StreamingApp (also one of sluice's group with a mistyped kind: its manifest check names the kind), an
+    object of another API group's kind (skipped, named), or else pipeline data: a bare pipeline, or a
+    RunnerConfig, the runner's to read whole."""
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    ours = isinstance(doc, dict) and str(doc.get("apiVersion", "")).split("/")[0] == API_VERSION.split("/")[0]
+    if kind == "StreamingApp" or (ours and kind != RUNNER_CONFIG_KIND):
         spec = doc.get("spec") or {}
         pipeline = spec.get("pipeline") if isinstance(spec, dict) else None
         return PipelineDocument(source, pipeline, "spec.pipeline", doc)
-    if isinstance(doc, dict) and "apiVersion" in doc and doc.get("kind") not in (None, RUNNER_CONFIG_KIND):
-        # a Kubernetes object of another kind (a RunnerConfig is the runner's to read, whole)
+    if isinstance(doc, dict) and "apiVersion" in doc and kind is not None and kind != RUNNER_CONFIG_KIND:
         name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
-        return PipelineDocument(source, None, "", doc, other_kind=f"{doc['kind']}/{name or '?'}")
+        return PipelineDocument(source, None, "", doc, other_kind=f"{kind}/{name or '?'}")
     return PipelineDocument(source, doc, "")
 
 

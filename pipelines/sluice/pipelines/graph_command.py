@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sluice.api.app import app_problems
+from sluice.api.app import parsed_manifest
 from sluice.api.contract import DEFAULT_CONTROL_PORT, DriverStatus
 from sluice.api.graph import live_figures, pipeline_dot
 from sluice.api.pipeline import PipelineSpec
@@ -72,7 +72,7 @@ def read_pipeline(path: str) -> tuple[str, str | None, PipelineSpec]:
             return document.app_name, None, validate(document.pipeline, document.prefix)
         except PipelineInvalid as exc:
             raise GraphError(f"{path} is not valid:\n{exc}") from exc
-    spec, problems = app_problems(document.manifest.get("spec"), "spec", static_sql_parser, static_ddl_parser)
+    spec, problems = parsed_manifest(document.manifest, static_sql_parser, static_ddl_parser)
     if spec is None:
         raise GraphError(f"{path} is not valid:\n" + "\n".join(f"  {p}" for p in problems))
     return document.app_name, (document.manifest.get("metadata") or {}).get("namespace"), spec.pipeline

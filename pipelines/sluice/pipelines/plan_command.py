@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from sluice.api.app import StreamingAppSpec, app_problems
+from sluice.api.app import StreamingAppSpec, parsed_manifest, revision
 from sluice.api.contract import REVISION_SPEC_FILE, revision_configmap_name
 from sluice.api.rollout import ChangePlan, plan_change, runs_like
 from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
@@ -40,6 +40,7 @@ class Base:
     spec: StreamingAppSpec
     against: str  # what the change is compared with, said for the user
     notes: tuple[str, ...] = ()
+    tried: str | None = None  # the revision whose rollout just rolled back or failed: not tried again as it is
 
 
 @dataclass
@@ -108,11 +109,15 @@ def plan_document(document: PipelineDocument, args: argparse.Namespace) -> PlanR
     new = parsed_spec(document.manifest, f"{name} in {document.source}")
     namespace = (document.manifest.get("metadata") or {}).get("namespace") or args.namespace
     base = file_base(args.base, name) if args.base else cluster_base(name, namespace, args)
-    return PlanResult(name, namespace, base.against, plan_change(base.spec, runs_like(new, base.spec)), [*base.notes])
+    runs = runs_like(new, base.spec)
+    if base.tried is not None and revision(runs) == base.tried:
+        note = f"revision {base.tried} is the one whose rollout just ended without it: it is not rolled out again"
+        return PlanResult(name, namespace, base.against, plan_change(base.spec, base.spec), [*base.notes, note])
+    return PlanResult(name, namespace, base.against, plan_change(base.spec, runs), [*base.notes])
 
 
 def parsed_spec(manifest: dict[str, Any], where: str) -> StreamingAppSpec:
-    spec, problems = app_problems(manifest.get("spec"), "spec", sql=static_sql_parser, ddl=static_ddl_parser)
+    spec, problems = parsed_manifest(manifest, sql=static_sql_parser, ddl=static_ddl_parser)
     if spec is None:
         raise PlanError(f"{where} is not valid:\n" + "\n".join(f"  {p}" for p in problems))
     return spec
@@ -120,33 +125,37 @@ def parsed_spec(manifest: dict[str, Any], where: str) -> StreamingAppSpec:
 
 def file_base(path: str, name: str) -> Base:
     try:
-        apps = [d for f in manifest_files(path) for d in load_documents(f) if d.manifest is not None]
+        documents = [d for f in manifest_files(path) for d in load_documents(f)]
+        apps = [d for d in documents if d.manifest is not None and d.other_kind is None]
     except (OSError, PipelineInvalid) as exc:
         raise PlanError(f"--from {path}: {exc}") from exc
-    named = [d for d in apps if d.app_name == name] or (apps if len(apps) == 1 else [])
+    named = [d for d in apps if d.app_name == name] or (apps if len(apps) == 1 else [])  # StreamingApps only
     if not named:
         raise PlanError(f"--from {path} holds no StreamingApp named {name}")
     return Base(parsed_spec(named[0].manifest or {}, f"{name} in {path}"), f"{path}")
 
 
 def cluster_base(name: str, namespace: str | None, args: argparse.Namespace) -> Base:
-    """The stable revision's spec as the operator kept it (what its next rollout diffs with), and what the
-    app's status says about changes applied now."""
+    """The spec the operator's next rollout diffs with, as it kept it (rollout.plan.diff_base: the stable
+    revision's, or a failed rollout's target), and what the app's status says about changes applied now."""
     without = "compare with a file (--from OLD.yaml)"
     app = kubectl_json(args, namespace, "get", "streamingapp", name, without=without)
     status = app.get("status") or {}
-    revision = status.get("stableRevision") or status.get("revision")
-    if not revision:
+    rollout = status.get("rollout") or {}
+    failed = rollout.get("phase") == "Failed"
+    base_revision = (
+        (rollout.get("toRevision") if failed else None) or status.get("stableRevision") or status.get("revision")
+    )
+    if not base_revision:
         raise PlanError(f"streamingapp/{name} has no running revision yet: there is nothing to compare with")
     configmap = kubectl_json(
-        args, namespace, "get", "configmap", revision_configmap_name(name, revision), without=without
+        args, namespace, "get", "configmap", revision_configmap_name(name, base_revision), without=without
     )
     text = (configmap.get("data") or {}).get(REVISION_SPEC_FILE)
     if not text:
-        raise PlanError(f"configmap/{revision_configmap_name(name, revision)} keeps no {REVISION_SPEC_FILE}")
+        raise PlanError(f"configmap/{revision_configmap_name(name, base_revision)} keeps no {REVISION_SPEC_FILE}")
     spec = StreamingAppSpec.model_validate_json(text)
     notes = []
-    rollout = status.get("rollout") or {}
     if rollout and rollout.get("phase") not in TERMINAL_PHASES:
         notes.append(
             f"a rollout to revision {rollout.get('toRevision')} is {rollout.get('phase')}: a change applied now "
@@ -155,7 +164,8 @@ def cluster_base(name: str, namespace: str | None, args: argparse.Namespace) -> 
     if status.get("phase") not in (None, "Running"):
         notes.append(f"the app is {status['phase']}: a driver that is starting runs the new revision as it starts")
     where = f"{namespace}/" if namespace else ""
-    return Base(spec, f"revision {revision} of streamingapp {where}{name}", tuple(notes))
+    tried = rollout.get("toRevision") if rollout.get("phase") in ("RolledBack", "Failed") else None
+    return Base(spec, f"revision {base_revision} of streamingapp {where}{name}", tuple(notes), tried)
 
 
 def print_results(results: list[PlanResult], output: str) -> None:
@@ -172,6 +182,11 @@ def text_of(result: PlanResult) -> str:
     lines = [f"{result.app}: compared with {result.against}", *(f"note: {n}" for n in result.notes)]
     if plan.refusal:
         lines.append(f"refused (updateStrategy.type {plan.requested}): {plan.refusal}")
+    elif plan.resubmit:
+        lines.append(
+            "no rollout (the revision stays): spark-operator resubmits the driver with the new settings, a restart "
+            "on the same checkpoints"
+        )
     elif plan.strategy is None:
         lines.append("no rollout: nothing the driver runs changes")
     else:

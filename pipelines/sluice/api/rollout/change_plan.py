@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sluice.api.app import Strategy, StreamingAppSpec
+from sluice.api.app import Strategy, StreamingAppSpec, revision
 from sluice.api.contract import QueryAction
 
 from .choice import STRATEGIES_CHEAPEST_FIRST, Refusal, choose_strategy, needs_new_driver, query_steps
@@ -42,6 +42,10 @@ class ChangePlan:
     unaffected: tuple[str, ...] = ()  # changed paths applied without a rollout (executors, autoscaling, topics…)
     options: tuple[StrategyOption, ...] = ()
     refusal: str | None = None  # why the stated strategy is refused: nothing would roll out
+    # The revision stays and only runtime settings change (Spark version, resources, sparkConf, pod settings):
+    # no rollout; the SparkApplication gets the new spec and spark-operator resubmits the driver (a restart on the
+    # same checkpoints, with no rollback).
+    resubmit: bool = False
 
     @property
     def rollout(self) -> bool:
@@ -49,7 +53,7 @@ class ChangePlan:
 
     @property
     def changes(self) -> bool:
-        return self.rollout or bool(self.unaffected)
+        return self.rollout or self.resubmit or bool(self.unaffected)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rollout": self.rollout, "changes": self.changes}
@@ -60,7 +64,13 @@ def plan_change(old: StreamingAppSpec, new: StreamingAppSpec) -> ChangePlan:
     filled in the same way (runs_like)."""
     diff = classify(old, new)
     requested = new.updateStrategy.type
-    if not diff.needs_rollout:
+    if revision(old) == revision(new):  # what the operator rolls out is a new revision
+        runtime = tuple(map(str, diff.runtime))
+        return ChangePlan(
+            requested, None, None, bool(runtime), _outcomes(diff, requested), runtime, diff.unaffected,
+            resubmit=bool(runtime),
+        )  # fmt: skip
+    if not diff.needs_rollout:  # a new revision adopted as it is (a claim's size, say): nothing restarts
         return ChangePlan(requested, None, None, False, _outcomes(diff, requested), unaffected=diff.unaffected)
     chosen = choose_strategy(requested, diff)
     auto = choose_strategy("auto", diff)
