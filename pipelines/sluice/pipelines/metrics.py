@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -151,12 +151,15 @@ class PipelineMetrics:
     def topics(self) -> list[TopicStatus]:
         return topic_backlogs(record.last_progress for record in self.queries().values())
 
+    def record_backlogs(self, topics: Iterable[TopicStatus]) -> None:
+        for topic in topics:
+            self.backlog.labels(app=self.app, topic=topic.topic).set(topic.backlog)
+
     def record_progress(self, progress: dict[str, Any]) -> None:
         name = progress.get("name") or progress.get("id", "?")
         with self._lock:
             self._queries[name] = self._queries.get(name, QueryRecord({})).add(progress)
-        for topic in self.topics():
-            self.backlog.labels(app=self.app, topic=topic.topic).set(topic.backlog)
+        self.record_backlogs(self.topics())
         labels = {"app": self.app, "query": name}
         self.batches.labels(**labels).inc()
         self.input_rows.labels(**labels).inc(progress.get("numInputRows", 0) or 0)

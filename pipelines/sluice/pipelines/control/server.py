@@ -27,7 +27,7 @@ from .auth import ControlToken
 from .errors import ApiFailure
 from .executors import Executors
 from .latest import LatestOffsets
-from .status import driver_status, observe_triggers
+from .status import driver_status, observe_triggers, topics_now
 
 if TYPE_CHECKING:
     from ..pipeline_run import PipelineRun
@@ -131,7 +131,9 @@ class ControlApi:
         return parse_request(model, read_body(environ), example)
 
     def metrics(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        """The series, with the live executors and each topic's backlog against Kafka's end offsets now."""
         self.run.metrics.executors.labels(app=self.run.metrics.app).set(len(self.executors.live()))
+        self.run.metrics.record_backlogs(topics_now(self.run, self.latest)[0])
         return self.prometheus(environ, start_response)
 
     def health(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.api.contract import DriverStatus, QueryStatus, in_app
+from sluice.api.contract import DriverStatus, QueryStatus, TopicStatus, in_app
 from sluice.api.pipeline import FromKafka, ProcessingTime
 
 from ..metrics import QueryRecord, RunningBatches
@@ -109,13 +109,11 @@ def partitions_by_bootstrap(
     return grouped
 
 
-def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets | None = None) -> DriverStatus:
-    """The status now. With `latest`, the topics' latest offsets are Kafka's end offsets now (falling back to
-    the queries' last progress, said in latestOffsetsFrom/latestOffsetsError, when Kafka does not answer)."""
-    observe_triggers(run)
-    now = time.time()
-    records = run.metrics.queries()
-    progresses = [record.last_progress for record in records.values()]
+def topics_now(run: PipelineRun, latest: LatestOffsets | None) -> tuple[list[TopicStatus], bool, str | None]:
+    """Each source topic's backlog now: with `latest`, against Kafka's end offsets now (else, or when Kafka does
+    not answer, the queries' last progress); whether Kafka answered, and why not. The status and the backlog
+    series both read it (the last progress alone says ~0 when each batch reads up to the latest offsets)."""
+    progresses = [record.last_progress for record in run.metrics.queries().values()]
     kafka_sources = [node.fromKafka for node in run.spec.nodes if node.fromKafka is not None]
     offsets, latest_error = None, None
     if latest is not None:
@@ -126,7 +124,18 @@ def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets 
         except Exception as exc:  # the status must answer whatever Kafka does
             latest_error = str(exc) or type(exc).__name__
             log.warning("status: Kafka end offsets unavailable, backlog from the last progress: %s", latest_error)
-    topics = topic_backlogs(progresses, offsets)
+    return topic_backlogs(progresses, offsets), offsets is not None, latest_error
+
+
+def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets | None = None) -> DriverStatus:
+    """The status now. With `latest`, the topics' latest offsets are Kafka's end offsets now (falling back to
+    the queries' last progress, said in latestOffsetsFrom/latestOffsetsError, when Kafka does not answer)."""
+    observe_triggers(run)
+    now = time.time()
+    records = run.metrics.queries()
+    kafka_sources = [node.fromKafka for node in run.spec.nodes if node.fromKafka is not None]
+    topics, from_kafka, latest_error = topics_now(run, latest)
+    run.metrics.record_backlogs(topics)
     live = executors.live()
     return DriverStatus(
         app=run.config.app,
@@ -147,7 +156,7 @@ def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets 
         ],
         topics=topics,
         backlog=sum(t.backlog for t in topics),
-        latestOffsetsFrom="kafka" if offsets is not None else "progress",
+        latestOffsetsFrom="kafka" if from_kafka else "progress",
         latestOffsetsError=latest_error,
         executors=live,
         executorTarget=executors.target,
