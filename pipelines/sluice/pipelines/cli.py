@@ -29,6 +29,7 @@ from sluice.api.validation import (
     PipelineInvalid,
     Problem,
     SqlParser,
+    first_document,
     load_documents,
     manifest_files,
     validate,
@@ -197,16 +198,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .session import local_session
 
     try:
-        document = next(d for d in load_documents(args.file) if d.other_kind is None)
+        document = first_document(args.file)
         config = config_from_document(
             document,
             checkpoint_root=args.checkpoint_dir or str(Path(".sluice/checkpoints") / document.app_name),
             bootstrap_servers=default_bootstrap(document, args.bootstrap_servers),
             control_port=args.metrics_port,
         )
-    except StopIteration:
-        print(f"error: {args.file}: no StreamingApp nor pipeline in it", file=sys.stderr)
-        return 2
     except (OSError, PipelineInvalid) as exc:
         print(f"error: {args.file}:\n{exc}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from sluice.api.contract import DEFAULT_CONTROL_PORT, DriverStatus
 from sluice.api.graph import live_figures, pipeline_dot
 from sluice.api.pipeline import PipelineSpec
 from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
-from sluice.api.validation import PipelineInvalid, load_documents, validate
+from sluice.api.validation import PipelineInvalid, first_document, validate
 
 from .kubectl import KubectlError, add_cluster_flags, kubectl, kubectl_json
 
@@ -62,9 +62,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def read_pipeline(path: str) -> tuple[str, str | None, PipelineSpec]:
     """The first StreamingApp (or bare pipeline) in `path`: its name, namespace and valid pipeline."""
     try:
-        document = next(d for d in load_documents(path) if d.other_kind is None)
-    except StopIteration:
-        raise GraphError(f"{path}: no StreamingApp nor pipeline in it") from None
+        document = first_document(path)
     except (OSError, PipelineInvalid) as exc:
         raise GraphError(f"{path}: {exc}") from exc
     if document.manifest is None:
