@@ -16,6 +16,7 @@ from sluice.testbed.e2e_suite import (
     word_counts,
     word_tally,
 )
+from sluice.testbed.object_store import restored_name
 
 
 def row(start: str, word: str, count: int) -> str:
@@ -142,3 +143,17 @@ def test_this_charts_values_are_all_taken_by_its_own_schema():
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
     assert values_the_chart_takes(values, schema) == values
+
+
+@pytest.mark.parametrize(
+    ("relative", "restored"),
+    [
+        ("out@5d1c0a2e/commits/12", "out/commits/12"),  # a migrated query: where a new app reads it
+        ("out@5d1c0a2e/sluice/handovers/0", "out/sluice/handovers/0"),  # its output gate goes with it
+        ("seen/offsets/40", "seen/offsets/40"),  # never migrated: as it was
+        ("out@5d1c0a2e", "out"),
+        ("seen@5d1c0a2e/metadata", "seen@5d1c0a2e/metadata"),  # only what the app's status named is renamed
+    ],
+)
+def test_a_restore_puts_each_query_where_a_new_app_reads_it(relative: str, restored: str) -> None:
+    assert restored_name(relative, {"out@5d1c0a2e": "out"}) == restored

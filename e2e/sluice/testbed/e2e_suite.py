@@ -40,7 +40,7 @@ from .common import REPO_ROOT, wait_for
 from .external_crds import install_external_crds
 from .kafka_security import scram_over_tls
 from .kube import Kubectl
-from .object_store import SECRET, ObjectStoreAccess
+from .object_store import SECRET, ObjectStoreAccess, copy_folder
 from .prometheus import NAME as PROMETHEUS_JOB
 from .prometheus import NAMESPACE as MONITORING_NAMESPACE
 from .prometheus import Prometheus, monitoring_crds
@@ -878,6 +878,7 @@ class E2ESuite:
         "checkpoint_migration",
         "migration_in_new_driver",
         "idle_app_migration",
+        "backup_restore",  # after the migrations: the app's `out` runs on a folder named for its revision
         "restricted_namespace",
         "secured_kafka",
         "executors_node_lost",  # last but uninstall: the cluster has a node less after each
@@ -927,6 +928,7 @@ class E2ESuite:
         "migration_in_new_driver",
         "change_while_driver_starts",
         "idle_app_migration",
+        "backup_restore",
     )
 
     def write_report(self, step: str, directory: Path) -> None:
@@ -2155,6 +2157,55 @@ class E2ESuite:
             "delete", "streamingapp", name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
         )
         self.wait_spark_application_deleted(name, name)
+
+    def backup_restore(self) -> None:
+        """docs/checkpoints.md's backup and restore, step by step, on the word count after its migrations (its
+        `out` runs on `out@<revision>`): suspended; its manifest and checkpoint folder copied aside; the app
+        deleted and its folder with it (a lost bucket, a wrong delete); words sent meanwhile. Then the app made
+        again from the manifest, suspended; the folder copied back, each query under the name a new app reads
+        (`<query>`); resumed: every word counted once, those sent while it was gone included."""
+        import pytest
+
+        access = self.object_store_access
+        if access is None:
+            pytest.skip("this cluster has no object store")
+        store = access.filesystem()
+        started = time.monotonic()
+        self.patch_spec({"suspend": True})
+        self.wait_phase("Suspended")
+        self.wait_spark_application_deleted(self.driver_name(), "the suspended app's driver")
+        live = self.target.get("streamingapp", self.app_name, self.apps_namespace)
+        assert live is not None
+        kept = live["status"].get("checkpoints") or {}
+        assert kept.get("out", "out") != "out", f"the step is meant for a migrated query: {kept}"
+        manifest = {
+            "apiVersion": live["apiVersion"],
+            "kind": live["kind"],
+            "metadata": {"name": self.app_name, "namespace": self.apps_namespace},
+            "spec": live["spec"],
+        }
+        location = live["status"]["checkpointLocation"]
+        folder = f"{location.removeprefix('s3a://').rstrip('/')}/{self.app_name}"
+        backup = f"{access.bucket}/backups/{self.apps_namespace}/{self.app_name}"
+        backed_up = copy_folder(store, folder, backup)
+        self.target.kubectl(
+            "delete", "streamingapp", self.app_name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
+        )
+        store.delete_dir(folder)
+        self.send(["omega", "beta"])  # while there is no app: read from the restored offsets
+        self.target.apply({**manifest, "spec": {**manifest["spec"], "suspend": True}})
+        self.wait_phase("Suspended")
+        assert not self.status().get("checkpoints"), "a new app reads each query's checkpoint at <query>"
+        restored = copy_folder(store, backup, folder, renames={name: query for query, name in kept.items()})
+        assert restored == backed_up > 0, (restored, backed_up)
+        self.patch_spec({"suspend": False})
+        self.wait_phase("Running")
+        self.assert_counts()
+        self.rollout_report["backupRestore"] = {
+            "objects": restored,
+            "renamed": kept,
+            "suspend_to_counted_s": round(time.monotonic() - started, 1),
+        }
 
     RESTRICTED_APP = "restricted-count"
     RESTRICTED_NAMESPACE = "sluice-restricted"

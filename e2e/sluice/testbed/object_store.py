@@ -156,3 +156,21 @@ def serving(address: str, port: int, data_dir: Path, timeout: float = 60) -> Ite
         yield access
     finally:
         process.stop()
+
+
+def restored_name(relative: str, renames: dict[str, str]) -> str:
+    """A file's path inside an app's checkpoint folder, with its first part (the query's folder) renamed as
+    `renames` says: a query that ran on `<query>@<revision>` is restored under `<query>`, where a new app reads."""
+    folder, _, rest = relative.partition("/")
+    return f"{renames.get(folder, folder)}/{rest}" if rest else renames.get(folder, folder)
+
+
+def copy_folder(store: S3FileSystem, source: str, target: str, renames: dict[str, str] | None = None) -> int:
+    """Every object under `source` copied under `target` (server-side), each query folder renamed as `renames`
+    says (restored_name); what `aws s3 sync` does in the backup page. The number of objects copied."""
+    from pyarrow.fs import FileSelector, FileType
+
+    files = [info for info in store.get_file_info(FileSelector(source, recursive=True)) if info.type == FileType.File]
+    for info in files:
+        store.copy_file(info.path, f"{target}/{restored_name(info.path.removeprefix(source + '/'), renames or {})}")
+    return len(files)
