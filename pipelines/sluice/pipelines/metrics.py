@@ -11,11 +11,13 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from sluice.api.contract import TopicStatus
 
 from .control.backlog import topic_backlogs
+from .jvm_metrics import JvmCollector
 
 OBSERVED_QUALITY = "sluice_quality"  # observe() name prefix for per-source record checks
 
@@ -96,10 +98,12 @@ class RunningBatches:
 
 
 class PipelineMetrics:
-    def __init__(self, app: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, app: str, registry: CollectorRegistry | None = None, spark: SparkSession | None = None) -> None:
         if registry is None:  # the runner's own: process_* (its RSS; process_start_time_seconds: driver restarts)
             registry = CollectorRegistry()
             ProcessCollector(registry=registry)
+            if spark is not None:  # and sluice_jvm_*: its JVM's
+                registry.register(JvmCollector(spark))
         self.registry = registry
         self.app = app
         q = ["app", "query"]

@@ -188,7 +188,7 @@ class PipelineRun:
         self.spark = spark
         self.config = config
         self.pipeline_path = pipeline_path
-        self.metrics = metrics or PipelineMetrics(config.app)
+        self.metrics = metrics or PipelineMetrics(config.app, spark=spark)
         self.queries: list[StreamingQuery] = []
         self.query_revisions: dict[str, str] = {}  # query name -> the revision whose plan it runs
         self._listener: ProgressListener | None = None

@@ -1,0 +1,103 @@
+"""The driver JVM's memory as the JVM tells it, read at each scrape: heap and non-heap (MemoryMXBean), the
+direct and mapped buffer pools, live threads, and, when Native Memory Tracking is on
+(`-XX:NativeMemoryTracking=summary` in spark.driver.extraJavaOptions), the committed native memory by NMT
+category. The pod's RSS less these is what the JVM does not track: glibc arenas, native libraries, Python."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from pyspark.sql import SparkSession
+
+AMOUNT = r"reserved=(?P<reserved>\d+)(?P<unit>[KMG]?B)?, committed=(?P<committed>\d+)(?:[KMG]?B)?"
+NMT_LINE = re.compile(r"^-\s+(?P<category>[A-Za-z][\w ]*?)\s+\(" + AMOUNT + r"\)")
+NMT_TOTAL = re.compile(r"^Total: " + AMOUNT)
+UNITS = {None: 1, "B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
+
+
+def native_memory(summary: str) -> dict[str, int]:
+    """Committed bytes per category of an NMT summary (`jcmd <pid> VM.native_memory summary`, in KB, or the
+    JVM's exit statistics, in bytes), "Total" included; empty when NMT is off (the JVM then answers "Native
+    memory tracking is not enabled")."""
+    committed: dict[str, int] = {}
+    for line in summary.splitlines():
+        match = NMT_TOTAL.match(line.strip()) or NMT_LINE.match(line.strip())
+        if match:
+            category = match.groupdict().get("category") or "Total"
+            committed[category] = int(match["committed"]) * UNITS[match["unit"]]
+    return committed
+
+
+class JvmCollector(Collector):
+    """sluice_jvm_* of the JVM behind `spark` (py4j calls, from the scraping thread)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        jvm, gateway = spark._jvm, spark.sparkContext._gateway
+        assert jvm is not None and gateway is not None
+        self._jvm = jvm
+        self._gateway = gateway
+        self._tracking: bool | None = None  # NMT on? known after the first scrape
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        management = self._jvm.java.lang.management.ManagementFactory
+        memory = GaugeMetricFamily(
+            "sluice_jvm_memory_bytes", "The driver JVM's memory (area: heap, nonheap, buffers-direct, buffers-mapped)",
+            labels=["area", "kind"],
+        )  # fmt: skip
+        bean = management.getMemoryMXBean()
+        for area, usage in (("heap", bean.getHeapMemoryUsage()), ("nonheap", bean.getNonHeapMemoryUsage())):
+            memory.add_metric([area, "used"], usage.getUsed())
+            memory.add_metric([area, "committed"], usage.getCommitted())
+        pools = management.getPlatformMXBeans(
+            self._jvm.java.lang.Class.forName("java.lang.management.BufferPoolMXBean")
+        )
+        for pool in pools:
+            memory.add_metric([f"buffers-{pool.getName().split(' ')[0]}", "used"], pool.getMemoryUsed())
+        yield memory
+        threads = GaugeMetricFamily("sluice_jvm_threads", "Live threads of the driver JVM")
+        threads.add_metric([], management.getThreadMXBean().getThreadCount())
+        yield threads
+        native = self._native_memory(management)
+        if native:
+            family = GaugeMetricFamily(
+                "sluice_jvm_native_memory_bytes",
+                "Committed native memory of the driver JVM per Native Memory Tracking category",
+                labels=["category"],
+            )
+            for category, committed in sorted(native.items()):
+                family.add_metric([category], committed)
+            yield family
+
+    def _native_memory(self, management: Any) -> dict[str, int]:
+        """jcmd's VM.native_memory summary, through the DiagnosticCommand MBean. Called through the MBeanServer
+        interface's Method: py4j finds no method on the server's own class, whose package the JDK does not export."""
+        if self._tracking is False:
+            return {}
+        jvm, gateway = self._jvm, self._gateway
+
+        def array(kind: Any, *items: Any) -> Any:
+            made = gateway.new_array(kind, len(items))
+            for index, item in enumerate(items):
+                made[index] = item
+            return made
+
+        class_of = jvm.java.lang.Class.forName
+        invoke = class_of("javax.management.MBeanServer").getMethod(
+            "invoke",
+            array(
+                jvm.java.lang.Class,
+                *(class_of(n) for n in ("javax.management.ObjectName", "java.lang.String", "[Ljava.lang.Object;")),
+                class_of("[Ljava.lang.String;"),
+            ),
+        )
+        command = jvm.javax.management.ObjectName("com.sun.management:type=DiagnosticCommand")
+        arguments = array(jvm.java.lang.Object, array(jvm.java.lang.String, "summary"))
+        signature = array(jvm.java.lang.String, "[Ljava.lang.String;")
+        call = array(jvm.java.lang.Object, command, "vmNativeMemory", arguments, signature)
+        found = native_memory(str(invoke.invoke(management.getPlatformMBeanServer(), call)))
+        self._tracking = bool(found)
+        return found

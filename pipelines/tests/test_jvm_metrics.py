@@ -1,0 +1,93 @@
+"""The driver JVM's own memory figures (sluice.pipelines.jvm_metrics), from a real JVM."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sluice.pipelines.jvm_metrics import JvmCollector, native_memory
+
+# Java 17's own summary (its exit statistics, in bytes), cut to a few categories; jcmd's is the same in KB.
+SUMMARY_IN_BYTES = """
+Native Memory Tracking:
+
+Total: reserved=8020291175, committed=483757671
+       malloc: 7259063 #3701
+       mmap:   reserved=8013029376, committed=476495872
+
+-                 Java Heap (reserved=6320816128, committed=406847488)
+                            (mmap: reserved=6320816128, committed=406847488)
+
+-                    Thread (reserved=12625448, committed=575016)
+                            (thread #13)
+                            (stack: reserved=12582912, committed=532480)
+
+-    Native Memory Tracking (reserved=64176, committed=64176)
+"""
+
+
+def test_native_memory_reads_each_category_in_bytes() -> None:
+    assert native_memory(SUMMARY_IN_BYTES) == {
+        "Total": 483757671,
+        "Java Heap": 406847488,
+        "Thread": 575016,
+        "Native Memory Tracking": 64176,
+    }
+    in_kb = SUMMARY_IN_BYTES.replace("committed=575016)", "committed=561KB)").replace(
+        "reserved=12625448,", "reserved=12329KB,"
+    )
+    assert native_memory(in_kb)["Thread"] == 561 * 1024
+
+
+def test_native_memory_without_tracking_is_empty() -> None:
+    assert native_memory("Native memory tracking is not enabled\n") == {}
+
+
+def test_the_collector_reads_the_running_jvm(spark_session) -> None:
+    registry = CollectorRegistry()
+    registry.register(JvmCollector(spark_session))
+    heap_used = registry.get_sample_value("sluice_jvm_memory_bytes", {"area": "heap", "kind": "used"})
+    heap_committed = registry.get_sample_value("sluice_jvm_memory_bytes", {"area": "heap", "kind": "committed"})
+    max_heap = spark_session._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    assert heap_used is not None and heap_committed is not None
+    assert 0 < heap_used <= heap_committed <= max_heap
+    assert registry.get_sample_value("sluice_jvm_memory_bytes", {"area": "nonheap", "kind": "used"}) > 0
+    assert registry.get_sample_value("sluice_jvm_memory_bytes", {"area": "buffers-direct", "kind": "used"}) >= 0
+    threads = spark_session._jvm.java.lang.Thread.activeCount()
+    assert registry.get_sample_value("sluice_jvm_threads") >= threads > 0
+    # The test session runs without Native Memory Tracking: no per-category series.
+    assert registry.get_sample_value("sluice_jvm_native_memory_bytes", {"category": "Total"}) is None
+
+
+NMT_SCRIPT = """
+import json, sys
+import pytest
+from prometheus_client import CollectorRegistry
+from pyspark.sql import SparkSession
+from sluice.pipelines.jvm_metrics import JvmCollector
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.driver.extraJavaOptions", "-XX:NativeMemoryTracking=summary").getOrCreate())
+registry = CollectorRegistry()
+registry.register(JvmCollector(spark))
+samples = {s.labels.get("category"): s.value for m in registry.collect() if m.name == "sluice_jvm_native_memory_bytes"
+           for s in m.samples}
+heap = spark._jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getCommitted()
+print(json.dumps({"native": samples, "heap_committed": heap}))
+spark.stop()
+"""
+
+
+def test_with_native_memory_tracking_each_category_is_read(tmp_path) -> None:
+    """A driver JVM started with NMT on (the soak's): its categories through the DiagnosticCommand MBean."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", NMT_SCRIPT], capture_output=True, text=True, timeout=300, cwd=tmp_path, check=True
+    )
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    native = figures["native"]
+    assert native["Java Heap"] == pytest.approx(figures["heap_committed"], rel=0.1)  # the heap, as NMT sees it
+    assert native["Total"] > native["Java Heap"] > 0
+    assert {"Class", "Thread", "Code", "GC"} <= set(native)
