@@ -40,7 +40,7 @@ from .common import REPO_ROOT, wait_for
 from .external_crds import install_external_crds
 from .kafka_security import scram_over_tls
 from .kube import Kubectl
-from .object_store import SECRET, ObjectStoreAccess, copy_folder
+from .object_store import SECRET, ObjectStoreAccess, copy_folder, delete_folder
 from .prometheus import NAME as PROMETHEUS_JOB
 from .prometheus import NAMESPACE as MONITORING_NAMESPACE
 from .prometheus import Prometheus, monitoring_crds
@@ -852,6 +852,7 @@ class E2ESuite:
     secured_kafka_access: SecuredKafka | None = None  # a broker taking only SASL_SSL, where the cluster has one
     lose_node: Callable[[str], None] | None = None  # loses a node for good, where the cluster has several
     previous: PreviousRelease | None = None  # installed first, upgraded to this tree's by operator_upgrade
+    app_changes: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # deploy_app's word count, changed
     app: dict[str, Any] = field(default_factory=dict)
     expected: Counter[str] = field(default_factory=Counter)
     failed: str | None = None  # the first step that failed: the later ones cannot run
@@ -1371,6 +1372,8 @@ class E2ESuite:
         one), else a claim it makes. The suite's own claim is for the autoscaled app."""
         images = self.previous.images if self.previous else self.images  # the images of the release installed
         self.app = wordcount_app(self.apps_namespace, images, self.kafka.app_kafka())
+        if self.app_changes is not None:
+            self.app = self.app_changes(self.app)
         self.target.apply(pvc(self.CHECKPOINT_CLAIM, self.apps_namespace), self.app)
         kafka = self.kafka
         if isinstance(kafka, StrimziKafka):  # topics before data: no auto-created topic gets there first
@@ -2169,6 +2172,8 @@ class E2ESuite:
         access = self.object_store_access
         if access is None:
             pytest.skip("this cluster has no object store")
+        from pyarrow.fs import FileSelector
+
         store = access.filesystem()
         started = time.monotonic()
         self.patch_spec({"suspend": True})
@@ -2191,7 +2196,8 @@ class E2ESuite:
         self.target.kubectl(
             "delete", "streamingapp", self.app_name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
         )
-        store.delete_dir(folder)
+        delete_folder(store, folder)
+        assert not store.get_file_info(FileSelector(folder, allow_not_found=True, recursive=True)), "not deleted"
         self.send(["omega", "beta"])  # while there is no app: read from the restored offsets
         self.target.apply({**manifest, "spec": {**manifest["spec"], "suspend": True}})
         self.wait_phase("Suspended")

@@ -174,3 +174,19 @@ def copy_folder(store: S3FileSystem, source: str, target: str, renames: dict[str
     for info in files:
         store.copy_file(info.path, f"{target}/{restored_name(info.path.removeprefix(source + '/'), renames or {})}")
     return len(files)
+
+
+def delete_folder(store: S3FileSystem, folder: str) -> None:
+    """Every object under `folder`, then its directory markers deepest first: the gateway's posix backend refuses
+    a marker of a directory that still holds something, and pyarrow's delete_dir sends them all in one request."""
+    from pyarrow.fs import FileSelector, FileType
+
+    found = store.get_file_info(FileSelector(folder, recursive=True))
+    for info in found:
+        if info.type == FileType.File:
+            store.delete_file(info.path)
+    for info in sorted(found, key=lambda i: i.path.count("/"), reverse=True):
+        if info.type == FileType.Directory:
+            store.delete_dir(info.path)
+    if store.get_file_info(folder).type != FileType.NotFound:
+        store.delete_dir(folder)
