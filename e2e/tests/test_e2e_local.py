@@ -16,21 +16,14 @@ the drivers through the enforced NetworkPolicies. Everything is torn down afterw
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 
 import pytest
 
-from sluice.testbed.common import REPO_ROOT, ProvisionError, pid_alive
-from sluice.testbed.e2e_suite import E2ESuite, Helm, Images, Target
-from sluice.testbed.helm import helm_binary
-from sluice.testbed.images import image_archive
-from sluice.testbed.kube import ControlPlane, kubectl_runner, kubernetes_binaries
-from sluice.testbed.local_images import LocalImagesRun, build_local_images, secured_kafka
-from sluice.testbed.node import NODE_ADDRESS, Node
-from sluice.testbed.previous_release import release_to_upgrade_from
-from sluice.testbed.prometheus import IMAGE as PROMETHEUS_IMAGE
-from sluice.testbed.prometheus import prometheus_image
+from sluice.testbed.common import REPO_ROOT, ProvisionError
+from sluice.testbed.e2e_suite import E2ESuite
+from sluice.testbed.local_images import LocalImagesRun
+from sluice.testbed.local_run import local_cluster_run
 
 pytestmark = [pytest.mark.kube, pytest.mark.e2e_local]
 
@@ -39,46 +32,11 @@ REPORTS = REPO_ROOT / ".sluice" / "e2e"
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalImagesRun]:
-    work = tmp_path_factory.mktemp("e2e-local")
     try:
-        archives = build_local_images()  # before the cluster: nothing to tear down when a build fails
-        archives[PROMETHEUS_IMAGE] = image_archive(prometheus_image())
-        previous = release_to_upgrade_from(archives)  # make e2e-upgrade
-        helm, kubectl = helm_binary(), kubernetes_binaries("kubectl")["kubectl"]
+        with local_cluster_run(tmp_path_factory.mktemp("e2e-local")) as run:
+            yield run
     except ProvisionError as error:
         pytest.fail(str(error), pytrace=False)
-    plane = ControlPlane(work / "plane", advertise_address=NODE_ADDRESS)
-    node = Node(plane, work / "node", archives=archives.values())
-    try:
-        plane.start()
-        node.start()
-        images = Images.release()
-        node.tag_image(images.spark, images.spark_next)
-        target = Target(
-            plane.kubeconfig,
-            kubectl_runner(plane.kubeconfig, binary=kubectl),
-            Helm(helm, plane.kubeconfig, work / "helm"),
-        )
-    except BaseException as error:
-        stop(node, plane)
-        if isinstance(error, ProvisionError):
-            pytest.fail(str(error), pytrace=False)
-        raise
-    pids = {**plane.pids(), **node.pids()}
-    try:
-        # Kafka on the node address, which exists while the node runs.
-        with secured_kafka(NODE_ADDRESS, work / "kafka-secured") as secured:
-            yield LocalImagesRun(target, node.object_store, secured, previous=previous)
-    finally:
-        stop(node, plane)
-    assert not {name: pid for name, pid in pids.items() if pid_alive(pid)}, "cluster processes survived the run"
-
-
-def stop(node: Node, plane: ControlPlane) -> None:
-    """Each part is stopped even when stopping another one fails."""
-    with contextlib.ExitStack() as stack:
-        stack.callback(plane.stop)
-        stack.callback(node.stop)
 
 
 @pytest.fixture(scope="module")
