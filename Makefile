@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format docs bench bench-validate bench-delivery bench-source-fetch bench-join-floor bench-autoscaler bench-operator faults local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
+.PHONY: help venv demo test lint format docs bench bench-validate bench-delivery bench-source-fetch bench-join-floor bench-autoscaler bench-operator faults soak local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
 	operator crds clean
 
 help:
@@ -125,6 +125,10 @@ e2e-upgrade: $(STAMP) ## helm upgrade from an earlier commit's chart and images 
 	$(PY) -m sluice.testbed prefetch
 	SLUICE_E2E_UPGRADE_FROM=$(UPGRADE_FROM) $(PY) -m pytest -p no:cacheprovider -m e2e_local e2e/tests/test_e2e_local.py \
 		$(PYTEST_ARGS) -k "install or kafka_ready or object_store or deploy_app or stream or operator_upgrade"
+
+soak: $(STAMP) ## the word count for SLUICE_SOAK_MINUTES (default 180) on the local cluster: daily load, autoscaling, hot swaps, migrations, driver kills; memory, threads, files, checkpoint and Kafka sampled each minute: .sluice/soak/
+	$(PY) -m sluice.testbed prefetch
+	$(PY) -m pytest -p no:cacheprovider -m soak -s e2e/tests/test_soak.py $(PYTEST_ARGS)
 
 e2e-faults: $(STAMP) ## the local cluster's long fault runs: the driver pod deleted 20 times under load, a change applied at 6 moments of a driver's start: .sluice/e2e/
 	$(PY) -m sluice.testbed prefetch

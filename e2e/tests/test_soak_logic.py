@@ -1,0 +1,149 @@
+"""Pure parts of the soak (sluice.testbed.soak); the soak itself runs in make soak."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from sluice.testbed.e2e_suite import HostKafka
+from sluice.testbed.soak import (
+    SoakPlan,
+    checkpoint_kind,
+    draw,
+    growth_pct_per_hour,
+    host_bootstrap,
+    metric_values,
+    pod_figures,
+    process_role,
+    series_name,
+    soak_app_settings,
+    summarize,
+    transactions_listed,
+)
+
+
+def test_the_length_comes_from_the_environment_and_bad_values_name_the_variable() -> None:
+    assert SoakPlan.from_env({}).minutes == 180
+    assert SoakPlan.from_env({"SLUICE_SOAK_MINUTES": "45"}).minutes == 45
+    with pytest.raises(ValueError, match="SLUICE_SOAK_MINUTES='an hour'"):
+        SoakPlan.from_env({"SLUICE_SOAK_MINUTES": "an hour"})
+    with pytest.raises(ValueError, match="at least 5 minutes"):
+        SoakPlan.from_env({"SLUICE_SOAK_MINUTES": "2"})
+
+
+def test_the_load_falls_and_rises_like_a_day() -> None:
+    plan = SoakPlan(120, base_rate=30, swing=0.5, day_minutes=60)
+    assert plan.rate_at(0) == pytest.approx(15)  # night
+    assert plan.rate_at(30) == pytest.approx(45)  # midday
+    assert plan.rate_at(60) == pytest.approx(15)
+    assert min(plan.rate_at(m / 4) for m in range(480)) >= 15 - 1e-9
+
+
+def test_disturbances_are_apart_and_leave_the_end_quiet() -> None:
+    plan = SoakPlan(180)
+    events = plan.events()
+    minutes = [m for m, _ in events]
+    assert minutes == sorted(minutes)
+    assert all(b - a >= 5 for a, b in itertools.pairwise(minutes))
+    assert max(minutes) <= 170
+    kinds = {kind for _, kind in events}
+    assert kinds == {"hot_swap", "migration", "driver_kill"}
+    assert sum(1 for _, k in events if k == "hot_swap") == 6  # 25, 50, … 150 (175 is in the quiet end)
+    assert SoakPlan(20).events() == []  # shorter than every interval
+
+
+def test_growth_is_the_fitted_slope_per_hour_in_percent_of_the_mean() -> None:
+    flat = [(float(m), 100.0) for m in range(60)]
+    assert growth_pct_per_hour(flat, after=10) == 0
+    growing = [(float(m), 100.0 + m) for m in range(0, 61)]  # +1 a minute; mean after 30: 145
+    assert growth_pct_per_hour(growing, after=30) == pytest.approx(60 / 145 * 100, abs=0.01)
+    warmup_only = [(0.0, 10.0), (1.0, 500.0), (20.0, 500.0), (21.0, 500.0), (22.0, 500.0)]
+    assert growth_pct_per_hour(warmup_only, after=15) == 0  # the warm-up's climb is left out
+    assert growth_pct_per_hour([(20.0, 1.0), (21.0, 1.0)], after=15) is None
+
+
+def test_summary_has_the_issues_shape() -> None:
+    series = {"driver_pod_memory_bytes": [(0.0, 1.0), (20.0, 2.0), (30.0, 2.0), (40.0, 2.0)], "executors": [(1.0, 1)]}
+    summary = summarize(series, SoakPlan(60), 60.4, 1000, 0, 0)
+    assert {"minutes", "records", "lost", "duplicated", "series"} <= set(summary)
+    assert summary["series"] == {
+        "driver_pod_memory_bytes": {"unit": "bytes", "after_warmup": 2.0, "end": 2.0, "growth_pct_per_hour": 0.0}
+    }  # executors has no sample after the warm-up
+
+
+POD_OUTPUT = """cgroup 734003200 690487296
+proc 4 1 4 /usr/bin/tini -s -- /opt/entrypoint.sh driver
+proc 612340 97 310 /usr/lib/jvm/java-17-openjdk-amd64/bin/java -cp /opt/spark/jars/* org.apache.spark.deploy.SparkSubmit
+proc 81220 14 22 /opt/python/bin/python3 /opt/sluice/runner.py --config /etc/sluice/runner.json
+proc 40100 2 9 python3 -m pyspark.daemon
+"""
+
+
+def test_pod_figures_read_the_cgroup_and_each_process() -> None:
+    figures = pod_figures(POD_OUTPUT)
+    assert (figures.memory_bytes, figures.anon_bytes) == (734003200, 690487296)
+    (jvm,) = figures.of("jvm")
+    assert (jvm.rss_bytes, jvm.threads, jvm.files) == (612340 * 1024, 97, 310)
+    assert [p.rss_bytes for p in figures.of("runner")] == [81220 * 1024]
+    assert [p.rss_bytes for p in figures.of("python-worker")] == [40100 * 1024]
+    assert process_role("/usr/bin/tini -s -- /opt/entrypoint.sh") == "other"
+
+
+def test_checkpoint_files_are_sorted_into_logs_state_and_side_files() -> None:
+    assert checkpoint_kind("out/offsets/12") == "logs"
+    assert checkpoint_kind("out@5d1c0a2e/commits/12") == "logs"
+    assert checkpoint_kind("out/metadata") == "logs"
+    assert checkpoint_kind("out/state/0/1/3.changelog") == "state"
+    assert checkpoint_kind("out/sluice/handovers/0") == "sluice"
+
+
+def test_the_drivers_jvm_figures_become_series() -> None:
+    text = (
+        "# TYPE sluice_jvm_memory_bytes gauge\n"
+        'sluice_jvm_memory_bytes{area="heap",kind="used"} 1.5e+08\n'
+        'sluice_jvm_memory_bytes{area="buffers-direct",kind="used"} 2048\n'
+        "# TYPE sluice_jvm_threads gauge\nsluice_jvm_threads 97\n"
+        "# TYPE sluice_jvm_native_memory_bytes gauge\n"
+        'sluice_jvm_native_memory_bytes{category="Java Heap"} 5.36870912e+08\n'
+        "# TYPE sluice_batches_total counter\nsluice_batches_total 3\n"
+    )
+    values = metric_values(text, ("sluice_jvm_memory_bytes", "sluice_jvm_threads", "sluice_jvm_native_memory_bytes"))
+    assert {series_name(m): v for m, v in values.items()} == {
+        "driver_jvm_heap_used_bytes": 1.5e8,
+        "driver_jvm_buffers_direct_used_bytes": 2048,
+        "driver_jvm_threads": 97,
+        "driver_jvm_native_memory_java_heap_bytes": 536870912,
+    }
+
+
+def test_kafkas_transaction_list_is_read_by_its_header() -> None:
+    text = (
+        "TransactionalId            Coordinator ProducerId TransactionState\n"
+        "sluice/sluice-apps/wordcount/out/0 1 3001 CompleteCommit\n"
+        "sluice/sluice-apps/wordcount/out/1 1 3002 Ongoing\n"
+    )
+    assert transactions_listed(text) == {
+        "sluice/sluice-apps/wordcount/out/0": "CompleteCommit",
+        "sluice/sluice-apps/wordcount/out/1": "Ongoing",
+    }
+    assert transactions_listed("") == {}
+    assert host_bootstrap(HostKafka("127.0.0.1:9092")) == "127.0.0.1:9092"
+
+
+def test_the_soak_app_runs_its_driver_with_native_memory_tracking() -> None:
+    app = {"spec": {"spark": {"sparkConf": {"spark.driver.extraJavaOptions": "-Dx=1"}}}}
+    changed = soak_app_settings(app)
+    assert changed["spec"]["spark"]["sparkConf"]["spark.driver.extraJavaOptions"] == (
+        "-Dx=1 -XX:NativeMemoryTracking=summary"
+    )
+    assert app["spec"]["spark"]["sparkConf"]["spark.driver.extraJavaOptions"] == "-Dx=1"  # a copy
+
+
+def test_the_picture_has_a_panel_per_series(tmp_path) -> None:
+    series = {"driver_pod_memory_bytes": [(0.0, 2.0**28), (20.0, 2.0**28)], "executors": [(0.0, 1.0), (20.0, 2.0)]}
+    summary = summarize(series, SoakPlan(30), 30, 10, 0, 0)
+    path = draw(series, summary, tmp_path / "soak.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.dumps(summary)  # plain values only
