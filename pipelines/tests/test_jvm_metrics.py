@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sluice.pipelines.jvm_metrics import JvmCollector, native_memory
+from sluice.pipelines.jvm_metrics import JvmCollector, native_memory, pool_label
 
 # Java 17's own summary (its exit statistics, in bytes), cut to a few categories; jcmd's is the same in KB.
 SUMMARY_IN_BYTES = """
@@ -43,6 +43,15 @@ def test_native_memory_without_tracking_is_empty() -> None:
     assert native_memory("Native memory tracking is not enabled\n") == {}
 
 
+def test_buffer_pools_keep_their_whole_name() -> None:
+    """Java 17 has two mapped pools: a label of the first word alone made two series of one name."""
+    assert [pool_label(n) for n in ("direct", "mapped", "mapped - 'non-volatile memory'")] == [
+        "direct",
+        "mapped",
+        "mapped-non-volatile-memory",
+    ]
+
+
 def test_the_collector_reads_the_running_jvm(spark_session) -> None:
     registry = CollectorRegistry()
     registry.register(JvmCollector(spark_session))
@@ -52,7 +61,13 @@ def test_the_collector_reads_the_running_jvm(spark_session) -> None:
     assert heap_used is not None and heap_committed is not None
     assert 0 < heap_used <= heap_committed <= max_heap
     assert registry.get_sample_value("sluice_jvm_memory_bytes", {"area": "nonheap", "kind": "used"}) > 0
+    spark_session._jvm.java.lang.System.gc()
+    after_gc = registry.get_sample_value("sluice_jvm_memory_bytes", {"area": "heap", "kind": "after-gc"})
+    assert 0 < after_gc <= max_heap  # what the pools held after the collection just made
     assert registry.get_sample_value("sluice_jvm_memory_bytes", {"area": "buffers-direct", "kind": "used"}) >= 0
+    families = [m for m in registry.collect() if m.name == "sluice_jvm_memory_bytes"]
+    keys = [(s.labels["area"], s.labels["kind"]) for m in families for s in m.samples]
+    assert len(keys) == len(set(keys)), keys  # one series per pool
     threads = spark_session._jvm.java.lang.Thread.activeCount()
     assert registry.get_sample_value("sluice_jvm_threads") >= threads > 0
     # The test session runs without Native Memory Tracking: no per-category series.

@@ -32,6 +32,11 @@ def native_memory(summary: str) -> dict[str, int]:
     return committed
 
 
+def pool_label(name: str) -> str:
+    """A buffer pool's name as a label value: `mapped - 'non-volatile memory'` → `mapped-non-volatile-memory`."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
 class JvmCollector(Collector):
     """sluice_jvm_* of the JVM behind `spark` (py4j calls, from the scraping thread)."""
 
@@ -45,18 +50,23 @@ class JvmCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         management = self._jvm.java.lang.management.ManagementFactory
         memory = GaugeMetricFamily(
-            "sluice_jvm_memory_bytes", "The driver JVM's memory (area: heap, nonheap, buffers-direct, buffers-mapped)",
+            "sluice_jvm_memory_bytes",
+            "The driver JVM's memory (area: heap, nonheap, buffers-<pool>; kind: used, committed, after-gc)",
             labels=["area", "kind"],
         )  # fmt: skip
         bean = management.getMemoryMXBean()
         for area, usage in (("heap", bean.getHeapMemoryUsage()), ("nonheap", bean.getNonHeapMemoryUsage())):
             memory.add_metric([area, "used"], usage.getUsed())
             memory.add_metric([area, "committed"], usage.getCommitted())
+        # What the heap's pools held after their last collection: what a leak grows, without the garbage between.
+        heap_pools = [pool for pool in management.getMemoryPoolMXBeans() if pool.getType().name() == "HEAP"]
+        after_gc = [pool.getCollectionUsage() for pool in heap_pools]
+        memory.add_metric(["heap", "after-gc"], sum(usage.getUsed() for usage in after_gc if usage is not None))
         pools = management.getPlatformMXBeans(
             self._jvm.java.lang.Class.forName("java.lang.management.BufferPoolMXBean")
         )
         for pool in pools:
-            memory.add_metric([f"buffers-{pool.getName().split(' ')[0]}", "used"], pool.getMemoryUsed())
+            memory.add_metric([f"buffers-{pool_label(pool.getName())}", "used"], pool.getMemoryUsed())
         yield memory
         threads = GaugeMetricFamily("sluice_jvm_threads", "Live threads of the driver JVM")
         threads.add_metric([], management.getThreadMXBean().getThreadCount())
