@@ -56,7 +56,8 @@ def test_a_stateful_query_commits_the_keys_it_changed(spark_session: SparkSessio
 
 def test_spark_submit_settings_override_sluices_own(tmp_path: Path) -> None:
     """The runner on a cluster runs under spark-submit, which carries the app's sparkConf: a setting there wins
-    over sluice's BASE_CONF (a session builder's setting would override it); the others stay sluice's."""
+    over sluice's BASE_CONF (a session builder's setting would override it); the others stay sluice's, the Hadoop
+    ones (spark.hadoop.*) in Hadoop's configuration."""
     provider, changelog = (
         "spark.sql.streaming.stateStore.providerClass",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
@@ -68,7 +69,9 @@ def test_spark_submit_settings_override_sluices_own(tmp_path: Path) -> None:
         "from sluice.pipelines.session import build_session\n"
         "spark = build_session('settings', {})\n"
         f"keys = {[provider, changelog, 'spark.sql.session.timeZone']!r}\n"
-        "print(json.dumps({key: spark.conf.get(key) for key in keys}))\n"
+        "got = {key: spark.conf.get(key) for key in keys}\n"
+        "got['hadoop s3a stream'] = spark.sparkContext._jsc.hadoopConfiguration().get('fs.s3a.input.stream.type')\n"
+        "print(json.dumps(got))\n"
         "spark.stop()\n"
     )
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -78,7 +81,12 @@ def test_spark_submit_settings_override_sluices_own(tmp_path: Path) -> None:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got == {provider: hdfs, changelog: BASE_CONF[changelog], "spark.sql.session.timeZone": "Europe/Paris"}
+    assert got == {
+        provider: hdfs,
+        changelog: BASE_CONF[changelog],
+        "spark.sql.session.timeZone": "Europe/Paris",
+        "hadoop s3a stream": "classic",  # reaches Hadoop's configuration, where S3A reads it
+    }
 
 
 def test_joins_keep_their_state_in_one_rocksdb_store_unless_the_app_says_otherwise() -> None:

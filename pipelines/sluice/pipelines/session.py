@@ -39,6 +39,10 @@ BASE_CONF: dict[str, str] = {
     # job submitted after it, so a stateless query's one-task batch waited behind a stateful query's stages.
     # In fair mode STATELESS_POOL takes the next free core while it runs no task (pipelines/README.md).
     "spark.scheduler.mode": "FAIR",
+    # Hadoop 3.5's S3A reads through the S3 Analytics Accelerator by default: a pool of 96 threads in each JVM
+    # (counted in make soak's driver), and a store that keeps an entry for each object read until the filesystem
+    # closes (HADOOP-20058), while a checkpoint reads new objects every batch. The classic stream, as Flink pins it.
+    "spark.hadoop.fs.s3a.input.stream.type": "classic",
 }
 POOLS_FILE = "spark.scheduler.allocation.file"
 STATELESS_POOL = "sluice-stateless"
