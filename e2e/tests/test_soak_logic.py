@@ -14,6 +14,7 @@ from sluice.testbed.soak import (
     draw,
     growth_pct_per_hour,
     host_bootstrap,
+    longest_driver,
     metric_values,
     pod_figures,
     process_role,
@@ -69,8 +70,31 @@ def test_summary_has_the_issues_shape() -> None:
     summary = summarize(series, SoakPlan(60), 60.4, 1000, 0, 0)
     assert {"minutes", "records", "lost", "duplicated", "series"} <= set(summary)
     assert summary["series"] == {
-        "driver_pod_memory_bytes": {"unit": "bytes", "after_warmup": 2.0, "end": 2.0, "growth_pct_per_hour": 0.0}
+        "driver_pod_memory_bytes": {
+            "unit": "bytes",
+            "after_warmup": 2.0,
+            "end": 2.0,
+            "growth_pct_per_hour": 0.0,
+            "window": [15, 60.4],
+        }
     }  # executors has no sample after the warm-up
+
+
+def test_driver_series_are_read_over_the_driver_that_lived_longest() -> None:
+    """A killed driver's successor starts small and warms up again: over the whole run that reads as a drop, or
+    as growth. Each driver series is read from the longest-lived driver's start plus the warm-up to its end."""
+    drivers = [(float(m), "first") for m in range(0, 40)] + [(float(m), "second") for m in range(40, 120)]
+    memory = [(float(m), 900.0 if m < 40 else 500.0 + min(m - 40, 10) * 40) for m in range(120)]
+    operator = [(float(m), 100.0) for m in range(120)]
+    summary = summarize(
+        {"driver_jvm_rss_bytes": memory, "operator_rss_bytes": operator}, SoakPlan(120), 120, 1, 0, 0, drivers
+    )
+    driver = summary["series"]["driver_jvm_rss_bytes"]
+    assert driver["window"] == [55, 120] and driver["growth_pct_per_hour"] == 0  # the second one's, warm
+    assert driver["after_warmup"] == 900.0
+    assert summary["series"]["operator_rss_bytes"]["window"] == [15, 120]  # not replaced by a driver kill
+    assert summary["drivers"] == 2
+    assert longest_driver([], 10) is None
 
 
 POD_OUTPUT = """cgroup 734003200 690487296

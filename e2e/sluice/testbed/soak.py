@@ -130,21 +130,45 @@ def unit_of(name: str) -> str:
     return "count"
 
 
+PER_DRIVER = ("driver_", "executor_")  # series of pods that a driver kill replaces: read per driver's lifetime
+
+
+def longest_driver(drivers: Sequence[tuple[float, str]], end: float) -> tuple[float, float] | None:
+    """(first minute, last minute) of the driver that lived longest, from (minute first seen, pod uid) samples."""
+    starts = [minute for index, (minute, uid) in enumerate(drivers) if index == 0 or drivers[index - 1][1] != uid]
+    if not starts:
+        return None
+    return max(zip(starts, [*starts[1:], end], strict=True), key=lambda span: span[1] - span[0])
+
+
 def summarize(
-    series: dict[str, Series], plan: SoakPlan, minutes: float, records: int, lost: int, duplicated: int
+    series: dict[str, Series],
+    plan: SoakPlan,
+    minutes: float,
+    records: int,
+    lost: int,
+    duplicated: int,
+    drivers: Sequence[tuple[float, str]] = (),
 ) -> dict[str, Any]:
     """summary.json: {"minutes", "records", "lost", "duplicated", "series": {NAME: {"unit", "after_warmup", "end",
-    "growth_pct_per_hour"}}}; after_warmup is the first value at or after the warm-up, end the last."""
+    "growth_pct_per_hour"}}}; after_warmup is the first value at or after the warm-up, end the last. A driver or
+    executor series is read over the driver that lived longest (a killed driver's successor warms up again):
+    from its start plus the warm-up to its end (`window`)."""
+    span = longest_driver(drivers, minutes)
     out: dict[str, Any] = {}
     for name, points in sorted(series.items()):
-        settled = [v for m, v in points if m >= plan.warmup]
-        if not settled:
+        begin, until = (
+            (span[0] + plan.warmup, span[1]) if span and name.startswith(PER_DRIVER) else (plan.warmup, minutes)
+        )
+        window = [(m, v) for m, v in points if begin <= m <= until]
+        if not window:
             continue
         out[name] = {
             "unit": unit_of(name),
-            "after_warmup": settled[0],
-            "end": points[-1][1],
-            "growth_pct_per_hour": growth_pct_per_hour(points, plan.warmup),
+            "after_warmup": window[0][1],
+            "end": window[-1][1],
+            "growth_pct_per_hour": growth_pct_per_hour(window, begin),
+            "window": [round(begin, 1), round(until, 1)],
         }
     return {
         "minutes": round(minutes, 1),
@@ -152,6 +176,7 @@ def summarize(
         "lost": lost,
         "duplicated": duplicated,
         "warmup_minutes": plan.warmup,
+        "drivers": len({uid for _, uid in drivers}),
         "series": out,
     }
 
@@ -259,6 +284,7 @@ class Soak:
     clock: Callable[[], float] = time.monotonic
     series: dict[str, Series] = field(default_factory=lambda: defaultdict(list))
     events: list[dict[str, Any]] = field(default_factory=list)
+    drivers: list[tuple[float, str]] = field(default_factory=list)  # (minute, driver pod uid) of each sample
     swaps: int = 0
 
     def run(self) -> dict[str, Any]:
@@ -285,7 +311,13 @@ class Soak:
         lost = sum(max(0, n - counted.get(w, 0)) for w, n in sent.items())
         extra = sum(max(0, counted.get(w, 0) - n) for w, n in sent.items())
         summary = summarize(
-            self.series, self.plan, (self.clock() - started) / 60, sum(sent.values()), lost, duplicated + extra
+            self.series,
+            self.plan,
+            (self.clock() - started) / 60,
+            sum(sent.values()),
+            lost,
+            duplicated + extra,
+            self.drivers,
         )
         summary["events"] = self.events
         return summary
@@ -385,7 +417,9 @@ class Soak:
         return pod_figures(out.stdout)
 
     def sample_driver(self, minute: float) -> None:
-        pod = self.suite.driver_pod()["metadata"]["name"]
+        metadata = self.suite.driver_pod()["metadata"]
+        pod = metadata["name"]
+        self.drivers.append((round(minute, 2), metadata["uid"]))
         figures = self.pod_figures(self.suite.apps_namespace, pod)
         self.record(minute, "driver_pod_memory_bytes", figures.memory_bytes)
         self.record(minute, "driver_pod_anon_bytes", figures.anon_bytes)
