@@ -189,7 +189,7 @@ def test_shuffle_partitions_default_to_the_scaling_ceiling_unless_set(raw_spec):
     conf = desired_state("wc", "ns", parse_spec(raw_spec)).children[-1]["spec"]["sparkConf"]
     assert conf["spark.sql.shuffle.partitions"] == "12"
     assert conf["spark.dynamicAllocation.enabled"] == "false"
-    assert conf["spark.driver.minMemoryOverhead"] == "768m", "the Python runner beside the JVM"
+    assert conf["spark.driver.minMemoryOverhead"] == "1g", "the JVM's non-heap and the Python runner"
     assert conf["spark.executor.minMemoryOverhead"] == "768m", "Python workers beside the JVM"
     raw_spec["spark"]["sparkConf"] = {"spark.sql.shuffle.partitions": "7"}
     conf = desired_state("wc", "ns", parse_spec(raw_spec)).children[-1]["spec"]["sparkConf"]

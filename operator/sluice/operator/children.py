@@ -433,7 +433,12 @@ def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
     return next(v["configMap"]["name"] for v in volumes if v["name"] == PIPELINE_VOLUME)
 
 
-MIN_MEMORY_OVERHEAD = "768m"  # per driver and executor pod, above Spark's 384m: see spark_conf
+# Per pod, above Spark's 384m: see spark_conf. The driver's: its JVM's non-heap (make soak, Native Memory Tracking,
+# 512m heap at its limit after 27 min: metaspace 203 MB, code cache 148 MB and growing towards its 240 MB, thread
+# stacks 70 MB, symbols 49 MB, classes 33 MB, other ~40 MB) beside the Python runner (180 MB): with 768m the pod's
+# anonymous memory reached 1,271 of its 1,342 MB after 39 minutes, still growing.
+DRIVER_MIN_MEMORY_OVERHEAD = "1g"
+EXECUTOR_MIN_MEMORY_OVERHEAD = "768m"
 
 
 def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
@@ -447,10 +452,10 @@ def spark_conf(spec: StreamingAppSpec) -> dict[str, str]:
         "spark.dynamicAllocation.enabled": "false",
         # The driver pod holds the Python runner beside the JVM, whose threads, metaspace and code cache grow
         # past Spark's 384m minimum within minutes on a small driver (the kernel kills it at the pod's limit).
-        "spark.driver.minMemoryOverhead": MIN_MEMORY_OVERHEAD,
+        "spark.driver.minMemoryOverhead": DRIVER_MIN_MEMORY_OVERHEAD,
         # An executor pod holds Python workers beside the JVM (the exactly-once sink's Arrow writers and their
         # Kafka producers, ~150 MB each): a 512m executor went past 896 MiB within minutes of queries restarting.
-        "spark.executor.minMemoryOverhead": MIN_MEMORY_OVERHEAD,
+        "spark.executor.minMemoryOverhead": EXECUTOR_MIN_MEMORY_OVERHEAD,
         # Spark 4.2 creates an executor NetworkPolicy at submission, which needs RBAC spark-operator
         # does not hold; the operator makes the same policy itself (network_policies).
         "spark.kubernetes.driver.pod.excludedFeatureSteps": SPARK_NETWORK_POLICY_STEP,
