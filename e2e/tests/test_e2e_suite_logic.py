@@ -16,7 +16,7 @@ from sluice.testbed.e2e_suite import (
     word_counts,
     word_tally,
 )
-from sluice.testbed.object_store import restored_name
+from sluice.testbed.object_store import copy_folder, restored_name
 
 
 def row(start: str, word: str, count: int) -> str:
@@ -157,3 +157,27 @@ def test_this_charts_values_are_all_taken_by_its_own_schema():
 )
 def test_a_restore_puts_each_query_where_a_new_app_reads_it(relative: str, restored: str) -> None:
     assert restored_name(relative, {"out@5d1c0a2e": "out"}) == restored
+
+
+def test_a_restore_copies_the_named_folder_and_never_merges_two(tmp_path) -> None:
+    """copy_folder over pyarrow's local filesystem (the same calls as on the store): the migrated query's folder
+    lands under its name, a stale folder left out stays out, and two folders meant for one are refused."""
+    from pyarrow.fs import LocalFileSystem
+
+    for path in ("out@5d1c0a2e/commits/3", "out/commits/1", "seen/offsets/7"):
+        (tmp_path / "backup" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "backup" / path).write_text(path)
+    store, source, target = LocalFileSystem(), str(tmp_path / "backup"), str(tmp_path / "restored")
+    for folder in ("out/commits", "seen/offsets"):  # an object store needs no folders, a local filesystem does
+        (tmp_path / "restored" / folder).mkdir(parents=True)
+    renames = {"out@5d1c0a2e": "out"}
+    with pytest.raises(
+        ValueError, match=r"folders that would be copied into one: \{'out': \['out', 'out@5d1c0a2e'\]\}"
+    ):
+        copy_folder(store, source, target, renames)
+    assert copy_folder(store, source, target, renames, leave_out={"out"}) == 2
+    restored = sorted(
+        str(p.relative_to(tmp_path / "restored")) for p in (tmp_path / "restored").rglob("*") if p.is_file()
+    )
+    assert restored == ["out/commits/3", "seen/offsets/7"]
+    assert (tmp_path / "restored" / "out" / "commits" / "3").read_text() == "out@5d1c0a2e/commits/3"

@@ -97,6 +97,15 @@ def test_driver_series_are_read_over_the_driver_that_lived_longest() -> None:
     assert longest_driver([], 10) is None
 
 
+def test_a_longest_driver_before_a_kill_ends_before_its_successor() -> None:
+    """The first driver lived longest: its window ends before the next driver's first (small) sample."""
+    drivers = [(float(m), "first") for m in range(0, 80)] + [(float(m), "second") for m in range(80, 100)]
+    memory = [(float(m), 1000.0 if m < 80 else 300.0) for m in range(100)]
+    summary = summarize({"driver_jvm_rss_bytes": memory}, SoakPlan(100), 100, 1, 0, 0, drivers)
+    driver = summary["series"]["driver_jvm_rss_bytes"]
+    assert driver["window"] == [15, 80] and driver["end"] == 1000.0 and driver["growth_pct_per_hour"] == 0
+
+
 POD_OUTPUT = """cgroup 734003200 690487296
 proc 4 1 4 /usr/bin/tini -s -- /opt/entrypoint.sh driver
 proc 612340 97 310 /usr/lib/jvm/java-17-openjdk-amd64/bin/java -cp /opt/spark/jars/* org.apache.spark.deploy.SparkSubmit
@@ -137,7 +146,7 @@ def test_the_drivers_jvm_figures_become_series() -> None:
     assert {series_name(m): v for m, v in values.items()} == {
         "driver_jvm_heap_used_bytes": 1.5e8,
         "driver_jvm_buffers_direct_used_bytes": 2048,
-        "driver_jvm_threads": 97,
+        "driver_jvm_live_threads": 97,  # the process's own count from /proc is driver_jvm_threads
         "driver_jvm_native_memory_java_heap_bytes": 536870912,
     }
 

@@ -39,6 +39,30 @@ def test_native_memory_reads_each_category_in_bytes() -> None:
     assert native_memory(in_kb)["Thread"] == 561 * 1024
 
 
+def test_a_category_line_with_more_after_committed_is_read() -> None:
+    """Newer JVMs print `, readonly=` after committed on the shared class space's line."""
+    line = "-        Shared class space (reserved=16777216, committed=12349440, readonly=0)"
+    assert native_memory(line) == {"Shared class space": 12349440}
+
+
+def test_a_jvm_that_cannot_be_read_leaves_the_scrape_its_other_series(caplog) -> None:
+    """A stopping driver's JVM (py4j fails): no sluice_jvm_* series, no error out of the scrape, one warning."""
+
+    class Gone:
+        def __getattr__(self, name: str):
+            raise ConnectionError("Answer from Java side is empty")
+
+    collector = JvmCollector.__new__(JvmCollector)
+    collector._jvm, collector._gateway, collector._tracking, collector._failed = Gone(), Gone(), None, False
+    registry = CollectorRegistry()
+    registry.register(collector)
+    for _ in range(3):
+        assert list(registry.collect()) == []
+    assert [r.getMessage() for r in caplog.records].count(
+        "the driver JVM's memory figures cannot be read: Answer from Java side is empty"
+    ) == 1
+
+
 def test_native_memory_without_tracking_is_empty() -> None:
     assert native_memory("Native memory tracking is not enabled\n") == {}
 

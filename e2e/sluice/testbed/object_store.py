@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,15 +165,32 @@ def restored_name(relative: str, renames: dict[str, str]) -> str:
     return f"{renames.get(folder, folder)}/{rest}" if rest else renames.get(folder, folder)
 
 
-def copy_folder(store: S3FileSystem, source: str, target: str, renames: dict[str, str] | None = None) -> int:
+def copy_folder(
+    store: S3FileSystem,
+    source: str,
+    target: str,
+    renames: dict[str, str] | None = None,
+    leave_out: Collection[str] = (),
+) -> int:
     """Every object under `source` copied under `target` (server-side), each query folder renamed as `renames`
-    says (restored_name); what `aws s3 sync` does in the backup page. The number of objects copied."""
+    says (restored_name) and the folders in `leave_out` left out; what `aws s3 sync` does in the backup page.
+    Two folders that would land in one are refused. The number of objects copied."""
     from pyarrow.fs import FileSelector, FileType
 
+    renames = renames or {}
     files = [info for info in store.get_file_info(FileSelector(source, recursive=True)) if info.type == FileType.File]
-    for info in files:
-        store.copy_file(info.path, f"{target}/{restored_name(info.path.removeprefix(source + '/'), renames or {})}")
-    return len(files)
+    relative = [info.path.removeprefix(source + "/") for info in files]
+    kept = [(info, path) for info, path in zip(files, relative, strict=True) if path.split("/")[0] not in leave_out]
+    landing: dict[str, set[str]] = {}
+    for _, path in kept:
+        folder = path.split("/")[0]
+        landing.setdefault(restored_name(folder, renames), set()).add(folder)
+    merged = {into: sorted(folders) for into, folders in landing.items() if len(folders) > 1}
+    if merged:
+        raise ValueError(f"folders that would be copied into one: {merged}")
+    for info, path in kept:
+        store.copy_file(info.path, f"{target}/{restored_name(path, renames)}")
+    return len(kept)
 
 
 def delete_folder(store: S3FileSystem, folder: str) -> None:

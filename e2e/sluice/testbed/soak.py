@@ -160,7 +160,8 @@ def summarize(
         begin, until = (
             (span[0] + plan.warmup, span[1]) if span and name.startswith(PER_DRIVER) else (plan.warmup, minutes)
         )
-        window = [(m, v) for m, v in points if begin <= m <= until]
+        last = until >= minutes  # the run's end closes the span; a next driver's first sample is not this one's
+        window = [(m, v) for m, v in points if begin <= m and (m <= until if last else m < until)]
         if not window:
             continue
         out[name] = {
@@ -266,7 +267,10 @@ def metric_values(text: str, names: Iterable[str]) -> dict[str, float]:
 
 
 def series_name(metric: str) -> str:
-    """`sluice_jvm_memory_bytes{heap,used}` → `driver_jvm_heap_used_bytes`."""
+    """`sluice_jvm_memory_bytes{heap,used}` → `driver_jvm_heap_used_bytes`; the JVM's own thread count is
+    `driver_jvm_live_threads` (`driver_jvm_threads` is the process's, from /proc)."""
+    if metric == "sluice_jvm_threads":
+        return "driver_jvm_live_threads"
     match = re.fullmatch(r"sluice_jvm_(\w+?)(_bytes)?(?:\{(.*)\})?", metric)
     assert match, metric
     labels = re.sub(r"[^a-z0-9]+", "_", (match[3] or "").lower()).strip("_")
@@ -298,7 +302,7 @@ class Soak:
                 load.rate = self.plan.rate_at(minute)
                 if minute >= next_sample:
                     self.sample(minute)
-                    next_sample += 1
+                    next_sample = math.floor(minute) + 1  # after a long disturbance: no burst of samples
                 if pending and minute >= pending[0][0]:
                     _, kind = pending.pop(0)
                     self.disturb(kind, minute)
@@ -307,20 +311,13 @@ class Soak:
             sent = load.stop()
         self.sample((self.clock() - started) / 60)
         self.suite.expected = Counter(sent)
-        counted, duplicated = self.settled_counts(sent)
+        counted, duplicated_windows = self.settled_counts(sent)
         lost = sum(max(0, n - counted.get(w, 0)) for w, n in sent.items())
-        extra = sum(max(0, counted.get(w, 0) - n) for w, n in sent.items())
+        duplicated = sum(max(0, counted.get(w, 0) - n) for w, n in sent.items())  # records counted twice
         summary = summarize(
-            self.series,
-            self.plan,
-            (self.clock() - started) / 60,
-            sum(sent.values()),
-            lost,
-            duplicated + extra,
-            self.drivers,
+            self.series, self.plan, (self.clock() - started) / 60, sum(sent.values()), lost, duplicated, self.drivers
         )
-        summary["events"] = self.events
-        return summary
+        return summary | {"duplicated_windows": duplicated_windows, "events": self.events}
 
     def settled_counts(self, sent: Counter[str]) -> tuple[Counter[str], int]:
         """The totals once every window of the last words is out (a flush line now and then), and how many
@@ -478,7 +475,7 @@ class Soak:
         root = f"{location}/{self.suite.app_name}"
         sizes: Counter[str] = Counter()
         files = 0
-        for info in access.filesystem().get_file_info(FileSelector(root, recursive=True)):
+        for info in access.filesystem().get_file_info(FileSelector(root, allow_not_found=True, recursive=True)):
             if info.type == FileType.File:
                 sizes[checkpoint_kind(info.path.removeprefix(root + "/"))] += info.size or 0
                 files += 1

@@ -434,8 +434,8 @@ def pipeline_configmap_of(spark_app: dict[str, Any]) -> str:
 
 
 # Per pod, above Spark's 384m: see spark_conf. The driver's: its JVM's non-heap (make soak, Native Memory Tracking,
-# 512m heap at its limit after 27 min: metaspace 203 MB, code cache 148 MB and growing towards its 240 MB, thread
-# stacks 70 MB, symbols 49 MB, classes 33 MB, other ~40 MB) beside the Python runner (180 MB): with 768m the pod's
+# 512m heap at its limit after 27 min: metaspace 203 MB, code cache 148 MB and growing towards its 240 MiB, thread
+# stacks 70 MB, symbols 49 MB, classes 33 MB, other ~55 MB) beside the Python runner (180 MB): with 768m the pod's
 # anonymous memory reached 1,271 of its 1,342 MB after 39 minutes, still growing.
 DRIVER_MIN_MEMORY_OVERHEAD = "1g"
 EXECUTOR_MIN_MEMORY_OVERHEAD = "768m"

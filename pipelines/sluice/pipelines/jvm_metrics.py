@@ -5,6 +5,7 @@ category. The pod's RSS less these is what the JVM does not track: glibc arenas,
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -14,8 +15,9 @@ from prometheus_client.registry import Collector
 from pyspark.sql import SparkSession
 
 AMOUNT = r"reserved=(?P<reserved>\d+)(?P<unit>[KMG]?B)?, committed=(?P<committed>\d+)(?:[KMG]?B)?"
-NMT_LINE = re.compile(r"^-\s+(?P<category>[A-Za-z][\w ]*?)\s+\(" + AMOUNT + r"\)")
+NMT_LINE = re.compile(r"^-\s+(?P<category>[A-Za-z][\w ]*?)\s+\(" + AMOUNT + r"[,)]")  # ", readonly=" may follow
 NMT_TOTAL = re.compile(r"^Total: " + AMOUNT)
+log = logging.getLogger(__name__)
 UNITS = {None: 1, "B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
 
 
@@ -46,8 +48,22 @@ class JvmCollector(Collector):
         self._jvm = jvm
         self._gateway = gateway
         self._tracking: bool | None = None  # NMT on? known after the first scrape
+        self._failed = False  # the last scrape could not read the JVM (said once, not at every scrape)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Nothing when the JVM cannot be read (it is stopping): the scrape's other series still go out."""
+        try:
+            families = self._families()
+        except Exception as error:
+            if not self._failed:
+                log.warning("the driver JVM's memory figures cannot be read: %s", error)
+            self._failed = True
+            return
+        self._failed = False
+        yield from families
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        families = []
         management = self._jvm.java.lang.management.ManagementFactory
         memory = GaugeMetricFamily(
             "sluice_jvm_memory_bytes",
@@ -58,7 +74,8 @@ class JvmCollector(Collector):
         for area, usage in (("heap", bean.getHeapMemoryUsage()), ("nonheap", bean.getNonHeapMemoryUsage())):
             memory.add_metric([area, "used"], usage.getUsed())
             memory.add_metric([area, "committed"], usage.getCommitted())
-        # What the heap's pools held after their last collection: what a leak grows, without the garbage between.
+        # What the heap's pools held after their last collection of each (Java's collection usage), without the
+        # garbage between; a pool only a full collection reads (G1's old generation) keeps its last figure.
         heap_pools = [pool for pool in management.getMemoryPoolMXBeans() if pool.getType().name() == "HEAP"]
         after_gc = [pool.getCollectionUsage() for pool in heap_pools]
         memory.add_metric(["heap", "after-gc"], sum(usage.getUsed() for usage in after_gc if usage is not None))
@@ -67,10 +84,9 @@ class JvmCollector(Collector):
         )
         for pool in pools:
             memory.add_metric([f"buffers-{pool_label(pool.getName())}", "used"], pool.getMemoryUsed())
-        yield memory
         threads = GaugeMetricFamily("sluice_jvm_threads", "Live threads of the driver JVM")
         threads.add_metric([], management.getThreadMXBean().getThreadCount())
-        yield threads
+        families += [memory, threads]
         native = self._native_memory(management)
         if native:
             family = GaugeMetricFamily(
@@ -80,13 +96,23 @@ class JvmCollector(Collector):
             )
             for category, committed in sorted(native.items()):
                 family.add_metric([category], committed)
-            yield family
+            families.append(family)
+        return families
 
     def _native_memory(self, management: Any) -> dict[str, int]:
         """jcmd's VM.native_memory summary, through the DiagnosticCommand MBean. Called through the MBeanServer
         interface's Method: py4j finds no method on the server's own class, whose package the JDK does not export."""
         if self._tracking is False:
             return {}
+        try:
+            found = native_memory(self._summary(management))
+        except Exception as error:  # NMT unreadable here: the other figures go on without it
+            log.warning("Native Memory Tracking cannot be read: %s", error)
+            found = {}
+        self._tracking = bool(found)
+        return found
+
+    def _summary(self, management: Any) -> str:
         jvm, gateway = self._jvm, self._gateway
 
         def array(kind: Any, *items: Any) -> Any:
@@ -108,6 +134,4 @@ class JvmCollector(Collector):
         arguments = array(jvm.java.lang.Object, array(jvm.java.lang.String, "summary"))
         signature = array(jvm.java.lang.String, "[Ljava.lang.String;")
         call = array(jvm.java.lang.Object, command, "vmNativeMemory", arguments, signature)
-        found = native_memory(str(invoke.invoke(management.getPlatformMBeanServer(), call)))
-        self._tracking = bool(found)
-        return found
+        return str(invoke.invoke(management.getPlatformMBeanServer(), call))
