@@ -108,10 +108,12 @@ spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "fal
          .config("spark.driver.extraJavaOptions", "-XX:NativeMemoryTracking=summary").getOrCreate())
 registry = CollectorRegistry()
 registry.register(JvmCollector(spark))
-samples = {s.labels.get("category"): s.value for m in registry.collect() if m.name == "sluice_jvm_native_memory_bytes"
-           for s in m.samples}
+def native():
+    return {s.labels.get("category"): s.value for m in registry.collect() if m.name == "sluice_jvm_native_memory_bytes"
+            for s in m.samples}
+samples, again = native(), native()  # the second scrape reuses the call the first one made
 heap = spark._jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getCommitted()
-print(json.dumps({"native": samples, "heap_committed": heap}))
+print(json.dumps({"native": samples, "again": sorted(again), "heap_committed": heap}))
 spark.stop()
 """
 
@@ -130,3 +132,4 @@ def test_with_native_memory_tracking_each_category_is_read(tmp_path) -> None:
     assert native["Java Heap"] == pytest.approx(figures["heap_committed"], rel=0.1)  # the heap, as NMT sees it
     assert native["Total"] > native["Java Heap"] > 0
     assert {"Class", "Thread", "Code", "GC"} <= set(native)
+    assert figures["again"] == sorted(native)

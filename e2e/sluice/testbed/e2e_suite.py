@@ -1469,12 +1469,16 @@ class E2ESuite:
             ).stdout
         )["items"]
 
-    def driver_pod(self, app: str | None = None) -> dict[str, Any]:
-        running = [
+    def running_driver_pods(self, app: str | None = None) -> list[dict[str, Any]]:
+        """The app's driver pods that run and are not being deleted."""
+        return [
             p
             for p in self.driver_pods(app)
             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
         ]
+
+    def driver_pod(self, app: str | None = None) -> dict[str, Any]:
+        running = self.running_driver_pods(app)
         assert len(running) == 1, f"expected one running driver pod, found {[p['metadata']['name'] for p in running]}"
         return running[0]
 
@@ -1700,11 +1704,15 @@ class E2ESuite:
             interval=3,
         )
         assert got == sent, "every record out exactly once"
+        self.delete_app(name)
+
+    # -- rolling updates
+
+    def delete_app(self, name: str) -> None:
+        """The StreamingApp `name` in the apps' namespace deleted, once the API server has let it go."""
         self.target.kubectl(
             "delete", "streamingapp", name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
         )
-
-    # -- rolling updates
 
     def patch_spec(self, spec: dict[str, Any]) -> None:
         """A merge patch of the app's spec."""
@@ -1731,17 +1739,14 @@ class E2ESuite:
         rollout = self.status().get("rollout")
         return rollout if rollout and (to_revision is None or rollout["toRevision"] == to_revision) else None
 
+    @property
+    def operator_selector(self) -> str:
+        """The label selector of the release's operator pods."""
+        return f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component=operator"
+
     def kill_operator(self) -> None:
         """The operator's pod deleted (its Deployment starts another)."""
-        self.target.kubectl(
-            "delete",
-            "pod",
-            "-n",
-            self.release_namespace,
-            "-l",
-            f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component=operator",
-            "--wait=false",
-        )
+        self.target.kubectl("delete", "pod", "-n", self.release_namespace, "-l", self.operator_selector, "--wait=false")
 
     def rollout_completed(self, from_revision: str, what: str, phase: str = "Complete") -> dict[str, Any]:
         """The rollout from `from_revision`, once in `phase` (Complete, RolledBack)."""
@@ -2156,9 +2161,7 @@ class E2ESuite:
         assert {word: sum(n[0] for (_, _, w), n in got.items() if w == word) for word in words} == dict.fromkeys(
             words, 20
         )
-        self.target.kubectl(
-            "delete", "streamingapp", name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
-        )
+        self.delete_app(name)
         self.wait_spark_application_deleted(name, name)
 
     def backup_restore(self) -> None:
@@ -2194,9 +2197,7 @@ class E2ESuite:
         folder = f"{location.removeprefix('s3a://').rstrip('/')}/{self.app_name}"
         backup = f"{access.bucket}/backups/{self.apps_namespace}/{self.app_name}"
         backed_up = copy_folder(store, folder, backup)
-        self.target.kubectl(
-            "delete", "streamingapp", self.app_name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
-        )
+        self.delete_app(self.app_name)
         delete_folder(store, folder)
         assert not store.get_file_info(FileSelector(folder, allow_not_found=True, recursive=True)), "not deleted"
         self.send(["omega", "beta"])  # while there is no app: read from the restored offsets
@@ -2641,9 +2642,7 @@ class E2ESuite:
 
     def uninstall(self) -> None:
         driver = self.driver_name()  # after a handover not the app's name: read before the app goes
-        self.target.kubectl(
-            "delete", "streamingapp", self.app_name, "-n", self.apps_namespace, "--wait=true", timeout=self.timeout
-        )
+        self.delete_app(self.app_name)
         self.wait_spark_application_deleted(driver, "the app's driver")
         self.target.helm("uninstall", self.release, "--namespace", self.release_namespace, "--wait")
         assert self.target.get("deployment", self.release, self.release_namespace) is None

@@ -310,7 +310,6 @@ class Soak:
         finally:
             sent = load.stop()
         self.sample((self.clock() - started) / 60)
-        self.suite.expected = Counter(sent)
         counted, duplicated_windows = self.settled_counts(sent)
         lost = sum(max(0, n - counted.get(w, 0)) for w, n in sent.items())
         duplicated = sum(max(0, counted.get(w, 0) - n) for w, n in sent.items())  # records counted twice
@@ -323,14 +322,13 @@ class Soak:
         """The totals once every window of the last words is out (a flush line now and then), and how many
         window results came twice."""
         deadline = self.clock() + self.suite.timeout
-        while self.clock() < deadline:  # what is still missing then is reported as lost
+        while True:  # what is still missing at the deadline is reported as lost
             self.suite.kafka.produce(LINES, ["flush"])
-            got = word_counts(self.suite.kafka.consume(COUNTS))
-            if all(got[w] >= n for w, n in sent.items()):
-                break
+            records = self.suite.kafka.consume(COUNTS)
+            got = word_counts(records)
+            if all(got[w] >= n for w, n in sent.items()) or self.clock() >= deadline:
+                return got, len(duplicated_windows(records))
             time.sleep(5)
-        records = self.suite.kafka.consume(COUNTS)
-        return word_counts(records), len(duplicated_windows(records))
 
     # -- disturbances
 
@@ -370,11 +368,7 @@ class Soak:
         victim = self.suite.driver_pod()["metadata"]
 
         def new_driver_answers() -> bool:
-            running = [
-                p
-                for p in self.suite.driver_pods()
-                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-            ]
+            running = self.suite.running_driver_pods()
             if len(running) != 1 or running[0]["metadata"]["uid"] == victim["uid"]:
                 return False
             try:
@@ -409,7 +403,7 @@ class Soak:
                 self.record(minute, f"sample_errors_{name}", 1)
                 print(f"soak: minute {minute:.1f}: {name}: {type(error).__name__}: {str(error)[:200]}")
 
-    def pod_figures(self, namespace: str, pod: str) -> PodFigures:
+    def read_pod(self, namespace: str, pod: str) -> PodFigures:
         out = self.suite.target.kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", POD_FIGURES)
         return pod_figures(out.stdout)
 
@@ -417,7 +411,7 @@ class Soak:
         metadata = self.suite.driver_pod()["metadata"]
         pod = metadata["name"]
         self.drivers.append((round(minute, 2), metadata["uid"]))
-        figures = self.pod_figures(self.suite.apps_namespace, pod)
+        figures = self.read_pod(self.suite.apps_namespace, pod)
         self.record(minute, "driver_pod_memory_bytes", figures.memory_bytes)
         self.record(minute, "driver_pod_anon_bytes", figures.anon_bytes)
         for role, prefix in (("jvm", "driver_jvm"), ("runner", "driver_runner")):
@@ -437,7 +431,7 @@ class Soak:
         self.record(minute, "executors", len(self.suite.running_executor_pods()))
 
     def sample_executors(self, minute: float) -> None:
-        figures = [self.pod_figures(self.suite.apps_namespace, pod) for pod in self.suite.running_executor_pods()]
+        figures = [self.read_pod(self.suite.apps_namespace, pod) for pod in self.suite.running_executor_pods()]
         if not figures:
             return
         self.record(minute, "executor_pod_memory_max_bytes", max(f.memory_bytes for f in figures))
@@ -453,12 +447,11 @@ class Soak:
     def sample_operator(self, minute: float) -> None:
         pods = json.loads(
             self.suite.target.kubectl(
-                "get", "pods", "-n", self.suite.release_namespace, "-o", "json", "-l",
-                f"app.kubernetes.io/instance={self.suite.release},app.kubernetes.io/component=operator",
+                "get", "pods", "-n", self.suite.release_namespace, "-o", "json", "-l", self.suite.operator_selector
             ).stdout
         )["items"]  # fmt: skip
         running = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
-        figures = self.pod_figures(self.suite.release_namespace, running[0])
+        figures = self.read_pod(self.suite.release_namespace, running[0])
         self.record(minute, "operator_pod_memory_bytes", figures.memory_bytes)
         for process in figures.of("runner")[:1]:  # kopf's Python process
             self.record(minute, "operator_rss_bytes", process.rss_bytes)

@@ -49,6 +49,7 @@ class JvmCollector(Collector):
         self._gateway = gateway
         self._tracking: bool | None = None  # NMT on? known after the first scrape
         self._failed = False  # the last scrape could not read the JVM (said once, not at every scrape)
+        self._nmt_call: tuple[Any, Any, Any] | None = None  # the NMT summary's call, made at its first use
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Nothing when the JVM cannot be read (it is stopping): the scrape's other series still go out."""
@@ -113,6 +114,13 @@ class JvmCollector(Collector):
         return found
 
     def _summary(self, management: Any) -> str:
+        if self._nmt_call is None:  # made once: a dozen py4j round trips
+            self._nmt_call = self._prepared_call(management)
+        invoke, server, call = self._nmt_call
+        return str(invoke.invoke(server, call))
+
+    def _prepared_call(self, management: Any) -> tuple[Any, Any, Any]:
+        """MBeanServer.invoke as a Method, the platform server, and the call's arguments."""
         jvm, gateway = self._jvm, self._gateway
 
         def array(kind: Any, *items: Any) -> Any:
@@ -134,4 +142,4 @@ class JvmCollector(Collector):
         arguments = array(jvm.java.lang.Object, array(jvm.java.lang.String, "summary"))
         signature = array(jvm.java.lang.String, "[Ljava.lang.String;")
         call = array(jvm.java.lang.Object, command, "vmNativeMemory", arguments, signature)
-        return str(invoke.invoke(management.getPlatformMBeanServer(), call))
+        return invoke, management.getPlatformMBeanServer(), call
