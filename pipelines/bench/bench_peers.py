@@ -30,6 +30,7 @@ from bench_workload import (
 )
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from peer_workloads import Arrival, InputRecord, OutputState, Reference, Workload
+from peers.peer_process import AT_LEAST_ONCE, EXACTLY_ONCE
 
 from sluice.pipelines.local.provision import ManagedProcess, cache_dir, locked, tail, virtualenv
 from sluice.testbed.common import REPO_ROOT
@@ -94,6 +95,7 @@ class Launch:
 class System:
     name: str
     command: Callable[[Launch], list[str]]
+    guarantee: str  # of its output: AT_LEAST_ONCE or EXACTLY_ONCE; systems compare within one
     workloads: frozenset[str] | None = None  # None: all
     slow: bool = False  # reads the short topic (a tenth of the records) in throughput runs
 
@@ -128,8 +130,9 @@ def _hand_written(variant: str) -> Callable[[Launch], list[str]]:
     return command
 
 
-def _sluice(manifest_prefix: str, cores: int) -> Callable[[Launch], list[str]]:
-    """`sluice run` on the workload's manifest in pipelines/bench/peers, its topics set to the run's."""
+def _sluice(manifest_prefix: str, cores: int, delivery: str | None = None) -> Callable[[Launch], list[str]]:
+    """`sluice run` on the workload's manifest in pipelines/bench/peers, its topics set to the run's (and its
+    sink's `delivery`, if given)."""
 
     def command(launch: Launch) -> list[str]:
         template = PEERS_DIR / f"{manifest_prefix}{launch.workload.name}.yaml"
@@ -139,6 +142,8 @@ def _sluice(manifest_prefix: str, cores: int) -> Callable[[Launch], list[str]]:
                 node["fromKafka"]["topic"] = launch.source
             if "toKafka" in node:
                 node["toKafka"]["topic"] = launch.sink
+                if delivery is not None:
+                    node["toKafka"]["delivery"] = delivery
         app = launch.workdir / template.name
         app.write_text(yaml.safe_dump(manifest, sort_keys=False))
         sluice = [sys.executable, "-m", "sluice.pipelines.cli", "run", str(app)]
@@ -155,9 +160,11 @@ def _sluice(manifest_prefix: str, cores: int) -> Callable[[Launch], list[str]]:
     return command
 
 
-def _peer(env: PeerEnv, script: str, extra: Callable[[], list[str]] = list) -> Callable[[Launch], list[str]]:
+def _peer(
+    env: PeerEnv, script: str, guarantee: str, extra: Callable[[], list[str]] = list
+) -> Callable[[Launch], list[str]]:
     def command(launch: Launch) -> list[str]:
-        return [str(env.python()), str(PEERS_DIR / script), *_contract_args(launch), *extra()]
+        return [str(env.python()), str(PEERS_DIR / script), *_contract_args(launch), "--guarantee", guarantee, *extra()]
 
     return command
 
@@ -166,17 +173,44 @@ def _flink_jar() -> list[str]:
     return ["--jar", str(maven_jar(*FLINK_CONNECTOR))]
 
 
+# How often the exactly-once peers commit their output (their visibility latency's floor): the intervals with
+# their best p99 at half load (docs/benchmarks.md says how they were chosen); the variables try others.
+PYFLINK_CHECKPOINT_INTERVAL = os.environ.get("SLUICE_BENCH_PYFLINK_CHECKPOINT_INTERVAL", "1 s")
+QUIXSTREAMS_EOS_COMMIT_INTERVAL = os.environ.get("SLUICE_BENCH_QUIXSTREAMS_EOS_COMMIT_INTERVAL", "1")
+
+
+def _flink_exactly_once() -> list[str]:
+    return [*_flink_jar(), "--checkpoint-interval", PYFLINK_CHECKPOINT_INTERVAL]
+
+
+def _quix_exactly_once() -> list[str]:
+    return ["--commit-interval", QUIXSTREAMS_EOS_COMMIT_INTERVAL]
+
+
+# Each system at its own best settings for its guarantee. Spark's own Kafka sink and Bytewax's have no
+# exactly-once mode; sluice's real-time mode writes at least once.
 SYSTEMS = (
-    System("hand-written", _hand_written("defaults")),
-    System("hand-tuned", _hand_written("tuned")),
-    System("sluice", _sluice("sluice-", CORES)),
+    System("sluice", _sluice("sluice-", CORES), EXACTLY_ONCE),  # the default delivery, exactlyOnce
+    System("pyflink-eos", _peer(PYFLINK, "pyflink_job.py", EXACTLY_ONCE, _flink_exactly_once), EXACTLY_ONCE),
+    System(
+        "quixstreams-eos",
+        _peer(QUIXSTREAMS, "quixstreams_job.py", EXACTLY_ONCE, _quix_exactly_once),
+        EXACTLY_ONCE,
+        slow=True,
+    ),
+    System("sluice-alo", _sluice("sluice-", CORES, delivery="atLeastOnce"), AT_LEAST_ONCE),
     # Real-time mode holds a task slot per Kafka partition for the whole checkpoint interval: 4 slots for the
     # 4-partition topic, on 2 cores (the tasks mostly wait for records).
-    System("sluice-realtime", _sluice("sluice-realtime-", 4), workloads=frozenset({"filter-projection"})),
-    System("pyflink", _peer(PYFLINK, "pyflink_job.py", _flink_jar)),
-    System("quixstreams", _peer(QUIXSTREAMS, "quixstreams_job.py"), slow=True),
-    System("bytewax", _peer(BYTEWAX, "bytewax_job.py"), slow=True),
+    System(
+        "sluice-realtime", _sluice("sluice-realtime-", 4), AT_LEAST_ONCE, workloads=frozenset({"filter-projection"})
+    ),
+    System("hand-written", _hand_written("defaults"), AT_LEAST_ONCE),
+    System("hand-tuned", _hand_written("tuned"), AT_LEAST_ONCE),
+    System("pyflink", _peer(PYFLINK, "pyflink_job.py", AT_LEAST_ONCE, _flink_jar), AT_LEAST_ONCE),
+    System("quixstreams", _peer(QUIXSTREAMS, "quixstreams_job.py", AT_LEAST_ONCE), AT_LEAST_ONCE, slow=True),
+    System("bytewax", _peer(BYTEWAX, "bytewax_job.py", AT_LEAST_ONCE), AT_LEAST_ONCE, slow=True),
 )
+GUARANTEES = {system.name: system.guarantee for system in SYSTEMS}
 LIMIT = "limit"
 SYSTEM_NAMES = (LIMIT, *(s.name for s in SYSTEMS))
 

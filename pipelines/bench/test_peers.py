@@ -1,19 +1,26 @@
 """Benchmark: sluice side by side with the engines users would pick instead, in one run (`make bench-peers`).
 
 Workloads (peer_workloads.py): the frequency count, the windowed word count and a stateless filter +
-projection. Systems: `limit` (raw confluent-kafka consumers, one per core, reading the topic in parallel, no
-processing), `hand-written` (the jobs in plain PySpark with Spark's defaults), `hand-tuned` (the same with a
-Spark expert's settings), `sluice` (`sluice run` on the manifests in pipelines/bench/peers), `sluice-realtime`
-(real-time mode, stateless workload only), `pyflink`, `quixstreams`, `bytewax` (peers/*_job.py, each in its
-own virtualenv under ~/.cache/sluice/bench-peers). Every job runs as its own process with 2 cores' worth of
-parallelism, reads the same topic (4 partitions) and is checked: a wrong output fails the benchmark.
+projection. Systems (bench_peers.SYSTEMS), each at its best settings for the guarantee of its output, which
+peers.json records beside its figures (systems compare within one guarantee):
+- exactly-once: `sluice` (`sluice run` on the manifests in pipelines/bench/peers; delivery exactlyOnce, the
+  default), `pyflink-eos` (checkpoints and transactional Kafka sinks), `quixstreams-eos`
+  (processing_guarantee exactly-once);
+- at-least-once: `sluice-alo` (the same manifests with delivery atLeastOnce), `sluice-realtime` (real-time
+  mode, stateless workload only), `hand-written` (the jobs in plain PySpark with Spark's defaults),
+  `hand-tuned` (the same with a Spark expert's settings), `pyflink` (no checkpointing), `quixstreams`,
+  `bytewax`;
+- `limit`: raw confluent-kafka consumers, one per core, reading the topic in parallel, no processing.
+The peers are peers/*_job.py, each in its own virtualenv under ~/.cache/sluice/bench-peers. Every job runs as
+its own process with 2 cores' worth of parallelism, reads the same topic (4 partitions) and is checked by a
+read_committed consumer: a wrong output (a count off, a record missing or written twice) fails the benchmark.
 
 Throughput. Per workload one prefilled topic of SLUICE_BENCH_PEERS_RECORDS records (default 6M; the windowed
 word count's are lines of 5 words), and one of a tenth of it for the Python-native engines
 (Quix Streams, Bytewax), which would take many minutes per run otherwise. A run lasts from the job's
 launch until its output equals the reference (a read_committed consumer watches it). Start-up is taken out by
 a small run (SLUICE_BENCH_PEERS_STARTUP_RECORDS, default 10k) just before each measured one: records/s =
-(N - n) / (t(N) - t(n)). The figure is the median of SLUICE_BENCH_PEERS_REPEATS (default 3) such pairs, the
+(N - n) / (t(N) - t(n)). The figure is the median of SLUICE_BENCH_PEERS_REPEATS (default 5) such pairs, the
 systems' order alternating. The limit reads the full topic.
 
 Latency. For each system on fresh topics at half of its own median throughput (at most
@@ -23,8 +30,8 @@ SLUICE_BENCH_LATENCY_SECONDS (default 5 + 20 s). Per record produced after the w
 timestamp until its effect is visible to the read_committed consumer (a count reaching its occurrence, or its
 projected record). The limit's latency is one consumer's arrival time.
 
-Outputs: .sluice/bench/peers.json ({"workloads": {NAME: {"systems": {SYSTEM: {"records_per_s", "p50_ms",
-"p99_ms", ...}}}}}), .sluice/bench/peers.png and docs/benchmarks.md (generated).
+Outputs: .sluice/bench/peers.json ({"workloads": {NAME: {"systems": {SYSTEM: {"guarantee", "records_per_s",
+"p50_ms", "p99_ms", ...}}}}}), .sluice/bench/peers.png and docs/benchmarks.md (generated).
 """
 
 from __future__ import annotations
@@ -42,7 +49,10 @@ from typing import Any
 import pyspark
 import pytest
 from bench_peers import (
+    GUARANTEES,
     LIMIT,
+    PYFLINK_CHECKPOINT_INTERVAL,
+    QUIXSTREAMS_EOS_COMMIT_INTERVAL,
     SYSTEMS,
     Launch,
     OutputWatch,
@@ -86,7 +96,7 @@ class PeersConfig:
         return cls(
             records=int(env("SLUICE_BENCH_PEERS_RECORDS", "6000000")),
             startup_records=int(env("SLUICE_BENCH_PEERS_STARTUP_RECORDS", "10000")),
-            repeats=int(env("SLUICE_BENCH_PEERS_REPEATS", "3")),
+            repeats=int(env("SLUICE_BENCH_PEERS_REPEATS", "5")),
             latency_seconds=float(env("SLUICE_BENCH_LATENCY_SECONDS", "20")),
             latency_warmup=float(env("SLUICE_BENCH_LATENCY_WARMUP", "5")),
             latency_max_rate=float(env("SLUICE_BENCH_LATENCY_MAX_RATE", "50000")),
@@ -112,6 +122,7 @@ class PeersConfig:
 
 @dataclass
 class Figures:
+    guarantee: str | None  # of the system's output; None for the limit, which writes nothing
     runs_records_per_s: list[float] = field(default_factory=list)
     startup_s: float | None = None
     records: int = 0
@@ -126,6 +137,7 @@ class Figures:
     def to_json(self) -> dict[str, Any]:
         latency = self.latency
         return {
+            "guarantee": self.guarantee,
             "records_per_s": self.records_per_s,
             "p50_ms": latency.p50_ms if latency else None,
             "p99_ms": latency.p99_ms if latency else None,
@@ -167,7 +179,7 @@ class PeersBench:
         small = self.prefilled(workload, self.config.startup_records, seed=3)
         sizes = sorted({self.config.records_for(s, workload) for s in systems})
         topics = {n: self.prefilled(workload, n, seed=1) for n in sizes}
-        limit = figures.setdefault(LIMIT, Figures(records=max(sizes)))
+        limit = figures.setdefault(LIMIT, Figures(None, records=max(sizes)))
         for _ in range(self.config.repeats):
             seconds = self.limit_seconds(topics[max(sizes)][0], max(sizes))
             limit.runs_records_per_s.append(max(sizes) / seconds)
@@ -183,7 +195,7 @@ class PeersBench:
                     f"it ({startup:.1f}s): raise SLUICE_BENCH_PEERS_RECORDS"
                 )
                 rate = (records - self.config.startup_records) / (seconds - startup)
-                own = figures.setdefault(system.name, Figures(records=records))
+                own = figures.setdefault(system.name, Figures(system.guarantee, records=records))
                 own.runs_records_per_s.append(rate)
                 startups.setdefault(system.name, []).append(startup)
                 own.startup_s = statistics.median(startups[system.name])
@@ -291,6 +303,8 @@ def test_peers(kafka_bootstrap, new_topic, tmp_path) -> None:
             "latency_seconds": config.latency_seconds,
             "latency_warmup": config.latency_warmup,
             "latency_max_rate": config.latency_max_rate,
+            "pyflink_checkpoint_interval": PYFLINK_CHECKPOINT_INTERVAL,
+            "quixstreams_commit_interval": f"{QUIXSTREAMS_EOS_COMMIT_INTERVAL} s",
             "command": "make bench-peers",
         },
         "machine": {"platform": platform.platform(), "cores": os.cpu_count(), "memory_gib": _memory_gib()},
@@ -300,6 +314,9 @@ def test_peers(kafka_bootstrap, new_topic, tmp_path) -> None:
     if config.output.exists():  # a run of some workloads keeps the others' last figures (each says when)
         kept = json.loads(config.output.read_text()).get("workloads", {})
         results["workloads"] = {name: data for name, data in kept.items() if name not in config.workloads}
+        for data in results["workloads"].values():  # figures from before peers.json recorded guarantees
+            for name, system in data["systems"].items():
+                system.setdefault("guarantee", GUARANTEES.get(name))
     for name in config.workloads:
         workload = WORKLOADS[name]
         figures: dict[str, Figures] = {}

@@ -13,17 +13,20 @@ from collections.abc import Callable
 from types import FrameType
 
 WORKLOADS = ("frequency-count", "windowed-word-count", "filter-projection")
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
 STOP_TIMEOUT_S = 8.0
 
 
-def contract_parser(description: str) -> argparse.ArgumentParser:
-    """The arguments every job takes (peer_workloads.py has the contract); a job adds its own."""
+def contract_parser(description: str, guarantees: tuple[str, ...] = (AT_LEAST_ONCE,)) -> argparse.ArgumentParser:
+    """The arguments every job takes (peer_workloads.py has the contract); a job adds its own. `guarantees`:
+    the output guarantees the job can run with (`--guarantee`, at-least-once by default)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--workload", required=True, choices=WORKLOADS)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--source", required=True)
     parser.add_argument("--sink", required=True)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--guarantee", choices=guarantees, default=AT_LEAST_ONCE)
     return parser
 
 
