@@ -17,7 +17,11 @@ Faults (`make faults` runs the long ones; CI runs the driver case with 2 kills):
   after the task committed and before it reported back to Spark;
 - a broker of a 3-broker cluster stopped and restarted, one after the other (leaders and the transaction
   coordinator move).
-Each case prints, and writes to .sluice/faults/<case>.json: runs, kills, records, lost, duplicated.
+Each case prints, and writes to .sluice/faults/<case>.json: runs, kills, records, lost, duplicated, and the
+exactly-once sink's write paths it exercised (WRITE_PATHS): `out` (an aggregation) writes from the driver
+(`writers: auto`: the driver places the batch and writes each partition's transaction) or from the executors
+(`writers: executors`: placed in the streaming plan, shuffled to one task per partition); the dead letters
+(stateless, a one-partition topic) are written by the one task that reads the batch, with no shuffle.
 """
 
 from __future__ import annotations
@@ -57,6 +61,11 @@ WORDS = tuple(f"w{i:02d}" for i in range(40))
 MALFORMED_EVERY = 100  # 1%
 HOOKS = Path(__file__).parent / "fault_hooks"
 REPORTS = REPO_ROOT / ".sluice" / "faults"
+WRITE_PATHS = {
+    "auto": "out: driver-side placement, the driver writes each partition's transaction",
+    "executors": "out: placed in the streaming plan, one executor task per partition writes its transaction",
+    "dead letters": "one task reads the batch and writes the one-partition topic (no shuffle)",
+}
 
 
 # ------------------------------------------------------------------------------------- workload
@@ -239,6 +248,7 @@ class FaultReport:
     notes: dict[str, Any] = field(default_factory=dict)
 
     def check(self, workload: Workload) -> None:
+        self.notes["write paths"] = [WRITE_PATHS[workload.writers], WRITE_PATHS["dead letters"]]
         expected = workload.expected()
         written = workload.written()
         by_window = Counter((window, word) for window, word, _, _ in written.elements())
@@ -403,11 +413,19 @@ def kill_driver_repeatedly(driver: Driver, kills: int, rng: random.Random) -> li
 # ------------------------------------------------------------------------------------------ faults
 
 
-@pytest.mark.parametrize("kills", [pytest.param(2, id="ci"), pytest.param(20, id="long", marks=pytest.mark.faults)])
+@pytest.mark.parametrize(
+    ("kills", "writers"),
+    [
+        pytest.param(2, "auto", id="ci"),
+        pytest.param(20, "auto", id="long-driver-writes", marks=pytest.mark.faults),
+        pytest.param(20, "executors", id="long-executor-writes", marks=pytest.mark.faults),
+    ],
+)
 @pytest.mark.timeout(3600)
-def test_driver_killed(kafka_bootstrap: str, tmp_path: Path, kills: int) -> None:
-    """`sluice run` killed with SIGKILL mid-batch and restarted on its checkpoint: 0 lost, 0 duplicated."""
-    workload = Workload(kafka_bootstrap, tmp_path)
+def test_driver_killed(kafka_bootstrap: str, tmp_path: Path, kills: int, writers: str) -> None:
+    """`sluice run` killed with SIGKILL mid-batch and restarted on its checkpoint: 0 lost, 0 duplicated, with
+    the output written from the driver or from the executors."""
+    workload = Workload(kafka_bootstrap, tmp_path, writers=writers)
     driver = sluice_run(workload)
     workload.events.start()
     try:
@@ -418,7 +436,7 @@ def test_driver_killed(kafka_bootstrap: str, tmp_path: Path, kills: int) -> None
     finally:
         workload.events.finish()
         driver.stop()
-    report = FaultReport(f"driver-sigkill-{kills}", runs=driver.runs, kills=kills)
+    report = FaultReport(f"driver-sigkill-{kills}-{writers}", runs=driver.runs, kills=kills)
     report.notes = {
         "kills in a batch": sum(1 for m in moments if m.in_batch),
         "kills after the batch's output was committed to some partitions": sum(
@@ -550,9 +568,11 @@ def three_brokers(tmp_path: Path) -> Iterator[KafkaCluster]:
 
 @pytest.mark.faults
 @pytest.mark.timeout(3600)
-def test_broker_stopped_and_restarted(three_brokers: KafkaCluster, tmp_path: Path) -> None:
-    """Each broker of a 3-broker cluster stopped and restarted in turn while the app runs: 0 lost, 0 duplicated."""
-    workload = Workload(three_brokers.bootstrap, tmp_path, replicas=3)
+@pytest.mark.parametrize("writers", ["auto", "executors"])
+def test_broker_stopped_and_restarted(three_brokers: KafkaCluster, tmp_path: Path, writers: str) -> None:
+    """Each broker of a 3-broker cluster stopped and restarted in turn while the app runs: 0 lost, 0 duplicated,
+    with the output written from the driver or from the executors."""
+    workload = Workload(three_brokers.bootstrap, tmp_path, replicas=3, writers=writers)
     driver = sluice_run(workload)
     out_commits = workload.checkpoint / "out" / "commits"
     workload.events.start()
@@ -570,4 +590,4 @@ def test_broker_stopped_and_restarted(three_brokers: KafkaCluster, tmp_path: Pat
     finally:
         workload.events.finish()
         driver.stop()
-    FaultReport("broker-restarted", runs=driver.runs, kills=len(three_brokers.processes)).check(workload)
+    FaultReport(f"broker-restarted-{writers}", runs=driver.runs, kills=len(three_brokers.processes)).check(workload)
