@@ -130,11 +130,11 @@ soak: $(STAMP) ## the word count for SLUICE_SOAK_MINUTES (default 180) on the lo
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest -p no:cacheprovider -m soak -s e2e/tests/test_soak.py $(PYTEST_ARGS)
 
-e2e-faults: $(STAMP) ## the local cluster's long fault runs: the driver pod deleted 20 times under load, a change applied at 6 moments of a driver's start: .sluice/e2e/
+e2e-faults: $(STAMP) ## the local cluster's long fault runs: the driver pod deleted 20 times under load, a change applied at 6 moments of a driver's start, a pod killed in each phase of each rollout strategy: .sluice/e2e/
 	$(PY) -m sluice.testbed prefetch
-	SLUICE_E2E_DRIVER_KILLS=20 SLUICE_E2E_START_CHANGES=6 $(PY) -m pytest -p no:cacheprovider -m e2e_local \
-		e2e/tests/test_e2e_local.py --timeout 3600 $(PYTEST_ARGS) \
-		-k "install or kafka_ready or deploy_app or stream or driver_killed or change_while_driver_starts"
+	SLUICE_E2E_DRIVER_KILLS=20 SLUICE_E2E_START_CHANGES=6 SLUICE_E2E_ROLLOUT_FAULTS=all $(PY) -m pytest -p no:cacheprovider \
+		-m e2e_local e2e/tests/test_e2e_local.py --timeout 3600 $(PYTEST_ARGS) \
+		-k "install or kafka_ready or deploy_app or stream or driver_killed or change_while_driver_starts or rollout_faults"
 
 kind-cluster: $(STAMP) ## a 3-node kind cluster on podman (root; no Docker, no registry): node image built once; kubeconfig in .sluice/kind-cluster/kubeconfig
 	$(PY) -m sluice.testbed.kind up

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import get_args
 
 import pytest
 import yaml
 
+from sluice.operator.model import TERMINAL_PHASES, RolloutPhase
 from sluice.testbed.e2e_suite import (
     CHART_DIR,
+    ROLLOUT_FAULTS,
+    E2ESuite,
     PacedLoad,
     duplicated_windows,
     values_the_chart_takes,
@@ -181,3 +185,17 @@ def test_a_restore_copies_the_named_folder_and_never_merges_two(tmp_path) -> Non
     )
     assert restored == ["out/commits/3", "seen/offsets/7"]
     assert (tmp_path / "restored" / "out" / "commits" / "3").read_text() == "out@5d1c0a2e/commits/3"
+
+
+def test_each_rollout_fault_strikes_in_a_forward_phase_of_its_strategy() -> None:
+    """A fault's phase is one the operator's rollouts pass through (a typo would wait forever for a phase that
+    never comes); a handover's old and new drivers exist only in an image change; CI's case is the hot swap's."""
+    forward = set(get_args(RolloutPhase)) - set(TERMINAL_PHASES) - {"RollingBack"}
+    for fault in ROLLOUT_FAULTS:
+        assert fault.phase in forward, fault
+        assert fault.change in ("filter", "window", "image"), fault
+        assert fault.victim in ("driver", "executor") or fault.change == "image", fault
+        assert fault.victim in ("driver", "executor", "old", "new"), fault
+    assert (ROLLOUT_FAULTS[0].change, ROLLOUT_FAULTS[0].victim) == ("filter", "driver")
+    assert len({f.name for f in ROLLOUT_FAULTS}) == len(ROLLOUT_FAULTS)
+    assert "rollout_faults" in E2ESuite.STEPS and "rollout_faults" in E2ESuite.ROLLOUT_STEPS

@@ -825,6 +825,34 @@ def word_counts(records: Iterable[str]) -> Counter[str]:
 
 
 @dataclass(frozen=True)
+class RolloutFault:
+    """A pod killed (deleted with grace period 0) once a rollout reaches `phase` (Planned, Draining, Starting,
+    Verifying: rollout/plan.py). change: "filter" (a hot swap), "window" (a checkpoint migration in the driver) or
+    "image" (a fenced handover). victim: "driver" (the app's one driver), "old" or "new" (a handover's drained
+    driver or its new one), "executor" (one of the app's executors)."""
+
+    name: str
+    change: str
+    phase: str
+    victim: str
+
+
+ROLLOUT_FAULT_WORDS = ("mu", "pi", "digamma")  # streamed during rollout_faults only; no filter drops them
+ROLLOUT_FAULTS = (
+    RolloutFault("driver killed in a hot swap", "filter", "Draining", "driver"),
+    RolloutFault("driver killed as a hot swap starts the new queries", "filter", "Starting", "driver"),
+    RolloutFault("driver killed in a checkpoint migration", "window", "Draining", "driver"),
+    RolloutFault("driver killed while a checkpoint migration verifies", "window", "Verifying", "driver"),
+    RolloutFault("new driver killed on standby", "image", "Planned", "new"),
+    RolloutFault("old driver killed while the new one waits on standby", "image", "Planned", "old"),
+    RolloutFault("old driver killed while it drains", "image", "Draining", "old"),
+    RolloutFault("new driver killed as it is activated", "image", "Starting", "new"),
+    RolloutFault("new driver killed while it verifies", "image", "Verifying", "new"),
+    RolloutFault("executor killed in a handover", "image", "Draining", "executor"),
+)
+
+
+@dataclass(frozen=True)
 class KnownDefect:
     issue: str  # "#N: what is wrong"
     symptom: str  # what the step's failure says when this defect fails it
@@ -878,6 +906,7 @@ class E2ESuite:
         "handover_rolled_back",
         "checkpoint_migration",
         "migration_in_new_driver",
+        "rollout_faults",
         "idle_app_migration",
         "backup_restore",  # after the migrations: the app's `out` runs on a folder named for its revision
         "restricted_namespace",
@@ -918,6 +947,9 @@ class E2ESuite:
     node_loss_report: dict[str, Any] = field(default_factory=dict)
     driver_kills: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_DRIVER_KILLS", "2")))
     start_changes: int = field(default_factory=lambda: int(os.environ.get("SLUICE_E2E_START_CHANGES", "1")))
+    # rollout_faults' cases: the first (CI's short variant), or every one (SLUICE_E2E_ROLLOUT_FAULTS=all)
+    rollout_faults_all: bool = field(default_factory=lambda: os.environ.get("SLUICE_E2E_ROLLOUT_FAULTS") == "all")
+    rollout_fault_sent: Counter[str] = field(default_factory=Counter)
 
     ROLLOUT_STEPS = (
         "hot_swap",
@@ -927,6 +959,7 @@ class E2ESuite:
         "handover_rolled_back",
         "checkpoint_migration",
         "migration_in_new_driver",
+        "rollout_faults",
         "change_while_driver_starts",
         "idle_app_migration",
         "backup_restore",
@@ -2047,6 +2080,96 @@ class E2ESuite:
         assert self.status().get("checkpoints") == {"out": f"out@{done['toRevision']}"}
         self.assert_folder_deleted(moved_from)
         self.assert_no_executor_killed()
+
+    def rollout_faults(self) -> None:
+        """A pod killed in the middle of a rollout (ROLLOUT_FAULTS; CI runs the first, `make e2e-faults` all):
+        the driver during a hot swap or a checkpoint migration, the old or the new driver in each phase of a
+        fenced handover, an executor during one. Words stream in throughout. Each rollout ends consistent,
+        completed or rolled back as its status says, with every count exact, no window written twice and every
+        streamed word once in the stateless output."""
+        cases = ROLLOUT_FAULTS if self.rollout_faults_all else ROLLOUT_FAULTS[:1]
+        base = next(n["filter"] for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "non-empty")
+        results = [self._rollout_with_fault(fault, number, base) for number, fault in enumerate(cases)]
+        self.rollout_report["rolloutFaults"] = results
+        wrong = [r for r in results if r["lost"] or r["duplicated"] or r["ended"] not in ("Complete", "RolledBack")]
+        assert not wrong, wrong
+
+    def _rollout_with_fault(self, fault: RolloutFault, number: int, base_filter: str) -> dict[str, Any]:
+        self._wait_processing()
+        stable = self.status()["stableRevision"]
+        words = ROLLOUT_FAULT_WORDS
+        load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
+        try:
+            time.sleep(5)
+            started = time.monotonic()
+            self._change_for(fault.change, f"{base_filter} AND word != 'unsent{number}'")
+            struck, victim = wait_for(
+                lambda: self._strike(fault, stable),
+                timeout=self.timeout,
+                what=f"{fault.name}: the rollout in phase {fault.phase}, its victim running",
+                interval=0.1,
+            )
+            self.target.kubectl("delete", "pod", victim, "-n", self.apps_namespace, "--grace-period=0", "--force")
+            killed = time.monotonic()
+            done = wait_for(
+                lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r.get("finishedAt") and r,
+                timeout=self.timeout,
+                what=f"{fault.name}: the rollout to end",
+                interval=1,
+            )
+            self._wait_processing()
+            time.sleep(5)
+        finally:
+            sent = load.stop()
+        self.expected.update(sent)
+        self.assert_counts()
+        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in words)
+        self.rollout_fault_sent.update(sent)  # the stateless output holds every case's copies
+        return {
+            "fault": fault.name,
+            "strategy": done["strategy"],
+            "killed": victim,
+            "in_phase": struck["phase"],
+            "ended": done["phase"],
+            "message": done.get("message"),
+            "change_to_kill_s": round(killed - started, 1),
+            "kill_to_end_s": round(time.monotonic() - killed, 1),
+            "records": sent.total(),
+            "lost": (self.rollout_fault_sent - copies).total(),
+            "duplicated": (copies - self.rollout_fault_sent).total(),
+        }
+
+    def _change_for(self, change: str, new_filter: str) -> None:
+        """The spec change that rolls out with the fault's strategy."""
+        if change == "filter":
+            self.patch_pipeline("non-empty", filter=new_filter)
+        elif change == "window":
+            counts = next(n for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "counts")
+            window = 10 if counts["aggregate"]["window"]["tumbling"] == "5s" else 5
+            self.patch_pipeline("counts", aggregate={**counts["aggregate"], "window": {"tumbling": f"{window}s"}})
+        else:
+            spark = self.app["spec"]["spark"]
+            image = self.images.spark_next if spark["image"] == self.images.spark else self.images.spark
+            self.app["spec"]["spark"]["image"] = image
+            self.patch_spec({"spark": {"image": image}})
+
+    def _strike(self, fault: RolloutFault, stable: str) -> tuple[dict[str, Any], str] | None:
+        """(the rollout, the pod to kill) once the rollout from `stable` is in the fault's phase and the pod runs."""
+        rollout = self.rollout_of()
+        if not (rollout and rollout["fromRevision"] == stable and rollout["phase"] == fault.phase):
+            return None
+        if fault.victim == "executor":
+            running = self.running_executor_pods()
+            return (rollout, running[0]) if running else None
+        if fault.victim == "driver":
+            driver = self.driver_name()
+        else:
+            driver = rollout["fromDrivers"][0]["name"] if fault.victim == "old" else rollout["toDriver"]
+        pod = self.target.get("pod", f"{driver}-driver", self.apps_namespace)
+        running = (
+            pod is not None and pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+        )
+        return (rollout, pod["metadata"]["name"]) if running and pod is not None else None
 
     def migrate_window(
         self, words: tuple[str, str, str], old_ms: int, new_ms: int, report: str, image: str | None = None
