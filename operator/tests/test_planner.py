@@ -403,6 +403,59 @@ def test_a_stopped_driver_clears_its_figures():
     assert suspended["executors"] == 0 and suspended["lag"] is None
 
 
+def merge_patched(stored: object, patch: object) -> object:
+    """RFC 7386: what the API server stores when `patch` is merge-patched onto `stored`."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(stored) if isinstance(stored, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patched(result.get(key), value)
+    return result
+
+
+def test_a_new_rollout_keeps_nothing_of_the_last_one_in_the_stored_status():
+    """The last rollout's finishedAt, message and failure, and a checkpoint folder its plan named, are gone once
+    a new rollout is written over it (a merge patch keeps what it does not name: a running rollout with a
+    finishedAt reads as ended)."""
+    last = {
+        "fromRevision": "a",
+        "toRevision": "b",
+        "phase": "Complete",
+        "finishedAt": "2026-11-29T15:00:00Z",
+        "message": "checkpointMigration: migrate out",
+        "lastDriverFailure": "OOMKilled",
+        "fromCheckpoints": {"out": "out@a", "seen": "seen@a"},
+    }
+    stored = {"rollout": last, "checkpoints": {"out": "out@b", "seen": "seen@b"}}
+    planned = {"fromRevision": "b", "toRevision": "c", "phase": "Draining", "fromCheckpoints": {"out": "out@b"}}
+    status = status_for(
+        Observation(spark_state="RUNNING", driver=driver_answer()),
+        generation=5,
+        revision="b",
+        children=[],
+        old_status=stored,
+        now="t",
+        rollout={"rollout": planned, "checkpoints": {"out": "out@b"}},
+    )
+    written = merge_patched(stored, status)
+    assert isinstance(written, dict)
+    assert written["rollout"] == planned
+    assert written["checkpoints"] == {"out": "out@b"}
+    again = status_for(
+        Observation(spark_state="RUNNING", driver=driver_answer()),
+        generation=5,
+        revision="b",
+        children=[],
+        old_status=written,
+        now="t",
+        rollout={"rollout": planned, "checkpoints": {"out": "out@b"}},
+    )
+    assert not status_write_due(written, again, 60.0), "written once, the same rollout is not written again"
+
+
 def running_status(at: str, **changes: object) -> dict:
     status = {
         "phase": "Running",

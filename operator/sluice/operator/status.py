@@ -245,6 +245,15 @@ STATUS_FIGURES = frozenset({"lag", "inputRate", "observedAt"})
 AUTOSCALER_FIGURES = frozenset({"backlog", "ratePerExecutor", "message"})
 
 
+def replacing(old: Any, new: Any) -> Any:
+    """`new` as a JSON merge patch must write it to replace `old` wholly: a merge patch keeps what it does not
+    name, so every key of `old` that `new` lacks, at any depth, is set to null (a new rollout must not keep the
+    last one's finishedAt, message or fromCheckpoints)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    return {**dict.fromkeys(old.keys() - new.keys()), **{k: replacing(old.get(k), v) for k, v in new.items()}}
+
+
 def _as_stored(value: Any) -> Any:
     """A value as a JSON merge patch leaves it: a None in a dict deletes its key."""
     if isinstance(value, dict):
@@ -293,7 +302,8 @@ def status_for(
     selector: str | None = None,
     kept: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """The whole status, every field written (None clears it): nothing stale survives a stopped driver.
+    """The whole status, every field written (None clears it, also inside a field's object: `replacing`):
+    nothing stale survives a stopped driver or a finished rollout.
     `selector`: the executors' label selector (the scale subresource's labelSelectorpath).
     `scaling`: desiredExecutors, scaling and autoscaler, decided by the reconciler's scaling step; `rollout`:
     stableRevision, rollout, checkpoints and driver, by its rollout step. `kept`: the defaults the app runs on
@@ -332,7 +342,7 @@ def status_for(
     }
     if obs.valid is not None:
         status["revision"] = old_status.get("revision")  # what runs keeps running
-        return status
+        return _replacing_fields(old_status, status)
     if obs.suspended:
         status["executors"] = 0
     elif obs.driver is not None:
@@ -340,4 +350,8 @@ def status_for(
     elif obs.executors is not None:
         status["executors"] = obs.executors
     status.update(scaling or {})
-    return status
+    return _replacing_fields(old_status, status)
+
+
+def _replacing_fields(old_status: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    return {key: replacing(old_status.get(key), value) for key, value in status.items()}
