@@ -195,7 +195,7 @@ def test_each_rollout_fault_strikes_in_a_forward_phase_of_its_strategy() -> None
         assert fault.phase in forward, fault
         assert fault.change in ("filter", "window", "image"), fault
         assert fault.victim in ("driver", "executor") or fault.change == "image", fault
-        assert fault.victim in ("driver", "executor", "old", "new"), fault
+        assert fault.victim in ("driver", "executor", "old", "new", "broker"), fault
     assert (ROLLOUT_FAULTS[0].change, ROLLOUT_FAULTS[0].victim) == ("filter", "driver")
     assert len({f.name for f in ROLLOUT_FAULTS}) == len(ROLLOUT_FAULTS)
     assert "rollout_faults" in E2ESuite.STEPS and "rollout_faults" in E2ESuite.ROLLOUT_STEPS

@@ -187,6 +187,8 @@ def render_markdown(results: dict[str, Any], chart: str) -> str:
     for workload, data in results["workloads"].items():
         systems = data["systems"]
         lines += [f"## {workload}", "", f"Measured {data.get('measured_at', '-')}.", ""]
+        if data.get("note"):  # what a reader should know about these figures (kept from an older run)
+            lines += [data["note"], ""]
         if LIMIT in systems:
             limit = systems[LIMIT]
             lines += [

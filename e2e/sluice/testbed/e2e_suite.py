@@ -415,6 +415,7 @@ class SecuredKafka:
     user: str
     password: str
     ca_pem: str
+    restart: Callable[[], None] | None = field(default=None, compare=False)  # the broker stopped and started again
 
     def app_kafka(self, user_secret: str, ca_secret: str) -> dict[str, Any]:
         """spec.kafka naming Secrets `user_secret` (key password) and `ca_secret` (key ca.crt), as Strimzi users
@@ -829,7 +830,7 @@ class RolloutFault:
     """A pod killed (deleted with grace period 0) once a rollout reaches `phase` (Planned, Draining, Starting,
     Verifying: rollout/plan.py). change: "filter" (a hot swap), "window" (a checkpoint migration in the driver) or
     "image" (a fenced handover). victim: "driver" (the app's one driver), "old" or "new" (a handover's drained
-    driver or its new one), "executor" (one of the app's executors)."""
+    driver or its new one), "executor" (one of the app's executors), "broker" (the Kafka broker restarted)."""
 
     name: str
     change: str
@@ -837,6 +838,7 @@ class RolloutFault:
     victim: str
 
 
+BROKER = "broker"
 ROLLOUT_FAULT_WORDS = ("mu", "pi", "digamma")  # streamed during rollout_faults only; no filter drops them
 ROLLOUT_FAULTS = (
     RolloutFault("driver killed in a hot swap", "filter", "Draining", "driver"),
@@ -849,6 +851,7 @@ ROLLOUT_FAULTS = (
     RolloutFault("new driver killed as it is activated", "image", "Starting", "new"),
     RolloutFault("new driver killed while it verifies", "image", "Verifying", "new"),
     RolloutFault("executor killed in a handover", "image", "Draining", "executor"),
+    RolloutFault("broker restarted in a handover", "image", "Draining", "broker"),
 )
 
 
@@ -2109,7 +2112,11 @@ class E2ESuite:
                 what=f"{fault.name}: the rollout in phase {fault.phase}, its victim running",
                 interval=0.1,
             )
-            self.target.kubectl("delete", "pod", victim, "-n", self.apps_namespace, "--grace-period=0", "--force")
+            if victim == BROKER:
+                assert self.secured_kafka_access is not None and self.secured_kafka_access.restart is not None
+                self.secured_kafka_access.restart()
+            else:
+                self.target.kubectl("delete", "pod", victim, "-n", self.apps_namespace, "--grace-period=0", "--force")
             killed = time.monotonic()
             done = wait_for(
                 lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r.get("finishedAt") and r,
@@ -2117,6 +2124,7 @@ class E2ESuite:
                 what=f"{fault.name}: the rollout to end",
                 interval=1,
             )
+            ended = time.monotonic()
             self._wait_processing()
             time.sleep(5)
         finally:
@@ -2133,7 +2141,7 @@ class E2ESuite:
             "ended": done["phase"],
             "message": done.get("message"),
             "change_to_kill_s": round(killed - started, 1),
-            "kill_to_end_s": round(time.monotonic() - killed, 1),
+            "kill_to_end_s": round(ended - killed, 1),
             "records": sent.total(),
             "lost": (self.rollout_fault_sent - copies).total(),
             "duplicated": (copies - self.rollout_fault_sent).total(),
@@ -2158,18 +2166,19 @@ class E2ESuite:
         rollout = self.rollout_of()
         if not (rollout and rollout["fromRevision"] == stable and rollout["phase"] == fault.phase):
             return None
+        if fault.victim == BROKER:
+            return rollout, BROKER
         if fault.victim == "executor":
-            running = self.running_executor_pods()
-            return (rollout, running[0]) if running else None
+            executors = self.running_executor_pods()
+            return (rollout, executors[0]) if executors else None
         if fault.victim == "driver":
             driver = self.driver_name()
         else:
             driver = rollout["fromDrivers"][0]["name"] if fault.victim == "old" else rollout["toDriver"]
         pod = self.target.get("pod", f"{driver}-driver", self.apps_namespace)
-        running = (
-            pod is not None and pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
-        )
-        return (rollout, pod["metadata"]["name"]) if running and pod is not None else None
+        if pod is None or pod["status"].get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+            return None
+        return rollout, pod["metadata"]["name"]
 
     def migrate_window(
         self, words: tuple[str, str, str], old_ms: int, new_ms: int, report: str, image: str | None = None

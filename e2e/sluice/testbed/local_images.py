@@ -208,6 +208,13 @@ def secured_kafka(host: str, directory: Path, user: str = "sluice-app") -> Itera
     its plaintext listener is on loopback, for the test's own reads and writes. Stopped on exit."""
     listener = secured_listener(directory / "pki", [host], [user])
     cluster = KafkaCluster.on_free_ports(directory, host=host, secured=listener)
+
+    def restart() -> None:
+        for process in cluster.processes:
+            process.stop()
+            process.start()
+        cluster.wait_ready(120)
+
     try:
         cluster.start()
         yield SecuredKafka(
@@ -216,6 +223,7 @@ def secured_kafka(host: str, directory: Path, user: str = "sluice-app") -> Itera
             user,
             listener.users[user],
             listener.truststore.read_text(),
+            restart,
         )
     finally:
         cluster.stop()
