@@ -431,28 +431,18 @@ def test_a_new_rollout_keeps_nothing_of_the_last_one_in_the_stored_status():
     }
     stored = {"rollout": last, "checkpoints": {"out": "out@b", "seen": "seen@b"}}
     planned = {"fromRevision": "b", "toRevision": "c", "phase": "Draining", "fromCheckpoints": {"out": "out@b"}}
-    status = status_for(
-        Observation(spark_state="RUNNING", driver=driver_answer()),
-        generation=5,
-        revision="b",
-        children=[],
-        old_status=stored,
-        now="t",
-        rollout={"rollout": planned, "checkpoints": {"out": "out@b"}},
-    )
-    written = merge_patched(stored, status)
+
+    def status_over(old_status: dict) -> dict:
+        observation = Observation(spark_state="RUNNING", driver=driver_answer())
+        rollout = {"rollout": planned, "checkpoints": {"out": "out@b"}}
+        return status_for(observation, generation=5, revision="b", children=[], old_status=old_status, now="t",
+                          rollout=rollout)  # fmt: skip
+
+    written = merge_patched(stored, status_over(stored))
     assert isinstance(written, dict)
     assert written["rollout"] == planned
     assert written["checkpoints"] == {"out": "out@b"}
-    again = status_for(
-        Observation(spark_state="RUNNING", driver=driver_answer()),
-        generation=5,
-        revision="b",
-        children=[],
-        old_status=written,
-        now="t",
-        rollout={"rollout": planned, "checkpoints": {"out": "out@b"}},
-    )
+    again = status_over(written)
     assert not status_write_due(written, again, 60.0), "written once, the same rollout is not written again"
 
 
