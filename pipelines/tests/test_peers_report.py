@@ -103,4 +103,4 @@ def test_the_page_shows_each_guarantee_in_a_table_of_its_own() -> None:
     assert "sluice / pyflink-eos 0.90x" in eos_table and "sluice / sluice-alo 0.95x" in eos_table
     assert "sluice-alo / pyflink 0.79x" in alo_table
     assert "The limit read 2,000,000 records/s" in page
-    assert "(1 s)" in page
+    assert "committed on each checkpoint (every 1 s)" in page
