@@ -35,6 +35,7 @@ import yaml
 from sluice.api.app import AutoscalingSpec
 from sluice.operator.autoscaler.policy import Policy
 from sluice.operator.children import APP_LABEL, CONTROL_PORT, DRIVER_CLIENT_LABEL
+from sluice.operator.model import TERMINAL_PHASES
 
 from .common import REPO_ROOT, wait_for
 from .external_crds import install_external_crds
@@ -853,6 +854,81 @@ ROLLOUT_FAULTS = (
     RolloutFault("executor killed in a handover", "image", "Draining", "executor"),
     RolloutFault("broker restarted in a handover", "image", "Draining", "broker"),
 )
+
+
+class RolloutWatch:
+    """The app's status.rollout from `stable` as the API server sends each update (a watch): a phase a pass
+    writes and leaves a second later is seen, where polling misses it."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, app: str, stable: str) -> None:
+        self.kubeconfig, self.namespace, self.app, self.stable = kubeconfig, namespace, app, stable
+        self.phases: list[str] = []  # each phase the rollout from `stable` was seen in, in order
+        self.latest: dict[str, Any] = {}
+        self._following = threading.Event()  # the watch got the app's current state
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="rollout-watch", daemon=True)
+
+    def __enter__(self) -> RolloutWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _follow(self) -> None:
+        from kubernetes import client, config, watch
+
+        api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(self.kubeconfig)))
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(
+                api.list_namespaced_custom_object,
+                "sluice.dev",
+                "v1alpha1",
+                self.namespace,
+                "streamingapps",
+                field_selector=f"metadata.name={self.app}",
+                timeout_seconds=30,
+            )
+            for event in stream:
+                self._following.set()
+                rollout = (event["object"].get("status") or {}).get("rollout") or {}
+                if rollout.get("fromRevision") != self.stable:
+                    continue
+                with self._changed:
+                    self.latest = rollout
+                    if not self.phases or self.phases[-1] != rollout.get("phase"):
+                        self.phases.append(str(rollout.get("phase")))
+                    self._changed.notify_all()
+                if self._stop.is_set():
+                    return
+
+    def wait_started(self, timeout: float) -> None:
+        assert self._following.wait(timeout), f"no watch of {self.app} within {timeout:.0f}s"
+
+    def strike(
+        self, phase: str, victim: Callable[[dict[str, Any]], str | None], timeout: float
+    ) -> tuple[dict[str, Any], str]:
+        """(the rollout, the victim) as soon as the rollout is in `phase` and victim(rollout) names a running one;
+        fails at once when the rollout ends, or leaves the phase, without that."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while phase not in self.phases:
+                if self.phases and self.phases[-1] in TERMINAL_PHASES:
+                    raise AssertionError(f"the rollout ended without phase {phase}: it went {self.phases}")
+                if not self._changed.wait(max(0.0, deadline - time.monotonic())):
+                    raise AssertionError(f"timed out waiting for rollout phase {phase}: seen {self.phases}")
+        while True:
+            with self._changed:
+                rollout, now = self.latest, self.phases[-1]
+            if now != phase:
+                raise AssertionError(f"phase {phase} passed before its victim ran: the rollout went {self.phases}")
+            found = victim(rollout)
+            if found is not None:
+                return rollout, found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for the victim in phase {phase}")
+            time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -2092,8 +2168,10 @@ class E2ESuite:
         streamed word once in the stateless output."""
         cases = ROLLOUT_FAULTS if self.rollout_faults_all else ROLLOUT_FAULTS[:1]
         base = next(n["filter"] for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "non-empty")
-        results = [self._rollout_with_fault(fault, number, base) for number, fault in enumerate(cases)]
-        self.rollout_report["rolloutFaults"] = results
+        results: list[dict[str, Any]] = []
+        self.rollout_report["rolloutFaults"] = results  # each case's record as it ends: a failed case keeps them
+        for number, fault in enumerate(cases):
+            results.append(self._rollout_with_fault(fault, number, base))
         wrong = [r for r in results if r["lost"] or r["duplicated"] or r["ended"] not in ("Complete", "RolledBack")]
         assert not wrong, wrong
 
@@ -2104,14 +2182,11 @@ class E2ESuite:
         load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
         try:
             time.sleep(5)
-            started = time.monotonic()
-            self._change_for(fault.change, f"{base_filter} AND word != 'unsent{number}'")
-            struck, victim = wait_for(
-                lambda: self._strike(fault, stable),
-                timeout=self.timeout,
-                what=f"{fault.name}: the rollout in phase {fault.phase}, its victim running",
-                interval=0.1,
-            )
+            with RolloutWatch(self.target.kubeconfig, self.apps_namespace, self.app_name, stable) as watch:
+                watch.wait_started(30)  # following the app before the change: no phase goes unseen
+                started = time.monotonic()
+                self._change_for(fault.change, f"{base_filter} AND word != 'unsent{number}'")
+                struck, victim = watch.strike(fault.phase, lambda rollout: self._victim(fault, rollout), self.timeout)
             if victim == BROKER:
                 assert self.secured_kafka_access is not None and self.secured_kafka_access.restart is not None
                 self.secured_kafka_access.restart()
@@ -2161,16 +2236,13 @@ class E2ESuite:
             self.app["spec"]["spark"]["image"] = image
             self.patch_spec({"spark": {"image": image}})
 
-    def _strike(self, fault: RolloutFault, stable: str) -> tuple[dict[str, Any], str] | None:
-        """(the rollout, the pod to kill) once the rollout from `stable` is in the fault's phase and the pod runs."""
-        rollout = self.rollout_of()
-        if not (rollout and rollout["fromRevision"] == stable and rollout["phase"] == fault.phase):
-            return None
+    def _victim(self, fault: RolloutFault, rollout: dict[str, Any]) -> str | None:
+        """The pod the fault kills (BROKER for the broker), once it runs."""
         if fault.victim == BROKER:
-            return rollout, BROKER
+            return BROKER
         if fault.victim == "executor":
             executors = self.running_executor_pods()
-            return (rollout, executors[0]) if executors else None
+            return executors[0] if executors else None
         if fault.victim == "driver":
             driver = self.driver_name()
         else:
@@ -2178,7 +2250,7 @@ class E2ESuite:
         pod = self.target.get("pod", f"{driver}-driver", self.apps_namespace)
         if pod is None or pod["status"].get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
             return None
-        return rollout, pod["metadata"]["name"]
+        return str(pod["metadata"]["name"])
 
     def migrate_window(
         self, words: tuple[str, str, str], old_ms: int, new_ms: int, report: str, image: str | None = None
