@@ -843,7 +843,8 @@ BROKER = "broker"
 ROLLOUT_FAULT_WORDS = ("mu", "pi", "digamma")  # streamed during rollout_faults only; no filter drops them
 ROLLOUT_FAULTS = (
     RolloutFault("driver killed in a hot swap", "filter", "Draining", "driver"),
-    RolloutFault("driver killed as a hot swap starts the new queries", "filter", "Starting", "driver"),
+    # A hot swap restarts its queries within one pass (Starting is never written): Draining is the swap itself.
+    RolloutFault("driver killed while a hot swap verifies", "filter", "Verifying", "driver"),
     RolloutFault("driver killed in a checkpoint migration", "window", "Draining", "driver"),
     RolloutFault("driver killed while a checkpoint migration verifies", "window", "Verifying", "driver"),
     RolloutFault("new driver killed on standby", "image", "Planned", "new"),
