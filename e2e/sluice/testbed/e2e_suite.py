@@ -2026,7 +2026,7 @@ class E2ESuite:
         assert drained and activated, [(e["reason"], e["message"]) for e in events]
         assert self.event_time(drained[-1]) <= self.event_time(activated[-1]), "the new driver ran before the drain"
         self.assert_counts()
-        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in words)
+        copies = self.seen_copies(words)
         assert copies == sent, "the stateless query's output across the handover: every word exactly once"
         gap_before, gap_across = gaps.longest(until=started), gaps.longest(since=started - 2)
         self.rollout_report["fencedHandover"] = {
@@ -2089,7 +2089,7 @@ class E2ESuite:
         refused = [e["message"] for e in events if e["reason"] == "HandoverFailed" and new_driver in e["message"]]
         assert not refused, f"a failed driver that stops is drained, not asked again: {refused}"
         self.assert_counts()
-        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in words)
+        copies = self.seen_copies(words)
         assert copies == sent, "the stateless query's output across the rollback: every word exactly once"
         self.rollout_report["handoverRolledBack"] = {
             "apply_to_rolled_back_s": round(took, 1),
@@ -2149,7 +2149,7 @@ class E2ESuite:
         between the old plan's last window and its watermark."""
         before = self.driver_identity()
         old_driver, moved_from = self.driver_name(), self.status()["checkpoints"]["out"]
-        image = self.images.spark if self.app["spec"]["spark"]["image"] != self.images.spark else self.images.spark_next
+        image = self.other_image()
         done = self.migrate_window(("tau", "upsilon", "phi"), 10_000, 5_000, "migrationInNewDriver", image=image)
         assert done["toDriver"] == self.driver_name() != old_driver, (done, self.driver_name())
         self.wait_spark_application_deleted(old_driver, "the old driver")
@@ -2179,8 +2179,7 @@ class E2ESuite:
     def _rollout_with_fault(self, fault: RolloutFault, number: int, base_filter: str) -> dict[str, Any]:
         self._wait_processing()
         stable = self.status()["stableRevision"]
-        words = ROLLOUT_FAULT_WORDS
-        load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
+        load = PacedLoad(self.kafka, LINES, words=ROLLOUT_FAULT_WORDS).start(rate=4)
         try:
             time.sleep(5)
             with RolloutWatch(self.target.kubeconfig, self.apps_namespace, self.app_name, stable) as watch:
@@ -2207,7 +2206,7 @@ class E2ESuite:
             sent = load.stop()
         self.expected.update(sent)
         self.assert_counts()
-        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in words)
+        copies = self.seen_copies(ROLLOUT_FAULT_WORDS)
         self.rollout_fault_sent.update(sent)  # the stateless output holds every case's copies
         return {
             "fault": fault.name,
@@ -2232,10 +2231,17 @@ class E2ESuite:
             window = 10 if counts["aggregate"]["window"]["tumbling"] == "5s" else 5
             self.patch_pipeline("counts", aggregate={**counts["aggregate"], "window": {"tumbling": f"{window}s"}})
         else:
-            spark = self.app["spec"]["spark"]
-            image = self.images.spark_next if spark["image"] == self.images.spark else self.images.spark
+            image = self.other_image()
             self.app["spec"]["spark"]["image"] = image
             self.patch_spec({"spark": {"image": image}})
+
+    def seen_copies(self, words: Collection[str]) -> Counter[str]:
+        """How often each of `words` is in the stateless query's output (every streamed word is there once)."""
+        return Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in words)
+
+    def other_image(self) -> str:
+        """The test bed's Spark image the app does not run: a change of it is a fenced handover."""
+        return self.images.spark_next if self.app["spec"]["spark"]["image"] == self.images.spark else self.images.spark
 
     def _victim(self, fault: RolloutFault, rollout: dict[str, Any]) -> str | None:
         """The pod the fault kills (BROKER for the broker), once it runs."""
@@ -2657,7 +2663,7 @@ class E2ESuite:
             sent = load.stop()
         self.expected.update(sent)
         self.assert_counts()
-        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in sent)
+        copies = self.seen_copies(sent)
         self.driver_kill_report.update(
             kills=len(restarts),
             records=sent.total(),
@@ -2723,7 +2729,7 @@ class E2ESuite:
         sent[marker] += 1
         self.expected.update(sent)
         self.assert_counts()
-        copies = Counter(w for w in (json.loads(v)["word"] for v in self.kafka.consume(SEEN)) if w in sent)
+        copies = self.seen_copies(sent)
         self.node_loss_report[role] = {
             "node": node,
             "driver_on_it": node == driver_node,
