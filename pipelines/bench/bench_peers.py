@@ -173,8 +173,8 @@ def _flink_jar() -> list[str]:
     return ["--jar", str(maven_jar(*FLINK_CONNECTOR))]
 
 
-# How often the exactly-once peers commit their output (their visibility latency's floor): the intervals with
-# their best p99 at half load (docs/benchmarks.md says how they were chosen); the variables try others.
+# How often the exactly-once peers commit their output (their visibility latency's floor). 1 s each for now:
+# not yet swept for each peer's best p99 at half load, which #37 asks for; the variables try others.
 PYFLINK_CHECKPOINT_INTERVAL = os.environ.get("SLUICE_BENCH_PYFLINK_CHECKPOINT_INTERVAL", "1 s")
 QUIXSTREAMS_EOS_COMMIT_INTERVAL = os.environ.get("SLUICE_BENCH_QUIXSTREAMS_EOS_COMMIT_INTERVAL", "1")
 

@@ -12,8 +12,7 @@ grace period to set so that nothing is dropped as late. Runs until SIGTERM.
 
 `--guarantee exactly-once` is Quix's own `processing_guarantee="exactly-once"`: each process writes its output
 and commits its input offsets in one Kafka transaction per checkpoint (every `--commit-interval`, then the
-output's visibility latency floor: the benchmark passes the interval with the best p99 at half load, see
-docs/benchmarks.md).
+output's visibility latency floor: the benchmark passes it, bench_peers.QUIXSTREAMS_EOS_COMMIT_INTERVAL).
 
 Run it from its own virtualenv: `python3.11 -m venv V && V/bin/pip install quixstreams==3.28.1`.
 """
