@@ -166,6 +166,11 @@ def runner_revision(kube: FakeKube) -> str:
 
 
 def reconcile(reconciler: Reconciler, app: dict[str, Any], clock: float) -> dict[str, Any]:
+    """One pass over `app` as the API server stores it (a write in the pass lands there); `app` gets the pass's
+    status and events."""
+    kube: FakeKube = reconciler.kube  # type: ignore[assignment]
+    stored = {k: v for k, v in app.items() if k != "events"}
+    kube.objects[("StreamingApp", NAMESPACE, app["metadata"]["name"])] = copy.deepcopy(stored)
     outcome = reconciler.reconcile(app, clock=clock)
     app["status"] = json.loads(json.dumps(outcome.status))
     app["events"] = outcome.events

@@ -44,7 +44,7 @@ def test_an_invalid_spec_creates_nothing_and_names_the_field(world) -> None:
     manifest = app_manifest("word != ''")
     manifest["spec"]["pipeline"]["nodes"][1]["inputs"] = ["lnes"]
     app = reconcile(reconciler, manifest, clock=1000.0)
-    assert kube.objects == {}
+    assert kinds(kube) == {("StreamingApp", APP)}, "nothing but the app itself"
     assert app["status"]["phase"] == "Invalid"
     valid = next(c for c in app["status"]["conditions"] if c["type"] == "Valid")
     assert valid["status"] == "False" and "spec.pipeline.nodes[1].inputs[0]" in valid["message"], valid
@@ -57,9 +57,18 @@ def test_a_filter_change_is_swapped_into_the_running_driver(world) -> None:
     driver_pod_started(kube)
     driver.revision = first
     spark_before = kube.objects[("SparkApplication", NAMESPACE, APP)]["spec"]
+    recorded_at_swap: list[dict] = []
+    swap = driver.swap
+    driver.swap = lambda *args: (
+        recorded_at_swap.append(  # type: ignore[method-assign]
+            kube.objects[("StreamingApp", NAMESPACE, APP)]["status"].get("rollout") or {}
+        )
+        or swap(*args)
+    )
 
     app = reconcile(reconciler, app_manifest("word != '' AND word != 'zeta'") | {"status": app["status"]}, 1005.0)
     rollout = app["status"]["rollout"]
+    assert [(r.get("phase"), r.get("toRevision")) for r in recorded_at_swap] == [("Draining", rollout["toRevision"])]
     assert rollout["strategy"] == "hotSwap" and rollout["fromRevision"] == first
     assert len(driver.swaps) == 1 and driver.swaps[0].config.revision == rollout["toRevision"]
     assert {s.name: s.action for s in driver.swaps[0].steps} == {"out": "restart", "lines-dead-letters": "keep"}

@@ -842,8 +842,9 @@ class RolloutFault:
 BROKER = "broker"
 ROLLOUT_FAULT_WORDS = ("mu", "pi", "digamma")  # streamed during rollout_faults only; no filter drops them
 ROLLOUT_FAULTS = (
+    # A phase that asks a driver to change is written before it asks: Draining is the swap or the drain itself,
+    # Starting a handover's activation.
     RolloutFault("driver killed in a hot swap", "filter", "Draining", "driver"),
-    # A hot swap restarts its queries within one pass (Starting is never written): Draining is the swap itself.
     RolloutFault("driver killed while a hot swap verifies", "filter", "Verifying", "driver"),
     RolloutFault("driver killed in a checkpoint migration", "window", "Draining", "driver"),
     RolloutFault("driver killed while a checkpoint migration verifies", "window", "Verifying", "driver"),
@@ -859,10 +860,15 @@ ROLLOUT_FAULTS = (
 
 class RolloutWatch:
     """The app's status.rollout from `stable` as the API server sends each update (a watch): a phase a pass
-    writes and leaves a second later is seen, where polling misses it."""
+    writes and leaves a second later is seen, where polling misses it. Pods are read and deleted through the
+    same client, so a strike lands within milliseconds of the phase being written."""
 
     def __init__(self, kubeconfig: Path, namespace: str, app: str, stable: str) -> None:
-        self.kubeconfig, self.namespace, self.app, self.stable = kubeconfig, namespace, app, stable
+        from kubernetes import client, config
+
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        self.custom, self.core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+        self.namespace, self.app, self.stable = namespace, app, stable
         self.phases: list[str] = []  # each phase the rollout from `stable` was seen in, in order
         self.latest: dict[str, Any] = {}
         self._following = threading.Event()  # the watch got the app's current state
@@ -878,18 +884,17 @@ class RolloutWatch:
         self._stop.set()
 
     def _follow(self) -> None:
-        from kubernetes import client, config, watch
+        from kubernetes import watch
 
-        api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(self.kubeconfig)))
         while not self._stop.is_set():
             stream = watch.Watch().stream(
-                api.list_namespaced_custom_object,
+                self.custom.list_namespaced_custom_object,
                 "sluice.dev",
                 "v1alpha1",
                 self.namespace,
                 "streamingapps",
                 field_selector=f"metadata.name={self.app}",
-                timeout_seconds=30,
+                timeout_seconds=5,
             )
             for event in stream:
                 self._following.set()
@@ -906,6 +911,22 @@ class RolloutWatch:
 
     def wait_started(self, timeout: float) -> None:
         assert self._following.wait(timeout), f"no watch of {self.app} within {timeout:.0f}s"
+
+    def running_pod(self, name: str) -> str | None:
+        """`name` if that pod runs and is not being deleted."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            pod = self.core.read_namespaced_pod(name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return name if pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None else None
+
+    def delete_pod(self, name: str) -> None:
+        """Deleted with grace period 0, as a node failure or an eviction would."""
+        self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
 
     def strike(
         self, phase: str, victim: Callable[[dict[str, Any]], str | None], timeout: float
@@ -2178,7 +2199,7 @@ class E2ESuite:
 
     def _rollout_with_fault(self, fault: RolloutFault, number: int, base_filter: str) -> dict[str, Any]:
         self._wait_processing()
-        stable = self.status()["stableRevision"]
+        stable, app_driver = self.status()["stableRevision"], self.driver_name()
         load = PacedLoad(self.kafka, LINES, words=ROLLOUT_FAULT_WORDS).start(rate=4)
         try:
             time.sleep(5)
@@ -2186,20 +2207,22 @@ class E2ESuite:
                 watch.wait_started(30)  # following the app before the change: no phase goes unseen
                 started = time.monotonic()
                 self._change_for(fault.change, f"{base_filter} AND word != 'unsent{number}'")
-                struck, victim = watch.strike(fault.phase, lambda rollout: self._victim(fault, rollout), self.timeout)
-            if victim == BROKER:
-                assert self.secured_kafka_access is not None and self.secured_kafka_access.restart is not None
-                self.secured_kafka_access.restart()
-            else:
-                self.target.kubectl("delete", "pod", victim, "-n", self.apps_namespace, "--grace-period=0", "--force")
-            killed = time.monotonic()
-            done = wait_for(
-                lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r.get("finishedAt") and r,
-                timeout=self.timeout,
-                what=f"{fault.name}: the rollout to end",
-                interval=1,
-            )
-            ended = time.monotonic()
+                victim_in = functools.partial(self._victim, fault, app_driver, watch)
+                struck, victim = watch.strike(fault.phase, victim_in, self.timeout)
+                if victim == BROKER:
+                    assert self.secured_kafka_access is not None and self.secured_kafka_access.restart is not None
+                    self.secured_kafka_access.restart()
+                else:
+                    watch.delete_pod(victim)
+                killed = time.monotonic()
+                done = wait_for(
+                    lambda: (r := self.rollout_of()) and r["fromRevision"] == stable and r.get("finishedAt") and r,
+                    timeout=self.timeout,
+                    what=f"{fault.name}: the rollout to end",
+                    interval=1,
+                )
+                ended = time.monotonic()
+                phases = list(watch.phases)
             self._wait_processing()
             time.sleep(5)
         finally:
@@ -2213,6 +2236,7 @@ class E2ESuite:
             "strategy": done["strategy"],
             "killed": victim,
             "in_phase": struck["phase"],
+            "phases": phases,
             "ended": done["phase"],
             "message": done.get("message"),
             "change_to_kill_s": round(killed - started, 1),
@@ -2243,21 +2267,18 @@ class E2ESuite:
         """The test bed's Spark image the app does not run: a change of it is a fenced handover."""
         return self.images.spark_next if self.app["spec"]["spark"]["image"] == self.images.spark else self.images.spark
 
-    def _victim(self, fault: RolloutFault, rollout: dict[str, Any]) -> str | None:
+    def _victim(self, fault: RolloutFault, app_driver: str, watch: RolloutWatch, rollout: dict[str, Any]) -> str | None:
         """The pod the fault kills (BROKER for the broker), once it runs."""
         if fault.victim == BROKER:
             return BROKER
         if fault.victim == "executor":
             executors = self.running_executor_pods()
             return executors[0] if executors else None
-        if fault.victim == "driver":
-            driver = self.driver_name()
+        if fault.victim == "driver":  # an in-place rollout keeps the app's driver
+            driver = app_driver
         else:
             driver = rollout["fromDrivers"][0]["name"] if fault.victim == "old" else rollout["toDriver"]
-        pod = self.target.get("pod", f"{driver}-driver", self.apps_namespace)
-        if pod is None or pod["status"].get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-            return None
-        return str(pod["metadata"]["name"])
+        return watch.running_pod(f"{driver}-driver")
 
     def migrate_window(
         self, words: tuple[str, str, str], old_ms: int, new_ms: int, report: str, image: str | None = None

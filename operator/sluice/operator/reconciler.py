@@ -4,7 +4,8 @@
     decide   the rollout (rollout_pass: rollout.decide, carried out by rollout_actions), the desired children
              (desired), the executor count (autoscaler.plan)
     act      topics and children applied (cluster), the count asked of the driver (autoscaler.realize)
-    record   the status (status.status_for), written when due, and the annotations: the pass's one write
+    record   the status (status.status_for), written when due, and the annotations: the pass's last write (a
+             rollout phase that asks a driver to change is written before it asks: rollout_pass)
 
 The handlers, the timers and the children's events all come here; one pass per app runs at a time.
 """
@@ -125,7 +126,7 @@ class Reconciler:
             generation=meta.get("generation"),
             revision=rollout.pin.runs,
             children=children,
-            old_status=old_status,
+            old_status={**old_status, "rollout": rollout.stored_rollout},  # as the pass left it stored
             now=now,
             scaling=plan.status,
             rollout=rollout.status,
@@ -221,7 +222,7 @@ class Reconciler:
 
     # ---------------------------------------------------------------------------- record
     def _record(self, body: dict[str, Any], outcome: Outcome) -> None:
-        """The pass's one write of the app: the status when due (status_write_due), the annotations that
+        """The pass's last write of the app: the status when due (status_write_due), the annotations that
         changed."""
         meta = body["metadata"]
         old = body.get("status") or {}

@@ -3,7 +3,8 @@
 target   = the spec's revision, diffed against the base revision's spec (sluice.api.rollout)
 drivers  = the app's driver (observed with the status) and a handover's second one (observer)
 decision = rollout.decide (pure), its actions carried out (rollout_actions), decided again on what the
-           drivers answered, so a handover's drain and activation follow each other in one pass
+           drivers answered, so a handover's drain and activation follow each other in one pass; a phase whose
+           actions ask a driver to change is recorded before it is asked (recorded_before_asking)
 result   = RolloutPass: what the children (runner ConfigMap, SparkApplication) and the status are built from
 """
 
@@ -19,7 +20,7 @@ from . import children as ch
 from .cluster import Cluster
 from .model import RolloutStatus, StreamingAppSpec
 from .observer import Drivers, Observer
-from .rollout import DriverFacts, Observed, Target, classify, diff_base
+from .rollout import Activate, Drain, DriverFacts, Observed, Resume, SwapQueries, Target, classify, diff_base
 from .rollout.decide import (
     RolloutDecision,
     app_driver,
@@ -35,10 +36,11 @@ from .rollout.decide import (
     runner_revision,
 )
 from .rollout_actions import Events, RolloutActions, RolloutContext
-from .status import Observation, condition_of
+from .status import Observation, condition_of, replacing
 
 log = logging.getLogger("sluice.operator")
 ANSWERS_PER_PASS = 4  # decisions on what the drivers answered, at most, in one pass
+DRIVER_REQUESTS = (SwapQueries, Drain, Activate, Resume)  # actions that change what a driver runs
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RolloutPass:
     condition: tuple[bool | None, str, str]
     events: Events
     status: dict[str, Any]  # stableRevision, rollout, checkpoints, driver
+    stored_rollout: dict[str, Any] | None  # status.rollout as stored now (written in the pass: the phase asked in)
     moved: bool  # the rollout changed or runs: the runner ConfigMap may have to follow (also on a tick)
 
 
@@ -118,7 +121,9 @@ class Rollouts:
         )
         events += [(e.type, e.reason, e.message) for e in decision.step.events]
         ctx = RolloutContext(body, decision, specs, obs, facts, recorded.checkpoints, drivers, recorded.driver, events)
+        stored = (body.get("status") or {}).get("rollout")
         for _ in range(ANSWERS_PER_PASS):
+            stored = self.recorded_before_asking(ctx, stored)
             answered = self.actions.carry_out(ctx, observed)
             if answered is None:
                 break
@@ -130,7 +135,24 @@ class Rollouts:
             events += [(e.type, e.reason, e.message) for e in ctx.decision.step.events]
         if facts.runs is not None:  # the spec the driver runs stays readable: what it is compared with
             ctx.decision = replace(ctx.decision, keep=ctx.decision.keep | {facts.runs})
-        return self._result(body, spec, ctx, recorded, spark_apps)
+        return self._result(body, spec, ctx, recorded, spark_apps, stored)
+
+    def recorded_before_asking(self, ctx: RolloutContext, stored: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The rollout is written to the app's status before a driver is asked to swap, drain or start in a phase
+        the status does not show yet: a drain or an activation takes seconds, and the status says what is
+        happening meanwhile (and where an operator that dies in the middle left off). Returns the stored rollout."""
+        rollout = ctx.decision.step.rollout
+        if rollout is None or not any(isinstance(a, DRIVER_REQUESTS) for a in ctx.decision.step.actions):
+            return stored
+        if (
+            stored is not None
+            and stored.get("phase") == rollout.phase
+            and stored.get("toRevision") == rollout.toRevision
+        ):
+            return stored
+        now = rollout.model_dump(mode="json", exclude_none=True)
+        self.cluster.record(ctx.namespace, ctx.app, {"rollout": replacing(stored, now)}, None)
+        return now
 
     def _target(
         self,
@@ -214,6 +236,7 @@ class Rollouts:
         ctx: RolloutContext,
         recorded: _Recorded,
         spark_apps: dict[str, dict[str, Any] | None],
+        stored_rollout: dict[str, Any] | None,
     ) -> RolloutPass:
         namespace, app = ctx.namespace, ctx.app
         decision, rollout = ctx.decision, ctx.decision.step.rollout
@@ -249,5 +272,6 @@ class Rollouts:
                 "checkpoints": checkpoints or None,
                 "driver": None if driver == app else driver,
             },
+            stored_rollout=stored_rollout,
             moved=rollout != recorded.rollout or (rollout is not None and not rollout.terminal),
         )
