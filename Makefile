@@ -14,7 +14,7 @@ export KUBECONFIG
 # Where local-kafka listens: KAFKA_HOST=10.245.0.1 (the local cluster's node address) for apps in its pods.
 KAFKA_HOST ?= 127.0.0.1
 
-.PHONY: help venv demo test lint format docs bench bench-validate bench-delivery bench-source-fetch bench-join-floor bench-autoscaler bench-operator faults soak local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
+.PHONY: help venv demo test lint format docs bench bench-validate bench-delivery bench-source-fetch bench-join-floor bench-autoscaler bench-operator faults soak overload local-kafka local-kafka-down local-cluster local-cluster-down e2e-faults \
 	operator crds clean
 
 help:
@@ -129,6 +129,10 @@ e2e-upgrade: $(STAMP) ## helm upgrade from an earlier commit's chart and images 
 soak: $(STAMP) ## the word count for SLUICE_SOAK_MINUTES (default 180) on the local cluster: daily load, autoscaling, hot swaps, migrations, driver kills; memory, threads, files, checkpoint and Kafka sampled each minute: .sluice/soak/
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest -p no:cacheprovider -m soak -s e2e/tests/test_soak.py $(PYTEST_ARGS)
+
+overload: $(STAMP) ## an app fed 3x what its capped executors can do for SLUICE_OVERLOAD_MINUTES (default 10), then 1/3: nothing OOM-killed, batches bounded, caught up, exactly once: .sluice/overload/
+	$(PY) -m sluice.testbed prefetch
+	$(PY) -m pytest -p no:cacheprovider -m overload -s e2e/tests/test_overload.py $(PYTEST_ARGS)
 
 e2e-faults: $(STAMP) ## the local cluster's long fault runs: the driver pod deleted 20 times under load, a change applied at 6 moments of a driver's start, a pod killed in each phase of each rollout strategy: .sluice/e2e/
 	$(PY) -m sluice.testbed prefetch

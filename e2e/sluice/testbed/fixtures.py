@@ -68,7 +68,7 @@ def spark_session():
         session.stop()
 
 
-OPT_IN_MARKERS = ("bench", "faults", "e2e_local", "kind", "soak")
+OPT_IN_MARKERS = ("bench", "faults", "e2e_local", "kind", "soak", "overload")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -241,6 +241,11 @@ def pod_figures(text: str) -> PodFigures:
     return PodFigures(memory, anon, processes)
 
 
+def read_pod(target: Any, namespace: str, pod: str) -> PodFigures:
+    """What a pod's cgroup and processes use now (POD_FIGURES run in it)."""
+    return pod_figures(target.kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", POD_FIGURES).stdout)
+
+
 def checkpoint_kind(relative: str) -> str:
     """Which part of an app's checkpoint folder a file is: Spark's logs, state, or sluice's side files."""
     parts = relative.split("/")
@@ -404,8 +409,7 @@ class Soak:
                 print(f"soak: minute {minute:.1f}: {name}: {type(error).__name__}: {str(error)[:200]}")
 
     def read_pod(self, namespace: str, pod: str) -> PodFigures:
-        out = self.suite.target.kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", POD_FIGURES)
-        return pod_figures(out.stdout)
+        return read_pod(self.suite.target, namespace, pod)
 
     def sample_driver(self, minute: float) -> None:
         metadata = self.suite.driver_pod()["metadata"]
