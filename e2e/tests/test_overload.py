@@ -1,4 +1,4 @@
-"""`make overload` (sluice.testbed.overload): three times what the capped executors can do, then a third of it,
+"""`make overload` (sluice.testbed.overload): three times what the capped executors can do, then a fifth of it,
 on the local cluster; every record out once, nothing OOM-killed, batches bounded, the backlog caught up."""
 
 from __future__ import annotations

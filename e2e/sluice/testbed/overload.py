@@ -1,5 +1,5 @@
 """`make overload`: an app fed three times what its capped executors can do for SLUICE_OVERLOAD_MINUTES
-(default 10), then a third of what they can do until it caught up, on the local cluster.
+(default 10), then a fifth of what they can do until it caught up, on the local cluster.
 
 The app is the autoscale step's (each record costs ~30 ms of a half core, so the capacity is small and the load
 cheap to send), its executors autoscaled up to MAX_EXECUTORS, its source bounded to BATCH_BOUND records a
@@ -41,7 +41,7 @@ CAUGHT_UP_SECONDS = 30.0  # caught up: a backlog of at most this much of the cap
 class OverloadPlan:
     minutes: float = 10.0
     factor: float = 3.0  # the overload, times the capacity
-    after: float = 1 / 3  # the load once the overload ends, times the capacity
+    after: float = 0.2  # the load once the overload ends, times the capacity
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> OverloadPlan:
