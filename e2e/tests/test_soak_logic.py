@@ -9,6 +9,9 @@ import pytest
 
 from sluice.testbed.e2e_suite import HostKafka
 from sluice.testbed.soak import (
+    REQUESTS,
+    RESPONSES,
+    PairedLoad,
     SoakPlan,
     checkpoint_kind,
     draw,
@@ -180,3 +183,27 @@ def test_the_picture_has_a_panel_per_series(tmp_path) -> None:
     path = draw(series, summary, tmp_path / "soak.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.dumps(summary)  # plain values only
+
+
+class RecordingKafka:
+    def __init__(self) -> None:
+        self.topics: dict[str, list[str]] = {}
+
+    def produce(self, topic: str, values: list[str]) -> None:
+        self.topics.setdefault(topic, []).extend(values)
+
+
+def test_the_join_s_load_sends_each_request_with_one_response_within_the_join_s_second() -> None:
+    import datetime as dt
+
+    kafka = RecordingKafka()
+    load = PairedLoad(kafka)
+    load.burst(3)
+    load.burst(2)
+    requests = [json.loads(v) for v in kafka.topics[REQUESTS]]
+    responses = {r["id"]: r for r in map(json.loads, kafka.topics[RESPONSES])}
+    assert [r["id"] for r in requests] == ["r0", "r1", "r2", "r3", "r4"] and set(responses) == set(load.sent)
+    for request in requests:
+        asked = dt.datetime.fromisoformat(request["ts"])
+        answered = dt.datetime.fromisoformat(responses[request["id"]]["ts"])
+        assert dt.timedelta(0) <= answered - asked <= dt.timedelta(milliseconds=500), request

@@ -1,6 +1,8 @@
 """`make soak`: the word count on the local cluster for SLUICE_SOAK_MINUTES under a paced load that rises and
 falls like a day (compressed), its executors autoscaled, a hot swap, a checkpoint migration and a driver pod
-deleted every so often; sampled each minute. At the end every word must be counted exactly once.
+deleted every so often, and beside it a stream-stream join (requests matched to their responses) under the same
+day's load; sampled each minute. At the end every word must be counted exactly once and every request matched
+exactly once.
 
 What is sampled (each series a list of (minute, value); the names say the unit):
 - the pods' cgroup memory (memory.current) and anonymous memory (memory.stat's anon: the RSS that is not page
@@ -12,7 +14,8 @@ What is sampled (each series a list of (minute, value); the names say the unit):
 - the checkpoint's size on the object store: Spark's logs (offsets, commits, metadata, sources), state files,
   sluice's side files;
 - the Kafka transactional ids the brokers know and how many transactions are open (kafka-transactions' list);
-- the backlog and the number of executors.
+- the backlog and the number of executors;
+- the join's driver (`join_` series): its pod's memory, its JVM's RSS and threads, its checkpoint on the store.
 The results go to .sluice/soak/: series.json, summary.json (shape below), soak.png (every series).
 """
 
@@ -49,6 +52,9 @@ MINUTES_ENV = "SLUICE_SOAK_MINUTES"
 DEFAULT_MINUTES = 180.0
 NMT_OPTION = "-XX:NativeMemoryTracking=summary"
 WORDS = ("ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen")
+JOIN_APP, REQUESTS, RESPONSES, MATCHED = "soak-join", "soak-requests", "soak-responses", "soak-matched"
+JOIN_SHARE = 0.3  # the join's request/response pairs per second, as a share of the word count's records
+FIRMS = ("acme", "globex", "initech", "umbrella")
 
 Series = list[tuple[float, float]]  # (minute, value)
 
@@ -283,6 +289,95 @@ def series_name(metric: str) -> str:
     return "_".join(p for p in ("driver_jvm", base, labels) if p) + (match[2] or "")
 
 
+# -- the stream-stream join beside the word count
+
+
+def join_app(suite: E2ESuite) -> dict[str, Any]:
+    """Requests matched to their responses (an event-time stream-stream join, 1 s apart at most), each match
+    written out: every request comes out once. Its checkpoint goes where the operator's default puts it."""
+    conf = {
+        "spark.kubernetes.driver.request.cores": "250m",
+        "spark.kubernetes.executor.request.cores": "250m",
+        "spark.driver.extraJavaOptions": NMT_OPTION,
+    }
+    source = {"format": "json", "eventTime": "ts", "watermark": "5s"}
+    return {
+        "apiVersion": "sluice.dev/v1alpha1",
+        "kind": "StreamingApp",
+        "metadata": {"name": JOIN_APP, "namespace": suite.apps_namespace},
+        "spec": {
+            "kafka": suite.kafka.app_kafka(),
+            "topics": [{"name": topic, "partitions": 4} for topic in (REQUESTS, RESPONSES, MATCHED)],
+            "executors": {"instances": 1},
+            "spark": {
+                "image": suite.images.spark,
+                "driver": {"cores": 1, "memory": "512m"},
+                "executor": {"cores": 1, "memory": "512m"},
+                "sparkConf": conf,
+            },
+            "pipeline": {
+                "nodes": [
+                    {
+                        "name": "requests",
+                        "fromKafka": {"topic": REQUESTS, "schema": "id STRING, firm STRING, ts TIMESTAMP", **source},
+                    },
+                    {
+                        "name": "responses",
+                        "fromKafka": {"topic": RESPONSES, "schema": "id STRING, ts TIMESTAMP", **source},
+                    },
+                    {
+                        "name": "matched",
+                        "inputs": ["requests", "responses"],
+                        "join": {
+                            "condition": "requests.id = responses.id",
+                            "within": "1s",
+                            "select": [
+                                "requests.id AS id",
+                                "requests.firm AS firm",
+                                "unix_millis(responses.ts) - unix_millis(requests.ts) AS latency_ms",
+                            ],
+                        },
+                    },
+                    {"name": "out", "inputs": ["matched"], "toKafka": {"topic": MATCHED, "key": "id"}},
+                ]
+            },
+        },
+    }
+
+
+class PairedLoad(PacedLoad):
+    """Requests and their responses (0-500 ms later in event time) at a set rate of pairs/s; `sent` counts the
+    request ids."""
+
+    def __init__(self, kafka: Any) -> None:
+        super().__init__(kafka, REQUESTS)
+        self.pairs = 0
+
+    def burst(self, count: int) -> None:
+        import datetime as dt
+        import random
+
+        now = dt.datetime.now(dt.UTC)
+        ids = [f"r{self.pairs + i}" for i in range(count)]
+        self.pairs += count
+
+        def at(moment: dt.datetime) -> str:
+            return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+        requests = [json.dumps({"id": i, "firm": FIRMS[hash(i) % len(FIRMS)], "ts": at(now)}) for i in ids]
+        responses = [
+            json.dumps({"id": i, "ts": at(now + dt.timedelta(milliseconds=random.randint(0, 500)))}) for i in ids
+        ]
+        self.kafka.produce(REQUESTS, requests)
+        self.kafka.produce(RESPONSES, responses)
+        self.sent.update(ids)
+
+
+def matched_copies(kafka: Any) -> Counter[str]:
+    """How often each request id came out of the join."""
+    return Counter(json.loads(value)["id"] for value in kafka.consume(MATCHED))
+
+
 # -- the run
 
 
@@ -297,14 +392,25 @@ class Soak:
     swaps: int = 0
 
     def run(self) -> dict[str, Any]:
-        """The soak, then the summary; the app must be deployed (E2ESuite's deploy_app)."""
+        """The soak, then the summary; the word count must be deployed (E2ESuite's deploy_app), the join is
+        deployed here."""
+        from .common import wait_for
+
+        self.suite.target.apply(join_app(self.suite))
+        wait_for(
+            lambda: self.suite.app_status(JOIN_APP).get("phase") == "Running",
+            timeout=self.suite.timeout,
+            what=f"{JOIN_APP} running",
+        )
         started = self.clock()
         load = PacedLoad(self.suite.kafka, LINES, words=WORDS).start(rate=self.plan.rate_at(0))
+        pairs = PairedLoad(self.suite.kafka).start(rate=JOIN_SHARE * self.plan.rate_at(0))
         pending = self.plan.events()
         next_sample = 0.0
         try:
             while (minute := (self.clock() - started) / 60) < self.plan.minutes:
                 load.rate = self.plan.rate_at(minute)
+                pairs.rate = JOIN_SHARE * load.rate
                 if minute >= next_sample:
                     self.sample(minute)
                     next_sample = math.floor(minute) + 1  # after a long disturbance: no burst of samples
@@ -313,15 +419,37 @@ class Soak:
                     self.disturb(kind, minute)
                 time.sleep(2)
         finally:
-            sent = load.stop()
+            sent, requests = load.stop(), pairs.stop()
         self.sample((self.clock() - started) / 60)
         counted, duplicated_windows = self.settled_counts(sent)
         lost = sum(max(0, n - counted.get(w, 0)) for w, n in sent.items())
         duplicated = sum(max(0, counted.get(w, 0) - n) for w, n in sent.items())  # records counted twice
+        matched = self.settled_matches(requests)
+        apps = {
+            "wordcount": {"records": sent.total(), "lost": lost, "duplicated": duplicated},
+            "join": {
+                "records": requests.total(),
+                "lost": (requests - matched).total(),
+                "duplicated": (matched - requests).total(),
+            },
+        }
         summary = summarize(
-            self.series, self.plan, (self.clock() - started) / 60, sum(sent.values()), lost, duplicated, self.drivers
+            self.series,
+            self.plan,
+            (self.clock() - started) / 60,
+            *(sum(app[key] for app in apps.values()) for key in ("records", "lost", "duplicated")),
+            self.drivers,
         )
-        return summary | {"duplicated_windows": duplicated_windows, "events": self.events}
+        return summary | {"apps": apps, "duplicated_windows": duplicated_windows, "events": self.events}
+
+    def settled_matches(self, requests: Counter[str]) -> Counter[str]:
+        """The join's output once every request sent came out (or the deadline passed: the rest is lost)."""
+        deadline = self.clock() + self.suite.timeout
+        while True:
+            matched = matched_copies(self.suite.kafka)
+            if not (requests - matched) or self.clock() >= deadline:
+                return matched
+            time.sleep(5)
 
     def settled_counts(self, sent: Counter[str]) -> tuple[Counter[str], int]:
         """The totals once every window of the last words is out (a flush line now and then), and how many
@@ -401,6 +529,7 @@ class Soak:
             ("operator", self.sample_operator),
             ("checkpoint", self.sample_checkpoint),
             ("kafka", self.sample_transactions),
+            ("join", self.sample_join),
         ):
             try:
                 read(minute)
@@ -462,14 +591,26 @@ class Soak:
             self.record(minute, "operator_threads", process.threads)
             self.record(minute, "operator_open_files", process.files)
 
-    def sample_checkpoint(self, minute: float) -> None:
+    def sample_join(self, minute: float) -> None:
+        """The join's driver: its pod's memory, its JVM's RSS and threads; its checkpoint on the store."""
+        pod = self.suite.driver_pod(JOIN_APP)["metadata"]["name"]
+        figures = self.read_pod(self.suite.apps_namespace, pod)
+        self.record(minute, "join_driver_pod_memory_bytes", figures.memory_bytes)
+        self.record(minute, "join_driver_pod_anon_bytes", figures.anon_bytes)
+        for process in figures.of("jvm")[:1]:
+            self.record(minute, "join_driver_jvm_rss_bytes", process.rss_bytes)
+            self.record(minute, "join_driver_jvm_threads", process.threads)
+        self.sample_checkpoint(minute, JOIN_APP, "join_")
+
+    def sample_checkpoint(self, minute: float, app: str | None = None, prefix: str = "") -> None:
         from pyarrow.fs import FileSelector, FileType
 
         access = self.suite.object_store_access
         if access is None:
             return
-        location = self.suite.status()["checkpointLocation"].removeprefix("s3a://").rstrip("/")
-        root = f"{location}/{self.suite.app_name}"
+        app = app or self.suite.app_name
+        location = self.suite.app_status(app)["checkpointLocation"].removeprefix("s3a://").rstrip("/")
+        root = f"{location}/{app}"
         sizes: Counter[str] = Counter()
         files = 0
         for info in access.filesystem().get_file_info(FileSelector(root, allow_not_found=True, recursive=True)):
@@ -477,8 +618,8 @@ class Soak:
                 sizes[checkpoint_kind(info.path.removeprefix(root + "/"))] += info.size or 0
                 files += 1
         for kind in ("logs", "state", "sluice"):
-            self.record(minute, f"checkpoint_{kind}_bytes", sizes[kind])
-        self.record(minute, "checkpoint_files", files)
+            self.record(minute, f"{prefix}checkpoint_{kind}_bytes", sizes[kind])
+        self.record(minute, f"{prefix}checkpoint_files", files)
 
     def sample_transactions(self, minute: float) -> None:
         listed = transactions(self.suite.kafka)
