@@ -170,7 +170,7 @@ def reconcile(reconciler: Reconciler, app: dict[str, Any], clock: float) -> dict
     status and events."""
     kube: FakeKube = reconciler.kube  # type: ignore[assignment]
     stored = {k: v for k, v in app.items() if k != "events"}
-    kube.objects[("StreamingApp", NAMESPACE, app["metadata"]["name"])] = copy.deepcopy(stored)
+    kube.objects[("StreamingApp", app["metadata"]["namespace"], app["metadata"]["name"])] = copy.deepcopy(stored)
     outcome = reconciler.reconcile(app, clock=clock)
     app["status"] = json.loads(json.dumps(outcome.status))
     app["events"] = outcome.events

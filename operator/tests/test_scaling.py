@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from sluice.operator.autoscaler import AutoscalerState, parse_time
+from sluice.api.times import parse_time
+from sluice.operator.autoscaler import AutoscalerState
 from sluice.operator.autoscaler.plan import (
     INSTANCES_ANNOTATION,
     SCALING_STATE_ANNOTATION,

@@ -18,10 +18,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from sluice.api.pipeline import duration_ms
+from sluice.api.times import duration_ms, parse_time
 from sluice.api.validation import document_from, load_documents
 from sluice.pipelines.local.kafka_io import create_topic
-from sluice.pipelines.metrics import parse_spark_time
 from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.testbed.common import REPO_ROOT
 
@@ -203,7 +202,7 @@ def committed_offsets(batches: list[dict[str, Any]], topic: str) -> dict[int, in
 
 def batch_ranges(batch: dict[str, Any], topic: str) -> tuple[float, dict[int, tuple[int, int]]]:
     """When the micro-batch committed (epoch ms) and the offset range it read from each partition."""
-    committed_ms = parse_spark_time(batch["timestamp"]) * 1000 + batch["batchDuration"]
+    committed_ms = parse_time(batch["timestamp"]) * 1000 + batch["batchDuration"]
     source = batch["sources"][0]
     start, end = _offsets(source.get("startOffset"), topic), _offsets(source["endOffset"], topic)
     return committed_ms, {int(p): (start.get(p, 0), e) for p, e in end.items()}

@@ -70,8 +70,8 @@ from bench_workload import (
 )
 from rich.console import Console
 
+from sluice.api.times import parse_time
 from sluice.pipelines.local.kafka import KAFKA
-from sluice.pipelines.metrics import parse_spark_time
 from sluice.testbed.common import REPO_ROOT
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(6 * 3600)]
@@ -161,7 +161,7 @@ WORD_COUNT = Workload("windowed word count", WORDCOUNT, WORDS_PER_LINE, max_rate
 
 def window_key(key: bytes | None, value: bytes | None) -> tuple[int, str]:
     row = json.loads(value or b"")
-    return round(parse_spark_time(row["window_start"]) * 1000), (key or b"").decode()
+    return round(parse_time(row["window_start"]) * 1000), (key or b"").decode()
 
 
 def window_counts(bootstrap: str, topic: str) -> Counter[tuple[int, str]]:

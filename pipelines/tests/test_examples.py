@@ -39,7 +39,7 @@ from helpers import (
     window_start,
 )
 
-from sluice.api.pipeline import duration_ms
+from sluice.api.times import duration_ms
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from sluice.api.contract import DriverStatus, ExecutorStatus, QueryStatus, TopicStatus
-from sluice.operator.autoscaler.collect import format_time
+from sluice.api.times import format_time
 from sluice.operator.autoscaler.decide import ScalingDecision, decide_scaling, record
 from sluice.operator.autoscaler.policy import ExecutorBounds, Policy
 from sluice.operator.autoscaler.state import AutoscalerState, observe

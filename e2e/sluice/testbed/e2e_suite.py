@@ -922,7 +922,8 @@ class RolloutWatch:
             if exc.status == 404:
                 return None
             raise
-        return name if pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None else None
+        running = pod.status is not None and pod.status.phase == "Running"
+        return name if running and pod.metadata is not None and pod.metadata.deletion_timestamp is None else None
 
     def delete_pod(self, name: str) -> None:
         """Deleted with grace period 0, as a node failure or an eviction would."""

@@ -163,6 +163,7 @@ class Overload:
             what=f"{sent.total()} records out",
             interval=5,
         )
+        assert isinstance(got, Counter)
         restarted = suite.driver_identity(APP) != driver
         self.read_pods()
         suite.delete_app(APP)

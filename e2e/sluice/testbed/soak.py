@@ -433,11 +433,14 @@ class Soak:
                 "duplicated": (matched - requests).total(),
             },
         }
+        total = {key: sum(app[key] for app in apps.values()) for key in ("records", "lost", "duplicated")}
         summary = summarize(
             self.series,
             self.plan,
             (self.clock() - started) / 60,
-            *(sum(app[key] for app in apps.values()) for key in ("records", "lost", "duplicated")),
+            total["records"],
+            total["lost"],
+            total["duplicated"],
             self.drivers,
         )
         return summary | {"apps": apps, "duplicated_windows": duplicated_windows, "events": self.events}

@@ -12,12 +12,13 @@ The handlers, the timers and the children's events all come here; one pass per a
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from sluice.api.times import format_time_seconds
 
 from . import children as ch
 from .autoscaler.plan import plan_scaling
@@ -103,7 +104,7 @@ class Reconciler:
         driver is observed and scaled. `periodic`: the tick, which also runs the autoscaler."""
         meta, namespace, app = body["metadata"], body["metadata"]["namespace"], body["metadata"]["name"]
         clock = time.time() if clock is None else clock
-        now = dt.datetime.fromtimestamp(clock, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_time_seconds(clock)
         old_status = body.get("status") or {}
         admitted = admissible_spec(body.get("spec") or {}, self.settings, namespace)
         if isinstance(admitted, Invalid):  # nothing is created or changed: what runs keeps running

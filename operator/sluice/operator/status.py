@@ -9,9 +9,9 @@ from typing import Any, get_args
 
 from sluice.api.app import S3A_SCHEME
 from sluice.api.contract import DriverStatus
+from sluice.api.times import parse_time
 
 from . import children as ch
-from .autoscaler.collect import parse_time
 from .desired import KEPT_DEFAULTS, Invalid
 from .model import ConditionType, StreamingAppSpec
 from .settings import ONE_POD, SHARED

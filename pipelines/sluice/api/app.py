@@ -21,7 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from .pipeline import DNS_LABEL, Duration, PipelineSpec, Strict, cel, list_map
+from .pipeline import DNS_LABEL, PipelineSpec, Strict, cel, list_map
+from .times import Duration
 from .validation import DdlParser, PipelineInvalid, Problem, SqlParser, join_path, model_problems, natural_key, validate
 
 GROUP = "sluice.dev"

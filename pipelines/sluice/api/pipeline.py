@@ -11,19 +11,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-DURATION_PATTERN = r"^[0-9]+(ms|s|m|h|d)$"
-SIGNED_DURATION_PATTERN = r"^-?[0-9]+(ms|s|m|h|d)$"
-_UNIT_WORDS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+from .times import Duration, SignedDuration, duration_ms, signed_duration_ms
 
-Duration = Annotated[
-    str, StringConstraints(pattern=DURATION_PATTERN), Field(description="A duration such as 500ms, 5s, 10m, 2h or 1d.")
-]
-SignedDuration = Annotated[
-    str,
-    StringConstraints(pattern=SIGNED_DURATION_PATTERN),
-    Field(description="A duration, negative for before: -5s, 0s, 10m."),
-]
 SqlExpr = Annotated[
     str,
     StringConstraints(min_length=1),
@@ -33,29 +22,6 @@ IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
 DNS_LABEL = StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
 NodeName = Annotated[str, DNS_LABEL, Field(description="Unique node name (DNS label: lower case, digits, '-').")]
-
-
-def duration_to_spark(value: str) -> str:
-    """'5s' -> '5 seconds' (Spark interval syntax)."""
-    number, unit = _split_duration(value)
-    return f"{number} {_UNIT_WORDS[unit]}"
-
-
-def duration_ms(value: str) -> int:
-    number, unit = _split_duration(value)
-    return number * _UNIT_MS[unit]
-
-
-def signed_duration_ms(value: str) -> int:
-    """'-5s' -> -5000."""
-    return -duration_ms(value[1:]) if value.startswith("-") else duration_ms(value)
-
-
-def _split_duration(value: str) -> tuple[int, str]:
-    match = re.fullmatch(r"([0-9]+)(ms|s|m|h|d)", value)
-    if not match:
-        raise ValueError(f"invalid duration {value!r}: use a number and a unit (ms, s, m, h, d), e.g. 5s")
-    return int(match.group(1)), match.group(2)
 
 
 class Strict(BaseModel):

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from .contract import API_VERSION, RUNNER_CONFIG_KIND
-from .pipeline import DURATION_PATTERN, OPERATIONS, SIGNED_DURATION_PATTERN, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
+from .pipeline import OPERATIONS, SINK_OPS, SOURCE_OPS, Node, PipelineSpec
+from .times import DURATION_PATTERN, SIGNED_DURATION_PATTERN
 
 
 @dataclass(frozen=True, order=True)

@@ -27,10 +27,8 @@ from sluice.api.pipeline import (
     Join,
     Node,
     PipelineSpec,
-    duration_ms,
-    duration_to_spark,
-    signed_duration_ms,
 )
+from sluice.api.times import duration_ms, duration_to_spark, signed_duration_ms
 from sluice.api.validation import PipelineInvalid, Problem, join_path
 
 from .metrics import OBSERVED_QUALITY

@@ -7,7 +7,6 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
@@ -15,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from sluice.api.contract import TopicStatus
+from sluice.api.times import parse_time
 
 from .control.backlog import topic_backlogs
 from .jvm_metrics import JvmCollector
@@ -55,7 +55,7 @@ class QueryRecord:
     def last_batch_end(self) -> float | None:
         """Epoch seconds the last completed batch ended (its trigger's start + its triggerExecution)."""
         try:
-            start = parse_spark_time(self.last_progress["timestamp"])
+            start = parse_time(self.last_progress["timestamp"])
         except (KeyError, TypeError, ValueError):
             return None
         return start + _number((self.last_progress.get("durationMs") or {}).get("triggerExecution")) / 1000
@@ -180,7 +180,7 @@ class PipelineMetrics:
                     self.lag.labels(**labels, source=name, stat=stat).set(_number(value))
         watermark = (progress.get("eventTime") or {}).get("watermark")
         if watermark:
-            self.watermark.labels(**labels).set(parse_spark_time(watermark))
+            self.watermark.labels(**labels).set(parse_time(watermark))
         operators = progress.get("stateOperators", [])
         self.state_rows.labels(**labels).set(sum(op.get("numRowsTotal", 0) for op in operators))
         self.late_dropped.labels(**labels).inc(sum(op.get("numRowsDroppedByWatermark", 0) for op in operators))
@@ -197,10 +197,6 @@ def source_label(description: str) -> str:
     """'KafkaV2[Subscribe[lines]]' -> 'lines'; other descriptions unchanged."""
     match = re.search(r"Subscribe(?:Pattern)?\[(.*)\]\]", description)
     return match.group(1) if match else description
-
-
-def parse_spark_time(value: str) -> float:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def _number(value: Any) -> float:

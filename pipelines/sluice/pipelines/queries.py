@@ -15,7 +15,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from sluice.api.kafka_clients import KafkaClient
-from sluice.api.pipeline import ProcessingTime, duration_to_spark
+from sluice.api.pipeline import ProcessingTime
+from sluice.api.times import duration_to_spark
 
 from .checkpoints import OffsetLog, running_query_at
 from .compiler import LateRule, QueryPlan, reach_column

@@ -12,7 +12,7 @@ Per poll of a driver::
     status.autoscaler = autoscaler_status(state, decision)
 """
 
-from .collect import Sample, format_time, parse_time, sample_between
+from .collect import Sample, sample_between
 from .decide import ScalingDecision, autoscaler_status, decide_scaling, record
 from .evaluate import Evaluation, evaluate
 from .policy import ExecutorBounds, Policy
@@ -29,9 +29,7 @@ __all__ = [
     "autoscaler_status",
     "decide_scaling",
     "evaluate",
-    "format_time",
     "observe",
-    "parse_time",
     "record",
     "sample_between",
 ]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
 from sluice.api.contract import DriverStatus
+from sluice.api.times import parse_time
 
 TaskBound = Literal["source", "shuffle", ""]
 
@@ -71,17 +71,6 @@ class Counters:
 
 def short_hash(text: str) -> str:
     return f"{zlib.crc32(text.encode()):08x}"
-
-
-def parse_time(rfc3339: str) -> float:
-    moment = datetime.fromisoformat(rfc3339)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def format_time(epoch_seconds: float) -> str:
-    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def counters_of(status: DriverStatus) -> Counters | None:

@@ -25,8 +25,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from sluice.api.times import format_time
+
 from ..model import AutoscalerStatus, DecisionStatus
-from .collect import Sample, format_time
+from .collect import Sample
 from .evaluate import BUSY_FLOOR, Evaluation, evaluate
 from .policy import ExecutorBounds, Policy, spec_key
 from .state import MAX_REASON, MAX_RECOMMENDATIONS, AutoscalerState, CapacityCheck, DecisionRecord

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.api.contract import DriverStatus
+from sluice.api.times import parse_time
 
 from ..model import StreamingAppSpec
-from .collect import parse_time
 from .decide import ScalingDecision, autoscaler_status, current_executors, decide_scaling, record
 from .policy import Policy, spec_key
 from .state import AutoscalerState, observe

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Protocol
 
-from sluice.api.pipeline import duration_ms
+from sluice.api.times import duration_ms
 
 from ..model import AutoscalingSpec
 from .collect import short_hash

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 
 from sluice.api.contract import DriverStatus, Migration, QueryStep
 from sluice.api.rollout import Change, Reason, SpecDiff
+from sluice.api.times import format_time
 
-from ..autoscaler.collect import format_time
 from ..model import RolloutStatus
 from .actions import Event, Step, SwapQueries, migrated_folder
 from .observed import DriverFacts, DriverState, Observed, QueryFacts, Target

@@ -24,8 +24,8 @@ from typing import Literal, get_args
 
 from sluice.api.contract import QueryAction, QueryStep
 from sluice.api.rollout import Refusal
+from sluice.api.times import format_time, parse_time
 
-from ..autoscaler.collect import format_time, parse_time
 from ..model import RolloutPhase, RolloutStatus, UpdateStrategy
 from .actions import (
     Action,

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sluice.api.contract import QueryStep
-from sluice.api.pipeline import duration_ms
 from sluice.api.rollout import (
     STRATEGIES_CHEAPEST_FIRST,
     Refusal,
@@ -15,8 +14,8 @@ from sluice.api.rollout import (
     needs_new_driver,
     query_steps,
 )
+from sluice.api.times import duration_ms, format_time
 
-from ..autoscaler.collect import format_time
 from ..model import DriverRef, RolloutStatus, Strategy, UpdateStrategy
 from .observed import Observed
 

@@ -16,7 +16,8 @@ from functools import cached_property
 from typing import Any, Literal
 
 from sluice.api.app import StreamingAppSpec
-from sluice.api.pipeline import Node, PipelineSpec, duration_ms
+from sluice.api.pipeline import Node, PipelineSpec
+from sluice.api.times import duration_ms
 
 from .spark_rules import (
     FILTERS_ALLOWED,

@@ -6,13 +6,13 @@ import logging
 import re
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.api.contract import DriverStatus, QueryStatus, TopicStatus, in_app
 from sluice.api.pipeline import FromKafka, ProcessingTime
+from sluice.api.times import format_time
 
 from ..metrics import QueryRecord, RunningBatches
 from ..plancheck import error_summary
@@ -141,7 +141,7 @@ def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets 
         app=run.config.app,
         revision=run.config.revision,
         state=run.state,
-        observedAt=datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        observedAt=format_time(now),
         queries=[
             query_status(
                 q,
