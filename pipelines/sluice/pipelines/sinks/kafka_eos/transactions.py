@@ -4,11 +4,20 @@ the last commit marker read back from a partition (read_committed)."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_fixed,
+)
 
 from .settings import CLIENT_TIMEOUT_S, COMMIT_HEADER, Header, T, log
 
@@ -58,12 +67,21 @@ def transient(error: KafkaError) -> bool:
     return error.code() in TRANSIENT or (error.retriable() and not error.fatal())
 
 
-def backoff(first: float = 0.02, most: float = 0.5) -> Iterator[float]:
-    """Waits between tries, doubling up to `most`."""
-    wait = first
-    while True:
-        yield wait
-        wait = min(wait * 2, most)
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and exc.args[0].retriable()
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and transient(exc.args[0])
+
+
+def _trying_again(name: str) -> Callable[[RetryCallState], None]:
+    def say(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        message = error.args[0].str() if isinstance(error, KafkaException) else error
+        log.info("%s: %s; trying again", name, message)
+
+    return say
 
 
 def retried(call: Callable[[float], None]) -> None:
@@ -71,35 +89,38 @@ def retried(call: Callable[[float], None]) -> None:
     librdkafka marks retriable, for up to CLIENT_TIMEOUT_S: a coordinator moving with a restarted broker, or
     still writing the markers of the id's previous transaction (a partition's task moved to another Python
     worker right after a commit: CONCURRENT_TRANSACTIONS for a few milliseconds, so the first waits are short)."""
-    deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    for wait in backoff():
-        try:
-            return call(CLIENT_TIMEOUT_S)
-        except KafkaException as exc:
-            if not exc.args[0].retriable() or time.monotonic() > deadline:
-                raise
-            log.info("%s: %s; trying again", call.__name__, exc.args[0].str())
-        time.sleep(wait)
+    for attempt in Retrying(
+        retry=retry_if_exception(_retriable),
+        stop=stop_after_delay(CLIENT_TIMEOUT_S),
+        wait=wait_exponential(multiplier=0.02, max=0.5),
+        before_sleep=_trying_again(call.__name__),
+        reraise=True,
+    ):
+        with attempt:
+            call(CLIENT_TIMEOUT_S)
 
 
 def with_fresh_metadata(client: Producer | Consumer, topic: str, action: Callable[[], T]) -> T:
     """Run the action; on a transient error (a partition the client does not know yet because the topic gained
     partitions since it last looked, a leader that moved with a restarted broker) refresh the client's
     metadata and run it again, for up to CLIENT_TIMEOUT_S."""
-    deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    while True:
-        try:
-            return action()
-        except KafkaException as exc:
-            if not transient(exc.args[0]) or time.monotonic() > deadline:
-                raise
-            log.info("%s: %s; trying again", topic, exc.args[0].str())
-        time.sleep(0.5)
+
+    def refresh(state: RetryCallState) -> None:
+        _trying_again(topic)(state)
         try:
             client.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
         except KafkaException as exc:
             if not transient(exc.args[0]):
                 raise
+
+    retrying = Retrying(
+        retry=retry_if_exception(_transient),
+        stop=stop_after_delay(CLIENT_TIMEOUT_S),
+        wait=wait_fixed(0.5),
+        before_sleep=refresh,
+        reraise=True,
+    )
+    return retrying(action)
 
 
 def last_marker(consumer: Consumer, topic: str, partition: int, writer: str) -> Marker | None:
@@ -150,3 +171,18 @@ def _last_marker_between(
                     found = marker
     finally:
         consumer.unassign()
+
+
+def tried_again(attempts: int, call: Callable[[], T], name: str) -> T:
+    """`call` made again after a KafkaException, up to `attempts` times in all, waiting 0.5 s, 1 s, 2 s... up to
+    5 s between; the last attempt's error is raised."""
+    retrying = Retrying(
+        retry=retry_if_exception_type(KafkaException),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=0.5, max=5.0),
+        before_sleep=lambda state: log.warning(
+            "%s: %s; writing again", name, state.outcome.exception() if state.outcome else None
+        ),
+        reraise=True,
+    )
+    return retrying(call)

@@ -27,9 +27,8 @@ from .settings import (
     MAX_KEPT_PRODUCERS,
     QUIET,
     KafkaRecord,
-    log,
 )
-from .transactions import Marker, backoff, last_marker, retried, with_fresh_metadata
+from .transactions import Marker, last_marker, retried, tried_again, with_fresh_metadata
 
 
 class PartitionResult(NamedTuple):
@@ -137,13 +136,8 @@ class BatchWrite:
     def write_again_on_failure(self, partition: int, batches: list[pa.RecordBatch]) -> list[PartitionResult]:
         """`write`, tried again after a Kafka error as Spark tries a failed task again (in the driver nothing
         else would): the new attempt's producer fences the failed one and reads what it committed."""
-        for wait in itertools.islice(backoff(first=0.5, most=5.0), DRIVER_WRITE_ATTEMPTS - 1):
-            try:
-                return list(self.write(partition, batches))
-            except KafkaException as exc:
-                log.warning("%s[%d], batch %d: %s; writing again", self.topic, partition, self.batch_id, exc)
-            time.sleep(wait)
-        return list(self.write(partition, batches))
+        name = f"{self.topic}[{partition}], batch {self.batch_id}"
+        return tried_again(DRIVER_WRITE_ATTEMPTS, lambda: list(self.write(partition, batches)), name)
 
     @staticmethod
     def _records(partition: int, batches: Iterable[pa.RecordBatch]) -> Iterator[KafkaRecord]:
