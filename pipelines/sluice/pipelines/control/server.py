@@ -1,4 +1,4 @@
-"""The control port: its routes as a WSGI app, served by the stdlib's wsgiref on threads (ControlServer).
+"""The control port: its routes as a WSGI app, served by cheroot's thread pool (ControlServer).
 
 Open: GET /metrics (prometheus-client's WSGI app), GET /healthz. Token-guarded writes: PUT /v1/executors,
 PUT /v1/pipeline (a hot swap), PUT /v1/state (a standby driver's activation, a drain, a resume), DELETE
@@ -13,10 +13,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
-from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any, TypeVar
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from cheroot import wsgi
 from prometheus_client import make_wsgi_app
 from pydantic import BaseModel, ValidationError
 
@@ -210,15 +209,24 @@ class ControlApi:
             raise ApiFailure(409, str(exc), field=exc.field) from None
 
 
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+class WsgiServer:
+    """A WSGI app on a port, served by cheroot (CherryPy's HTTP server) from a pool of threads: a request that
+    takes long (a hot swap) does not hold up the others, a client that sends nothing is dropped after
+    `timeout` seconds, and idle keep-alive connections hold no thread."""
 
+    def __init__(self, app: Handler, host: str, port: int, threads: int = 8, timeout: float = 30) -> None:
+        self.server = wsgi.Server((host, port), app, numthreads=threads, timeout=int(timeout), server_name="sluice")
+        self.server.prepare()  # bound and listening: the port is known, also when 0 asked the system for one
+        self.port: int = self.server.bind_addr[1]
+        self.thread = threading.Thread(target=self.server.serve, name="sluice-control", daemon=True)
 
-class _QuietHandler(WSGIRequestHandler):
-    timeout = 30  # a client that opens a connection and sends nothing does not keep its thread
+    def start(self) -> WsgiServer:
+        self.thread.start()
+        return self
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s - %s", self.address_string(), format % args)
+    def stop(self) -> None:
+        self.server.stop()
+        self.thread.join(timeout=10)
 
 
 class ControlServer:
@@ -228,16 +236,13 @@ class ControlServer:
         self.api = ControlApi(
             run, Executors(run.spark), ControlToken(run.config.controlTokenFile), LatestOffsets(run.kafka)
         )
-        self.server = make_server(
-            host, run.config.controlPort, self.api, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
-        )
-        self.port = self.server.server_port
-        self.thread = threading.Thread(target=self.server.serve_forever, name="sluice-control", daemon=True)
+        self.server = WsgiServer(self.api, host, run.config.controlPort)
+        self.port = self.server.port
         self._stopped = threading.Event()
         self.watch = threading.Thread(target=self._watch_triggers, name="sluice-triggers", daemon=True)
 
     def start(self) -> ControlServer:
-        self.thread.start()
+        self.server.start()
         self.watch.start()
         return self
 
@@ -250,7 +255,6 @@ class ControlServer:
 
     def stop(self) -> None:
         self._stopped.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
         if self.api.latest is not None:
             self.api.latest.close()
