@@ -61,6 +61,20 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
 
 
+def minutes_from_env(name: str, default: float, least: float, environ: dict[str, str] | None = None) -> float:
+    """A run's length in minutes from the variable `name` (unset or empty: `default`); a ValueError naming the
+    variable when it is not a number or under `least`."""
+    environ = dict(os.environ) if environ is None else environ
+    text = environ.get(name, "") or str(default)
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: a number of minutes, e.g. {default:g}") from None
+    if minutes < least:
+        raise ValueError(f"{name}={text!r}: at least {least:g} minutes")
+    return minutes
+
+
 def wait_for(
     probe: Callable[[], T | None], *, timeout: float = 60.0, what: str = "condition", interval: float = 0.5
 ) -> T:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ from typing import Any
 
 from sluice.operator.children import APP_LABEL
 
-from .common import REPO_ROOT, wait_for
+from .common import REPO_ROOT, minutes_from_env, wait_for
 from .e2e_suite import E2ESuite, PacedLoad, autoscale_app, word_tally
 from .soak import read_pod
 
@@ -45,15 +44,7 @@ class OverloadPlan:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> OverloadPlan:
-        environ = dict(os.environ) if environ is None else environ
-        text = environ.get(MINUTES_ENV, "") or str(cls.minutes)
-        try:
-            minutes = float(text)
-        except ValueError:
-            raise ValueError(f"{MINUTES_ENV}={text!r}: a number of minutes, e.g. 10") from None
-        if minutes < 2:
-            raise ValueError(f"{MINUTES_ENV}={text!r}: at least 2 minutes")
-        return cls(minutes)
+        return cls(minutes_from_env(MINUTES_ENV, cls.minutes, 2, environ))
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, cache_dir
+from .common import REPO_ROOT, cache_dir, minutes_from_env
 from .e2e_suite import (
     COUNTS,
     LINES,
@@ -75,15 +75,7 @@ class SoakPlan:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> SoakPlan:
-        environ = dict(os.environ) if environ is None else environ
-        text = environ.get(MINUTES_ENV, "") or str(DEFAULT_MINUTES)
-        try:
-            minutes = float(text)
-        except ValueError:
-            raise ValueError(f"{MINUTES_ENV}={text!r}: a number of minutes, e.g. 180") from None
-        if minutes < 5:
-            raise ValueError(f"{MINUTES_ENV}={text!r}: at least 5 minutes")
-        return cls(minutes)
+        return cls(minutes_from_env(MINUTES_ENV, DEFAULT_MINUTES, 5, environ))
 
     @property
     def warmup(self) -> float:
