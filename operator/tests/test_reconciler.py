@@ -7,6 +7,7 @@ from __future__ import annotations
 from fakes import (
     APP,
     NAMESPACE,
+    POD,
     FakeKube,
     app_manifest,
     driver_pod_started,
@@ -74,7 +75,9 @@ def test_a_filter_change_is_swapped_into_the_running_driver(world) -> None:
     assert {s.name: s.action for s in driver.swaps[0].steps} == {"out": "restart", "lines-dead-letters": "keep"}
     assert "zeta" in driver.swaps[0].config.pipeline.model_dump_json()
     assert any(reason == "Swapped" for _, reason, _ in app["events"]), app["events"]
-    assert kube.objects[("SparkApplication", NAMESPACE, APP)]["spec"] == spark_before, "no resubmission"
+    spark_app = kube.objects[("SparkApplication", NAMESPACE, APP)]
+    assert spark_app["spec"] == spark_before, "no resubmission"
+    assert spark_app["metadata"]["labels"][ch.REVISION_LABEL] == first, "labelled with what it was submitted for"
     assert runner_revision(kube) == rollout["toRevision"], "a driver restarting now runs the new revision"
 
 
@@ -136,3 +139,20 @@ def test_a_driver_an_earlier_release_submitted_is_kept_and_an_edit_by_hand_is_un
     }
     reconcile(reconciler, tuned | {"status": app["status"]}, clock=1010.0)
     assert kube.objects[key]["spec"] == applied["spec"], "an edit by hand of what this operator rendered is undone"
+
+
+def test_a_driver_pod_spark_operator_lost_the_submission_of_is_deleted(world) -> None:
+    """spark-operator's PENDING_RERUN with the driver pod it submitted running (its status write after the
+    submission lost): it waits for that pod to go, forever (kubeflow/spark-operator#2905)."""
+    reconciler, kube, _ = world
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    kube.objects[("SparkApplication", NAMESPACE, APP)]["status"] = {"applicationState": {"state": "PENDING_RERUN"}}
+    kube.objects[("Pod", NAMESPACE, POD)] = {
+        "metadata": {"name": POD, "namespace": NAMESPACE, "creationTimestamp": "1970-01-01T00:15:00Z"},  # 900 s
+        "status": {"phase": "Running"},
+    }
+    app = reconcile(reconciler, app_manifest("word != ''") | {"status": app["status"]}, clock=930.0)
+    assert ("Pod", POD) not in kube.deleted, "a pod started 30 s ago may still be spark-operator's to record"
+    app = reconcile(reconciler, app_manifest("word != ''") | {"status": app["status"]}, clock=1000.0)
+    assert ("Pod", POD) in kube.deleted
+    assert [reason for _, reason, _ in app["events"]][:1] == ["DriverResubmitted"], app["events"]

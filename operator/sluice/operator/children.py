@@ -494,7 +494,9 @@ def spark_application(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {**labels(app, "driver"), REVISION_LABEL: pin.runs},
+            # The revision it was submitted for, which changes only with its spec (a resubmission): a write of
+            # its metadata alone while spark-operator resubmits it can lose that submission (observer.lost_submission).
+            "labels": {**labels(app, "driver"), REVISION_LABEL: pin.submitted},
             "annotations": {SUBMITTED_EXECUTORS_ANNOTATION: str(instances)},
         },
         "spec": {

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.api.contract import DriverStatus
+from sluice.api.times import parse_time
 
 from . import children as ch
 from .cluster import Cluster
@@ -45,17 +46,44 @@ def replaced(pod: dict[str, Any] | None, submitted: str | None) -> bool:
     return bool(meta.get("deletionTimestamp")) or (ran is not None and submitted is not None and ran != submitted)
 
 
+LOST_SUBMISSION_SECONDS = 60.0  # spark-operator deletes the old driver pod before it submits: one this old is new
+
+
+def lost_submission(spark_app: dict[str, Any], pod: dict[str, Any] | None, now: float) -> str | None:
+    """The driver pod of a SparkApplication spark-operator keeps in PENDING_RERUN though it submitted it: the
+    status write that should have followed the submission was lost (a conflicting write of the object at that
+    moment), and spark-operator waits for the pod it started to go (kubeflow/spark-operator#2905, #2283). It is
+    a pod of the SparkApplication's name that has run for LOST_SUBMISSION_SECONDS; None otherwise."""
+    state = (((spark_app.get("status") or {}).get("applicationState")) or {}).get("state")
+    meta = (pod or {}).get("metadata") or {}
+    if state != "PENDING_RERUN" or not meta.get("creationTimestamp") or meta.get("deletionTimestamp"):
+        return None
+    if ((pod or {}).get("status") or {}).get("phase") not in ("Pending", "Running"):
+        return None
+    try:
+        age = now - parse_time(meta["creationTimestamp"])
+    except ValueError:
+        return None
+    return str(meta.get("name")) if age >= LOST_SUBMISSION_SECONDS else None
+
+
 class Observer:
     def __init__(self, cluster: Cluster, driver_client: DriverClient) -> None:
         self.cluster = cluster
         self.driver_client = driver_client
 
-    def app_driver(self, spark_app: dict[str, Any] | None, namespace: str, obs: Observation) -> None:
-        """The app's driver, into `obs`: spark-operator's state, executors, the driver's answer or why not."""
+    def app_driver(
+        self, spark_app: dict[str, Any] | None, namespace: str, obs: Observation, now: float | None = None
+    ) -> None:
+        """The app's driver, into `obs`: spark-operator's state, executors, the driver's answer or why not, and a
+        driver pod spark-operator lost the submission of (lost_submission)."""
         if obs.suspended or spark_app is None:
             return
         status = spark_app.get("status") or {}
         obs.spark_state = (status.get("applicationState") or {}).get("state")
+        if obs.spark_state == "PENDING_RERUN" and now is not None:
+            pod = self.cluster.get("v1", "Pod", namespace, f"{spark_app['metadata']['name']}-driver")
+            obs.lost_submission = lost_submission(spark_app, pod, now)
         obs.spark_error = (status.get("applicationState") or {}).get("errorMessage")
         executors = status.get("executorState") or {}
         if executors:

@@ -114,7 +114,8 @@ class Reconciler:
         spec = with_operator_defaults(admitted, namespace, self.settings, old_status)
         self.cluster.ensure_operator_access(namespace, self.settings.access, clock)
         full = full or waits_for_topics(old_status)  # a KafkaTopic not Ready yet: looked at again
-        obs, spark_app = self._observe(body, spec, full)
+        obs, spark_app = self._observe(body, spec, full, clock)
+        resubmitted = self._resubmit_lost(namespace, app, obs)
         rollout = self.rollouts.run(body, spec, spark_app, obs, clock)
         children = self._apply(body, spec, rollout, obs, full)
         obs.rollout = rollout.condition
@@ -134,11 +135,26 @@ class Reconciler:
             selector=ch.executor_selector(app),
             kept=kept_defaults(spec),
         )
-        return Outcome(status, plan.annotations, [*plan.events, *rollout.events, *scaled], plan.kinds)
+        events = [*resubmitted, *plan.events, *rollout.events, *scaled]
+        return Outcome(status, plan.annotations, events, plan.kinds)
+
+    def _resubmit_lost(self, namespace: str, app: str, obs: Observation) -> list[tuple[str, str, str]]:
+        """A driver pod spark-operator lost the submission of is deleted: spark-operator then submits again."""
+        pod = obs.lost_submission
+        if pod is None:
+            return []
+        self.cluster.delete("v1", "Pod", namespace, pod)
+        message = (
+            f"spark-operator left the driver's SparkApplication in PENDING_RERUN though driver pod {pod} runs (its "
+            "submission's status was lost, kubeflow/spark-operator#2905): the pod is deleted, spark-operator submits "
+            "the driver again"
+        )
+        log.warning("%s/%s: %s", namespace, app, message)
+        return [("Warning", "DriverResubmitted", message)]
 
     # --------------------------------------------------------------------------- observe
     def _observe(
-        self, body: dict[str, Any], spec: StreamingAppSpec, full: bool
+        self, body: dict[str, Any], spec: StreamingAppSpec, full: bool, clock: float
     ) -> tuple[Observation, dict[str, Any] | None]:
         """The app's driver; on a full pass the topics are applied first (a new revision may write a new topic),
         on a tick the last full pass's errors stand."""
@@ -162,7 +178,7 @@ class Reconciler:
             elif checkpoint:
                 ok = {"True": True, "False": False}.get(checkpoint.get("status", ""))
                 obs.checkpoint = (ok, checkpoint.get("reason", ""), checkpoint.get("message", ""))
-        self.observer.app_driver(spark_app, namespace, obs)
+        self.observer.app_driver(spark_app, namespace, obs, now=clock)
         return obs, spark_app
 
     def _observe_checkpoint(self, app: str, namespace: str, spec: StreamingAppSpec, obs: Observation) -> None:

@@ -43,6 +43,7 @@ class Observation:
     rollout: tuple[bool | None, str, str] | None = None  # the Rollout condition: (status, reason, message)
     driver_failure: str | None = None  # a driver that is not answering: its container's termination message
     driver_unschedulable: str | None = None  # the scheduler's word on a driver pod it cannot place
+    lost_submission: str | None = None  # a driver pod spark-operator started and lost track of (observer)
     checkpoint: tuple[bool | None, str, str] | None = None  # the CheckpointReady condition: (status, reason, message)
     checkpoint_claim: ch.ClaimFacts | None = None  # the app's checkpoint claim, read on a full pass
 
