@@ -122,14 +122,16 @@ class Overload:
         try:
             warm = suite.rate_per_executor(APP, settle=45)  # what one executor does per busy second, warmed up
             # The rate measured at a low load understates a saturated executor (each batch's fixed cost): the load
-            # starts from it and is set again, a third of the way in, to `factor` times what was read meanwhile.
+            # starts from it and is set again after each sample, once every executor runs, to `factor` times what
+            # was read over the last minute at the cap (a first run set it once, too early: 1.57x).
             load.rate = round(self.plan.factor * MAX_EXECUTORS * warm, 1)
-            began, rerated = time.monotonic(), False
-            while (elapsed := time.monotonic() - began) < self.plan.minutes * 60:
-                self.sample(began, "overload", load.rate)
-                if not rerated and elapsed >= self.plan.minutes * 20:
-                    read = processed_per_second(self.samples[len(self.samples) // 2 :])
-                    load.rate, rerated = round(self.plan.factor * (read or warm), 1), True
+            began = time.monotonic()
+            while time.monotonic() - began < self.plan.minutes * 60:
+                sample = self.sample(began, "overload", load.rate)
+                at_cap = [s for s in self.samples if len(s.executors) == MAX_EXECUTORS and s.t >= sample.t - 60]
+                read = processed_per_second(at_cap) if len(sample.executors) == MAX_EXECUTORS else None
+                if read:
+                    load.rate = max(load.rate, round(self.plan.factor * read, 1))
                 time.sleep(SAMPLE_SECONDS)
             overloaded = [s for s in self.samples if s.phase == "overload"]
             saturated = overloaded[len(overloaded) // 2 :]  # executors at the cap, every batch full
