@@ -8,12 +8,10 @@ import json
 import pytest
 
 from sluice.testbed.common import ProvisionError
-from sluice.testbed.local_run import local_cluster_run
+from sluice.testbed.local_run import deployed_word_count
 from sluice.testbed.overload import BATCH_BOUND, Overload, OverloadPlan, write_results
 
 pytestmark = [pytest.mark.kube, pytest.mark.overload]
-
-SETUP_STEPS = ("install", "kafka_ready", "object_store", "deploy_app")
 
 
 def overload_timeout() -> float:
@@ -30,10 +28,7 @@ def test_overload(tmp_path_factory: pytest.TempPathFactory) -> None:
     except ValueError as error:
         pytest.fail(str(error), pytrace=False)
     try:
-        with local_cluster_run(tmp_path_factory.mktemp("overload"), upgrade=False) as run:
-            suite = run.suite()
-            for step in SETUP_STEPS:
-                suite.run(step)
+        with deployed_word_count(tmp_path_factory.mktemp("overload")) as suite:
             overload = Overload(suite, plan)
             try:
                 summary = overload.run()

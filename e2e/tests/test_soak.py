@@ -8,12 +8,10 @@ import json
 import pytest
 
 from sluice.testbed.common import ProvisionError
-from sluice.testbed.local_run import local_cluster_run
+from sluice.testbed.local_run import deployed_word_count
 from sluice.testbed.soak import SOAK_DIR, Soak, SoakPlan, planned, soak_app_settings, write_results
 
 pytestmark = [pytest.mark.kube, pytest.mark.soak]
-
-SETUP_STEPS = ("install", "kafka_ready", "object_store", "deploy_app")
 
 
 def soak_timeout() -> float:
@@ -32,11 +30,7 @@ def test_soak(tmp_path_factory: pytest.TempPathFactory) -> None:
     SOAK_DIR.mkdir(parents=True, exist_ok=True)
     (SOAK_DIR / "plan.json").write_text(json.dumps(planned(plan), indent=1) + "\n")
     try:
-        with local_cluster_run(tmp_path_factory.mktemp("soak"), upgrade=False) as run:
-            suite = run.suite()
-            suite.app_changes = soak_app_settings
-            for step in SETUP_STEPS:
-                suite.run(step)
+        with deployed_word_count(tmp_path_factory.mktemp("soak"), soak_app_settings) as suite:
             soak = Soak(suite, plan)
             try:
                 summary = soak.run()

@@ -1,15 +1,16 @@
-"""The local cluster the e2e suite and the soak run on (`make e2e-local`, `make soak`): a throwaway control plane
-and node on this machine with the images built here (buildah), the node's object store, and a Kafka broker that
-takes only SASL_SSL from pods. Everything is torn down on exit."""
+"""The local cluster the e2e suite and the long runs run on (`make e2e-local`, `make soak`, `make overload`): a
+throwaway control plane and node on this machine with the images built here (buildah), the node's object store,
+and a Kafka broker that takes only SASL_SSL from pods. Everything is torn down on exit."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .common import ProvisionError, pid_alive
-from .e2e_suite import Helm, Images, Target
+from .e2e_suite import E2ESuite, Helm, Images, Target
 from .helm import helm_binary
 from .images import image_archive
 from .kube import ControlPlane, kubectl_runner, kubernetes_binaries
@@ -53,6 +54,24 @@ def local_cluster_run(work: Path, upgrade: bool = True) -> Iterator[LocalImagesR
     survived = {name: pid for name, pid in pids.items() if pid_alive(pid)}
     if survived:
         raise ProvisionError(f"cluster processes survived the run: {survived}")
+
+
+LONG_RUN_SETUP = ("install", "kafka_ready", "object_store", "deploy_app")
+
+
+@contextlib.contextmanager
+def deployed_word_count(
+    work: Path, app_changes: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> Iterator[E2ESuite]:
+    """The local cluster in `work` with the e2e's first steps run (LONG_RUN_SETUP: sluice installed, Kafka and
+    the object store ready, the word count deployed, changed by `app_changes`), for the long runs (soak,
+    overload)."""
+    with local_cluster_run(work, upgrade=False) as run:
+        suite = run.suite()
+        suite.app_changes = app_changes
+        for step in LONG_RUN_SETUP:
+            suite.run(step)
+        yield suite
 
 
 def stop(node: Node, plane: ControlPlane) -> None:
