@@ -4,6 +4,7 @@ the last commit marker read back from a partition (read_committed)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -75,11 +76,15 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and transient(exc.args[0])
 
 
-def _trying_again(name: str) -> Callable[[RetryCallState], None]:
+def _trying_again(
+    name: str, doing: str = "trying again", level: int = logging.INFO
+) -> Callable[[RetryCallState], None]:
+    """Tenacity's before_sleep: the error that is tried again, logged with `name`."""
+
     def say(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
         message = error.args[0].str() if isinstance(error, KafkaException) else error
-        log.info("%s: %s; trying again", name, message)
+        log.log(level, "%s: %s; %s", name, message, doing)
 
     return say
 
@@ -180,9 +185,7 @@ def tried_again(attempts: int, call: Callable[[], T], name: str) -> T:
         retry=retry_if_exception_type(KafkaException),
         stop=stop_after_attempt(attempts),
         wait=wait_exponential(multiplier=0.5, max=5.0),
-        before_sleep=lambda state: log.warning(
-            "%s: %s; writing again", name, state.outcome.exception() if state.outcome else None
-        ),
+        before_sleep=_trying_again(name, "writing again", logging.WARNING),
         reraise=True,
     )
     return retrying(call)
