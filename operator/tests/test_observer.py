@@ -1,12 +1,14 @@
-"""The observer's pure readings (observer.py)."""
+"""The observer's readings (observer.py): pure, and a handover's second driver over a fake API server."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from fakes import NAMESPACE, FakeDriver, FakeKube
 
-from sluice.operator.observer import LOST_SUBMISSION_SECONDS, lost_submission
+from sluice.operator.cluster import Cluster
+from sluice.operator.observer import LOST_SUBMISSION_SECONDS, Drivers, Observer, lost_submission
 
 CREATED = 1000.0  # 1970-01-01T00:16:40Z
 
@@ -41,3 +43,15 @@ def test_a_driver_pod_that_runs_long_in_pending_rerun_is_a_lost_submission() -> 
 )
 def test_anything_else_is_not(state: str, the_pod: dict[str, Any] | None, age: float) -> None:
     assert lost_submission(spark_app(state), the_pod, CREATED + age) is None
+
+
+def test_a_handover_s_second_driver_spark_operator_lost_the_submission_of_is_found() -> None:
+    kube = FakeKube()
+    kube.objects[("Pod", NAMESPACE, "wordcount-driver")] = pod()
+    observer = Observer(Cluster(kube), FakeDriver())  # type: ignore[arg-type]
+    found, early = Drivers(), Drivers()
+    observer.second_driver(NAMESPACE, "wordcount", spark_app("PENDING_RERUN"), found, CREATED + 600)
+    observer.second_driver(NAMESPACE, "wordcount", spark_app("PENDING_RERUN"), early, CREATED + 30)
+    assert found.lost_submissions == ["wordcount-driver"]
+    assert early.lost_submissions == []
+    assert "wordcount" in found.facts, "the second driver is observed as before"

@@ -156,3 +156,31 @@ def test_a_driver_pod_spark_operator_lost_the_submission_of_is_deleted(world) ->
     app = reconcile(reconciler, app_manifest("word != ''") | {"status": app["status"]}, clock=1000.0)
     assert ("Pod", POD) in kube.deleted
     assert [reason for _, reason, _ in app["events"]][:1] == ["DriverResubmitted"], app["events"]
+
+
+def test_a_handover_s_second_driver_spark_operator_lost_the_submission_of_is_deleted(world) -> None:
+    """The same loss for the second driver a fenced handover starts: its pod is deleted so spark-operator submits
+    it again, and the handover goes on."""
+    reconciler, kube, driver = world
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    driver_pod_started(kube)
+    driver.revision = app["status"]["stableRevision"]
+    new_image = app_manifest("word != ''")
+    new_image["spec"].setdefault("spark", {})["image"] = "sluice.local/spark:next"
+    app = reconcile(reconciler, new_image | {"status": app["status"]}, clock=1010.0)
+    second = app["status"]["rollout"]["toDriver"]
+    assert app["status"]["rollout"]["strategy"] == "fencedHandover" and ("SparkApplication", NAMESPACE, second) in (
+        kube.objects
+    )
+    kube.objects[("SparkApplication", NAMESPACE, second)]["status"] = {"applicationState": {"state": "PENDING_RERUN"}}
+    kube.objects[("Pod", NAMESPACE, f"{second}-driver")] = {
+        "metadata": {"name": f"{second}-driver", "namespace": NAMESPACE, "creationTimestamp": "1970-01-01T00:16:50Z"},
+        "status": {"phase": "Running"},
+    }
+    app = reconcile(reconciler, new_image | {"status": app["status"]}, clock=1040.0)
+    assert ("Pod", f"{second}-driver") not in kube.deleted, "30 s: spark-operator may still record it"
+    app = reconcile(reconciler, new_image | {"status": app["status"]}, clock=1100.0)
+    assert ("Pod", f"{second}-driver") in kube.deleted and ("Pod", POD) not in kube.deleted
+    assert "DriverResubmitted" in [reason for _, reason, _ in app["events"]], app["events"]
+    assert app["status"]["rollout"]["toDriver"] == second
+    assert app["status"]["rollout"]["phase"] not in ("RolledBack", "Failed", "Complete"), "the handover goes on"

@@ -26,6 +26,7 @@ class Drivers:
 
     facts: dict[str, DriverFacts] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
+    lost_submissions: list[str] = field(default_factory=list)  # driver pods, as lost_submission finds them
 
 
 def submitted_executors(spark_app: dict[str, Any] | None, submitted: str) -> int | None:
@@ -97,12 +98,19 @@ class Observer:
         obs.driver_failure = driver_failure(pod)  # not answering: failed at start, or its pod restarted
         obs.driver_unschedulable = driver_unschedulable(pod)
 
-    def second_driver(self, namespace: str, name: str, spark_app: dict[str, Any] | None, drivers: Drivers) -> None:
-        """A handover's second driver, as the rollout sees it (the app's own is observed with the status)."""
+    def second_driver(
+        self, namespace: str, name: str, spark_app: dict[str, Any] | None, drivers: Drivers, now: float
+    ) -> None:
+        """A handover's second driver, as the rollout sees it (the app's own is observed with the status), and its
+        driver pod if spark-operator lost its submission (lost_submission)."""
         if spark_app is None:
             return
         status = spark_app.get("status") or {}
         state = (status.get("applicationState") or {}).get("state")
+        if state == "PENDING_RERUN":
+            lost = lost_submission(spark_app, self.cluster.get("v1", "Pod", namespace, f"{name}-driver"), now)
+            if lost is not None:
+                drivers.lost_submissions.append(lost)
         pod, answer, address, _ = self.ask_driver(namespace, status, ch.submitted_revision(spark_app))
         if address is not None:
             drivers.addresses[name] = address

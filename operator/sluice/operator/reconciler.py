@@ -12,7 +12,6 @@ The handlers, the timers and the children's events all come here; one pass per a
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from .driver_client import DriverClient
 from .kube import Kube
 from .model import StreamingAppSpec
 from .observer import Observer, submitted_executors
-from .rollout_actions import RolloutActions
+from .rollout_actions import RolloutActions, resubmit_lost
 from .rollout_pass import RolloutPass, Rollouts
 from .settings import SETTINGS, Settings
 from .status import (
@@ -45,8 +44,6 @@ from .status import (
     status_write_due,
     waits_for_topics,
 )
-
-log = logging.getLogger("sluice.operator")
 
 
 @dataclass
@@ -115,7 +112,7 @@ class Reconciler:
         self.cluster.ensure_operator_access(namespace, self.settings.access, clock)
         full = full or waits_for_topics(old_status)  # a KafkaTopic not Ready yet: looked at again
         obs, spark_app = self._observe(body, spec, full, clock)
-        resubmitted = self._resubmit_lost(namespace, app, obs)
+        resubmitted = [resubmit_lost(self.cluster, namespace, app, obs.lost_submission)] if obs.lost_submission else []
         rollout = self.rollouts.run(body, spec, spark_app, obs, clock)
         children = self._apply(body, spec, rollout, obs, full)
         obs.rollout = rollout.condition
@@ -137,20 +134,6 @@ class Reconciler:
         )
         events = [*resubmitted, *plan.events, *rollout.events, *scaled]
         return Outcome(status, plan.annotations, events, plan.kinds)
-
-    def _resubmit_lost(self, namespace: str, app: str, obs: Observation) -> list[tuple[str, str, str]]:
-        """A driver pod spark-operator lost the submission of is deleted: spark-operator then submits again."""
-        pod = obs.lost_submission
-        if pod is None:
-            return []
-        self.cluster.delete("v1", "Pod", namespace, pod)
-        message = (
-            f"spark-operator left the driver's SparkApplication in PENDING_RERUN though driver pod {pod} runs (its "
-            "submission's status was lost, kubeflow/spark-operator#2905): the pod is deleted, spark-operator submits "
-            "the driver again"
-        )
-        log.warning("%s/%s: %s", namespace, app, message)
-        return [("Warning", "DriverResubmitted", message)]
 
     # --------------------------------------------------------------------------- observe
     def _observe(

@@ -46,6 +46,19 @@ log = logging.getLogger("sluice.operator")
 Events = list[tuple[str, str, str]]  # (type, reason, message)
 
 
+def resubmit_lost(cluster: Cluster, namespace: str, app: str, pod: str) -> tuple[str, str, str]:
+    """A driver pod spark-operator lost the submission of (observer.lost_submission) deleted: spark-operator then
+    submits its driver again. The Warning event that says so."""
+    cluster.delete("v1", "Pod", namespace, pod)
+    message = (
+        f"spark-operator left the driver's SparkApplication in PENDING_RERUN though driver pod {pod} runs (its "
+        "submission's status was lost, kubeflow/spark-operator#2905): the pod is deleted, spark-operator submits "
+        "the driver again"
+    )
+    log.warning("%s/%s: %s", namespace, app, message)
+    return ("Warning", "DriverResubmitted", message)
+
+
 @dataclass
 class RolloutContext:
     """One pass's rollout as its actions need it. `facts`: the app's driver as observed (not as a refused swap

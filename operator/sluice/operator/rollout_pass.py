@@ -35,7 +35,7 @@ from .rollout.decide import (
     rollout_condition,
     runner_revision,
 )
-from .rollout_actions import Events, RolloutActions, RolloutContext
+from .rollout_actions import Events, RolloutActions, RolloutContext, resubmit_lost
 from .status import Observation, condition_of, replacing
 
 log = logging.getLogger("sluice.operator")
@@ -107,7 +107,11 @@ class Rollouts:
         target, revisions = self._target(body, spec, revision, recorded, specs)
         events: Events = []
         facts = self._app_driver_facts(body, spark_app, obs, recorded, revision, specs, events)
-        drivers, spark_apps = self._drivers(body, spark_app, obs, facts, recorded)
+        drivers, spark_apps = self._drivers(body, spark_app, obs, facts, recorded, clock)
+        namespace = body["metadata"]["namespace"]
+        events += [
+            resubmit_lost(self.cluster, namespace, body["metadata"]["name"], pod) for pod in drivers.lost_submissions
+        ]
         observed = Observed(clock, frozenset(revisions), tuple(drivers.facts.values()))
         submitted = ch.submitted_revision(spark_app)
         decision = decide_rollout(
@@ -214,6 +218,7 @@ class Rollouts:
         obs: Observation,
         facts: DriverFacts,
         recorded: _Recorded,
+        clock: float,
     ) -> tuple[Drivers, dict[str, dict[str, Any] | None]]:
         """The app's driver and a handover's second one (observed here), with their SparkApplications."""
         drivers = Drivers()
@@ -226,7 +231,7 @@ class Rollouts:
         if second is not None:
             namespace = body["metadata"]["namespace"]
             spark_apps[second] = self.cluster.spark_application(namespace, second)
-            self.observer.second_driver(namespace, second, spark_apps[second], drivers)
+            self.observer.second_driver(namespace, second, spark_apps[second], drivers, clock)
         return drivers, spark_apps
 
     def _result(
