@@ -17,7 +17,8 @@ Faults (`make faults` runs the long ones; CI runs the driver case with 2 kills):
   after the task committed and before it reported back to Spark;
 - a broker of a 3-broker cluster stopped and restarted, one after the other (leaders and the transaction
   coordinator move).
-Each case prints, and writes to .sluice/faults/<case>.json: runs, kills, records, lost, duplicated, and the
+Each case prints, and writes to .sluice/faults/<case>.json: runs, kills, records, lost, duplicated, the time
+to recover from each fault (`recovery`: the output's longest pause, from the commit log; see RECOVERY), and the
 exactly-once sink's write paths it exercised (WRITE_PATHS): `out` (an aggregation) writes from the driver
 (`writers: auto`: the driver places the batch and writes each partition's transaction) or from the executors
 (`writers: executors`: placed in the streaming plan, shuffled to one task per partition); the dead letters
@@ -52,6 +53,7 @@ from sluice.pipelines.local.kafka_io import create_topic
 from sluice.pipelines.local.spark import spark_kafka_jars
 from sluice.pipelines.sinks.kafka_eos import Marker
 from sluice.testbed.common import REPO_ROOT, stop_process_group, tail
+from sluice.testbed.recovery import commit_times, output_pause, pauses_summary
 from sluice.testbed.spark_standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -65,6 +67,12 @@ WRITE_PATHS = {
     "auto": "out: driver-side placement, the driver writes each partition's transaction",
     "executors": "out: placed in the streaming plan, one executor task per partition writes its transaction",
     "dead letters": "one task reads the batch and writes the one-partition topic (no shuffle)",
+}
+RECOVERY = {
+    "driver": "from the killed driver's restart to its first batch of `out` committed",
+    "executor": "from the executor's kill to the next batch of `out` committed (the batch retried)",
+    "broker": "the longest time without a batch of `out` committed, from the broker's stop to the first "
+    "batch committed after it was back",
 }
 
 
@@ -245,7 +253,14 @@ class FaultReport:
     dead_letters: int = 0
     dead_letters_lost: int = 0
     dead_letters_duplicated: int = 0
+    recovery: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+
+    def recovered(self, workload: Workload, kind: str, faults: list[tuple[float, float]]) -> None:
+        """The output's pause after each fault (start, end), read from `out`'s commit log."""
+        commits = commit_times(workload.checkpoint / "out" / "commits")
+        pauses = [output_pause(commits, start, end) for start, end in faults]
+        self.recovery = {"measured": RECOVERY[kind], **pauses_summary(pauses)}
 
     def check(self, workload: Workload) -> None:
         self.notes["write paths"] = [WRITE_PATHS[workload.writers], WRITE_PATHS["dead letters"]]
@@ -268,12 +283,14 @@ class FaultReport:
         assert (self.lost, self.duplicated) == (0, 0), f"output: {self.lost} lost, {self.duplicated} duplicated"
         assert set(by_window) <= set(expected), "windows nobody wrote events for"
         assert (self.dead_letters_lost, self.dead_letters_duplicated) == (0, 0), "dead letters"
+        assert not self.recovery.get("never_recovered"), f"output never advanced after a fault: {self.recovery}"
 
     def write(self) -> None:
         print(
             f"\n{self.fault}: runs {self.runs}, kills {self.kills}, records {self.records:,}, windows "
             f"{self.windows:,}, lost {self.lost}, duplicated {self.duplicated}; dead letters {self.dead_letters}, "
-            f"lost {self.dead_letters_lost}, duplicated {self.dead_letters_duplicated}; {self.notes}"
+            f"lost {self.dead_letters_lost}, duplicated {self.dead_letters_duplicated}; recovery {self.recovery}; "
+            f"{self.notes}"
         )
         REPORTS.mkdir(parents=True, exist_ok=True)
         (REPORTS / f"{self.fault}.json").write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -389,12 +406,13 @@ def kill_moment(workload: Workload) -> KillMoment:
     return KillMoment(in_batch, committed)
 
 
-def kill_driver_repeatedly(driver: Driver, kills: int, rng: random.Random) -> list[KillMoment]:
-    """Kill the driver with SIGKILL at a random moment of a batch, `kills` times, restarting it each time."""
-    moments = []
+def kill_driver_repeatedly(driver: Driver, kills: int, rng: random.Random) -> tuple[list[KillMoment], list[float]]:
+    """Start the driver and kill it with SIGKILL at a random moment of a batch, `kills` times, restarting it each
+    time; where each kill landed, and when each restart began."""
+    moments, restarts = [], []
     out_offsets = driver.workload.checkpoint / "out" / "offsets"
+    driver.start()
     for _ in range(kills):
-        driver.start()
         first = batches(out_offsets)
         wait(
             lambda first=first: batches(out_offsets) > first + 1,
@@ -407,7 +425,9 @@ def kill_driver_repeatedly(driver: Driver, kills: int, rng: random.Random) -> li
         time.sleep(rng.uniform(0, 1.2))
         driver.kill()
         moments.append(kill_moment(driver.workload))
-    return moments
+        restarts.append(time.time())
+        driver.start()
+    return moments, restarts
 
 
 # ------------------------------------------------------------------------------------------ faults
@@ -429,9 +449,8 @@ def test_driver_killed(kafka_bootstrap: str, tmp_path: Path, kills: int, writers
     driver = sluice_run(workload)
     workload.events.start()
     try:
-        moments = kill_driver_repeatedly(driver, kills, random.Random(kills))
+        moments, restarts = kill_driver_repeatedly(driver, kills, random.Random(kills))
         workload.events.finish()
-        driver.start()
         driver.finish()
     finally:
         workload.events.finish()
@@ -443,6 +462,7 @@ def test_driver_killed(kafka_bootstrap: str, tmp_path: Path, kills: int, writers
             1 for m in moments if any(m.output_committed.values())
         ),
     }
+    report.recovered(workload, "driver", [(restart, restart) for restart in restarts])
     report.check(workload)
 
 
@@ -499,9 +519,9 @@ def parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def kill_executor_in_commit(driver: Driver, fault_dir: Path, phase: str) -> None:
+def kill_executor_in_commit(driver: Driver, fault_dir: Path, phase: str) -> float:
     """Ask the next commit to pause in `phase`, then SIGKILL the executor running it (its JVM; its Python
-    workers go with it)."""
+    workers go with it); when it was killed."""
     (fault_dir / phase).touch()
     paused = fault_dir / "paused"
     wait(paused.exists, 300, f"a task to pause {phase}", driver.ensure_running)
@@ -509,7 +529,9 @@ def kill_executor_in_commit(driver: Driver, fault_dir: Path, phase: str) -> None
     executor = parent(parent(worker))  # worker <- pyspark.daemon <- executor JVM
     assert b"CoarseGrainedExecutorBackend" in Path(f"/proc/{executor}/cmdline").read_bytes()
     os.kill(executor, signal.SIGKILL)
+    killed = time.time()
     paused.unlink()
+    return killed
 
 
 @pytest.mark.faults
@@ -538,11 +560,12 @@ def test_executor_killed_in_a_commit(kafka_bootstrap: str, tmp_path: Path, stand
         env={"PYSPARK_SUBMIT_ARGS": submit_args(standalone.master_url, fault_dir)},
     )
     phases = ["before-commit", "after-commit"] * 3
+    kills = []
     workload.events.start()
     try:
         driver.start()
         for phase in phases:
-            kill_executor_in_commit(driver, fault_dir, phase)
+            kills.append(kill_executor_in_commit(driver, fault_dir, phase))
         workload.events.finish()
         driver.finish()
     finally:
@@ -550,6 +573,7 @@ def test_executor_killed_in_a_commit(kafka_bootstrap: str, tmp_path: Path, stand
         driver.stop()
     report = FaultReport("executor-killed-in-commit", runs=driver.runs, kills=len(phases))
     report.notes = {"phases": dict(Counter(phases))}
+    report.recovered(workload, "executor", [(killed, killed) for killed in kills])
     report.check(workload)
 
 
@@ -575,19 +599,24 @@ def test_broker_stopped_and_restarted(three_brokers: KafkaCluster, tmp_path: Pat
     workload = Workload(three_brokers.bootstrap, tmp_path, replicas=3, writers=writers)
     driver = sluice_run(workload)
     out_commits = workload.checkpoint / "out" / "commits"
+    outages = []
     workload.events.start()
     try:
         driver.start()
         for process in three_brokers.processes:
             done = batches(out_commits)
             wait(lambda done=done: batches(out_commits) > done + 3, 300, "batches", driver.ensure_running)
+            stopped = time.time()
             process.stop()
             time.sleep(15)
             process.start()
             three_brokers.wait_ready(120)
+            outages.append((stopped, time.time()))
         workload.events.finish()
         driver.finish()
     finally:
         workload.events.finish()
         driver.stop()
-    FaultReport(f"broker-restarted-{writers}", runs=driver.runs, kills=len(three_brokers.processes)).check(workload)
+    report = FaultReport(f"broker-restarted-{writers}", runs=driver.runs, kills=len(three_brokers.processes))
+    report.recovered(workload, "broker", outages)
+    report.check(workload)
