@@ -1,5 +1,5 @@
-"""The `sluice` command's manners, in subprocesses as a user runs it: `plan`'s exit codes and outputs, stdin,
-directories, multi-document files holding other kinds."""
+"""The `sluice` command's manners, in subprocesses as a user runs it: exit codes, `-o json|yaml`, files as
+arguments or with `-f`, stdin, directories, multi-document files holding other kinds."""
 
 from __future__ import annotations
 
@@ -151,3 +151,53 @@ def test_plan_of_a_runtime_only_change_is_a_resubmission_not_a_rollout(app, tmp_
     (plan,) = json.loads(result.stdout)
     assert (plan["strategy"], plan["resubmit"], plan["rollout"]) == (None, True, False)
     assert plan["runtime"] and plan["runtime"][0].startswith("spec.spark.sparkConf")
+
+
+def test_validate_answers_in_json_and_yaml_per_document(app, tmp_path) -> None:
+    broken = copy.deepcopy(app)
+    broken["spec"]["pipeline"]["nodes"][2]["inputs"] = ["nowhere"]
+    path = write(tmp_path / "apps.yaml", CONFIG_MAP, app, broken)
+    result = sluice("validate", "--no-spark", path, "-o", "json")
+    assert result.returncode == 1, result.stderr
+    skipped, valid, invalid = json.loads(result.stdout)
+    assert skipped == {"file": path, "skipped": "ConfigMap/settings"}
+    assert valid == {"file": path, "app": "wordcount", "valid": True, "problems": []}
+    assert invalid["valid"] is False and invalid["app"] == "wordcount"
+    assert [p["path"] for p in invalid["problems"]] == ["spec.pipeline.nodes[2].inputs[0]"], invalid
+    as_yaml = sluice("validate", "--no-spark", path, "-o", "yaml")
+    assert as_yaml.returncode == 1 and yaml.safe_load(as_yaml.stdout) == [skipped, valid, invalid]
+
+
+def test_files_are_given_as_arguments_or_with_f_as_to_kubectl(app, tmp_path) -> None:
+    first, second = write(tmp_path / "a.yaml", app), write(tmp_path / "b.yaml", with_filter(app))
+    result = sluice("validate", "--no-spark", "-f", first, "--filename", second)
+    assert result.returncode == 0 and result.stdout.splitlines() == [
+        f"{first}: wordcount: valid",
+        f"{second}: wordcount: valid",
+    ]
+    plan = sluice("plan", "-f", second, "--from", first, "-o", "json")
+    assert plan.returncode == 1 and json.loads(plan.stdout)[0]["app"] == "wordcount"
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "graph", "run"])
+def test_no_input_is_a_usage_error(command) -> None:
+    result = sluice(command)
+    assert result.returncode == 2 and "no input: give a file, a directory or -" in result.stderr, result.stderr
+
+
+def test_graph_and_run_take_one_app_and_name_what_they_skip(app, tmp_path) -> None:
+    one = write(tmp_path / "one.yaml", CONFIG_MAP, app)
+    drawn = sluice("graph", "-f", one)
+    assert drawn.returncode == 0 and drawn.stdout.startswith('digraph "wordcount"')
+    assert f"{one}: ConfigMap/settings: skipped (not a StreamingApp)" in drawn.stderr
+    two = write(tmp_path / "two.yaml", app, with_filter(app))
+    for command in ("graph", "run"):
+        result = sluice(command, two)
+        assert result.returncode == 2 and "holds 2 apps" in result.stderr and "this command takes one" in result.stderr
+
+
+def test_schema_prints_json_or_yaml() -> None:
+    as_json, as_yaml = sluice("schema"), sluice("schema", "-o", "yaml")
+    assert as_json.returncode == as_yaml.returncode == 0
+    assert json.loads(as_json.stdout) == yaml.safe_load(as_yaml.stdout)
+    assert json.loads(as_json.stdout)["title"] == "StreamingApp"

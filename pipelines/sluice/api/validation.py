@@ -84,15 +84,6 @@ def load_documents(path: str | Path) -> list[PipelineDocument]:
     return [document_from(doc, str(path)) for doc in docs]
 
 
-def first_document(path: str | Path) -> PipelineDocument:
-    """The first StreamingApp or bare pipeline in a file (objects of other kinds skipped); PipelineInvalid when
-    there is none."""
-    found = next((d for d in load_documents(path) if d.other_kind is None), None)
-    if found is None:
-        raise PipelineInvalid([Problem(str(path), "no StreamingApp nor pipeline in it")])
-    return found
-
-
 def document_from(doc: Any, source: str) -> PipelineDocument:
     """A StreamingApp (also one of sluice's group with a mistyped kind: its manifest check names the kind), an
     object of another API group's kind (skipped, named), or else pipeline data: a bare pipeline, or a

@@ -1,9 +1,9 @@
 """The `sluice` command: validate manifests, run an app locally with a live view, plan a change, draw a pipeline,
 print the schema.
 
-Exit codes (docs/cli.md): 0 done (valid, no change, the run ended); 1 the answer is "problems" (validate),
-"changes" (plan) or a query failed (run); 2 it could not be done (usage, unreadable or invalid input, no cluster
-or app)."""
+Exit codes (docs/cli.md): 0 done (valid, no change, the run ended, drawn, printed); 1 the answer is "problems"
+(validate), "changes" (plan) or a query failed (run); 2 it could not be done (usage, unreadable or invalid input,
+no cluster or app)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -29,12 +31,11 @@ from sluice.api.validation import (
     PipelineInvalid,
     Problem,
     SqlParser,
-    first_document,
     load_documents,
-    manifest_files,
     validate,
 )
 
+from .cli_io import UsageError, add_input, add_output, emit, input_paths, one_app
 from .control.backlog import topic_backlogs
 
 PlanChecker = Callable[[PipelineSpec, str], list[Problem]]  # a valid spec and its path -> what Spark would refuse
@@ -56,6 +57,7 @@ def _spark_log(app_name: str) -> Path:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    paths = input_paths(args)
     sql: SqlParser = static_sql_parser
     ddl: DdlParser = static_ddl_parser
     spark = None
@@ -72,29 +74,62 @@ def cmd_validate(args: argparse.Namespace) -> int:
         plans = functools.partial(plan_problems, spark)
     elif args.spark:
         console.print("[yellow]note:[/] no Java found: SQL is checked without Spark, and again when the app starts")
-    failures = 0
+    checked: list[Checked] = []
     try:
-        for path in (file for given in args.files for file in manifest_files(given)):
-            failures += _validate_file(path, sql, ddl, plans)
+        for path in paths:
+            checked += _validate_file(path, sql, ddl, plans)
     finally:
         if spark is not None:
             spark.stop()
-    return 1 if failures else 0
+    if args.output == "text":
+        for one in checked:
+            print("\n".join(one.lines()))
+    else:
+        emit([one.as_dict() for one in checked], args.output)
+    return 1 if any(one.problems for one in checked) else 0
 
 
-def _validate_file(path: str, sql: SqlParser, ddl: DdlParser, plans: PlanChecker | None = None) -> int:
+@dataclass
+class Checked:
+    """What `validate` found in one document (or in a file it could not read): `app` None for such a file,
+    `skipped` naming an object of another kind."""
+
+    file: str
+    app: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+    skipped: str | None = None
+
+    def lines(self) -> list[str]:
+        if self.skipped is not None:
+            return [f"{self.file}: {self.skipped}: skipped (not a StreamingApp)"]
+        if self.problems:
+            return [f"{self.file}: {problem}" for problem in self.problems]
+        return [f"{self.file}: {self.app}: valid"]
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.skipped is not None:
+            return {"file": self.file, "skipped": self.skipped}
+        return {
+            "file": self.file,
+            "app": self.app,
+            "valid": not self.problems,
+            "problems": [asdict(problem) for problem in self.problems],
+        }
+
+
+def _validate_file(path: str, sql: SqlParser, ddl: DdlParser, plans: PlanChecker | None = None) -> list[Checked]:
     """A StreamingApp is checked whole, as the operator checks it; a bare pipeline as the runner does. With
     `plans` (Spark present), a pipeline that passes is compiled and its queries analysed as the runner
     does before starting them (output modes, operator order)."""
     try:
         documents = load_documents(path)
     except (OSError, PipelineInvalid) as exc:
-        print(f"{path}: {exc}")
-        return 1
-    failures = 0
+        problems = exc.problems if isinstance(exc, PipelineInvalid) else [Problem(path, str(exc))]
+        return [Checked(path, problems=problems)]
+    checked = []
     for document in documents:
         if document.other_kind is not None:
-            print(f"{path}: {document.other_kind}: skipped (not a StreamingApp)")
+            checked.append(Checked(path, skipped=document.other_kind))
             continue
         if document.manifest is not None:
             problems = manifest_problems(document.manifest, sql=sql, ddl=ddl)
@@ -106,13 +141,8 @@ def _validate_file(path: str, sql: SqlParser, ddl: DdlParser, plans: PlanChecker
                 problems = exc.problems
         if not problems and plans is not None:
             problems = plans(validate(document.pipeline, document.prefix), document.prefix)
-        for problem in problems:
-            print(f"{path}: {problem}")
-        if problems:
-            failures += 1
-        else:
-            print(f"{path}: {document.app_name}: valid")
-    return failures
+        checked.append(Checked(path, document.app_name, problems))
+    return checked
 
 
 def default_bootstrap(document: PipelineDocument, flag: str | None) -> str | None:
@@ -198,7 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .session import local_session
 
     try:
-        document = first_document(args.file)
+        document = one_app(args)
         config = config_from_document(
             document,
             checkpoint_root=args.checkpoint_dir or str(Path(".sluice/checkpoints") / document.app_name),
@@ -206,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             control_port=args.metrics_port,
         )
     except (OSError, PipelineInvalid) as exc:
-        print(f"error: {args.file}:\n{exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     spark = local_session(
         f"sluice-{config.app}", spark_kafka_jars(), cores=args.cores, log_file=_spark_log(f"sluice-{config.app}")
@@ -215,7 +245,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         run.start()
     except PipelineInvalid as exc:
-        print(f"error: {args.file}:\n{exc}", file=sys.stderr)
+        print(f"error: {document.source}:\n{exc}", file=sys.stderr)
         spark.stop()
         return 2
     server = ControlServer(run).start() if config.controlPort else None
@@ -256,11 +286,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     """The StreamingApp manifest's JSON Schema on stdout (for editors: see docs/streamingapp.md)."""
-    import json
-
     from sluice.api.schema import manifest_schema
 
-    print(json.dumps(manifest_schema(), indent=2))
+    emit(manifest_schema(), args.output)
     return 0
 
 
@@ -272,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("validate", help="check manifests; prints every error with its path (exit 1: problems)")
-    v.add_argument("files", nargs="+", help="files, directories (their *.yaml, *.yml, *.json) or - for stdin")
+    add_input(v, "the manifests")
+    add_output(v, ("text", "json", "yaml"))
     v.add_argument(
         "--no-spark",
         dest="spark",
@@ -282,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("run", help="run an app locally on PySpark (local[*])")
-    r.add_argument("file")
+    add_input(r, "one StreamingApp manifest or bare pipeline")
     r.add_argument("--bootstrap-servers", help="Kafka to use (default: the local broker, else the manifest's)")
     r.add_argument("--checkpoint-dir", help="default: .sluice/checkpoints/<app>")
     r.add_argument("--until-caught-up", action="store_true", help="stop once every source is drained")
@@ -296,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("schema", help="print the StreamingApp manifest's JSON Schema (for editors)")
+    add_output(s, ("json", "yaml"))
     s.set_defaults(func=cmd_schema)
 
     from .graph_command import add_graph_parser
@@ -305,7 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     add_graph_parser(sub)
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"sluice {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

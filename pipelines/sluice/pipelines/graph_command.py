@@ -16,8 +16,9 @@ from sluice.api.contract import DEFAULT_CONTROL_PORT, DriverStatus
 from sluice.api.graph import live_figures, pipeline_dot
 from sluice.api.pipeline import PipelineSpec
 from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
-from sluice.api.validation import PipelineInvalid, first_document, validate
+from sluice.api.validation import PipelineInvalid, validate
 
+from .cli_io import add_input, add_output, one_app
 from .kubectl import KubectlError, add_cluster_flags, kubectl, kubectl_json
 
 DRIVER_CONTAINER = "spark-kubernetes-driver"
@@ -36,8 +37,8 @@ def add_graph_parser(sub: Any) -> None:
     p = sub.add_parser(
         "graph", help="draw an app's pipeline: sources, operations, sinks, queries, state (exit 2: error)"
     )
-    p.add_argument("file", help="a StreamingApp manifest or a bare pipeline; - for stdin")
-    p.add_argument("-o", "--output", choices=("dot", "svg", "png"), default="dot", help="svg and png need Graphviz")
+    add_input(p, "one StreamingApp manifest or bare pipeline")
+    add_output(p, ("dot", "svg", "png"))  # svg and png need Graphviz
     p.add_argument("--to", dest="path", help="write it there (default: stdout)")
     p.add_argument("--live", action="store_true", help="add the running app's rates and backlog (kubectl exec)")
     add_cluster_flags(p)
@@ -46,7 +47,7 @@ def add_graph_parser(sub: Any) -> None:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     try:
-        name, namespace, pipeline = read_pipeline(args.file)
+        name, namespace, pipeline = read_pipeline(args)
         live = live_figures(pipeline, driver_status(args, name, namespace or args.namespace)) if args.live else {}
         drawing = render(pipeline_dot(name, pipeline, live), args.output)
     except (GraphError, KubectlError) as exc:
@@ -59,12 +60,13 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_pipeline(path: str) -> tuple[str, str | None, PipelineSpec]:
-    """The first StreamingApp (or bare pipeline) in `path`: its name, namespace and valid pipeline."""
+def read_pipeline(args: argparse.Namespace) -> tuple[str, str | None, PipelineSpec]:
+    """The one StreamingApp (or bare pipeline) of the input: its name, namespace and valid pipeline."""
     try:
-        document = first_document(path)
+        document = one_app(args)
     except (OSError, PipelineInvalid) as exc:
-        raise GraphError(f"{path}: {exc}") from exc
+        raise GraphError(str(exc)) from exc
+    path = document.source
     if document.manifest is None:
         try:
             return document.app_name, None, validate(document.pipeline, document.prefix)

@@ -12,12 +12,9 @@ Exit codes as `kubectl diff`: 0 no change, 1 changes (a refusal included), 2 err
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
-
-import yaml
 
 from sluice.api.app import StreamingAppSpec, parsed_manifest, revision
 from sluice.api.contract import REVISION_SPEC_FILE, revision_configmap_name
@@ -25,6 +22,7 @@ from sluice.api.rollout import ChangePlan, plan_change, runs_like
 from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
 from sluice.api.validation import PipelineDocument, PipelineInvalid, load_documents, manifest_files
 
+from .cli_io import add_input, add_output, emit, input_paths, say_skipped
 from .kubectl import KubectlError, add_cluster_flags, kubectl_json
 
 NO_CHANGE, CHANGES, ERROR = 0, 1, 2
@@ -67,17 +65,17 @@ def add_plan_parser(sub: Any) -> None:
         help="what applying a changed app would do to the running one: per query, the strategy, refusals "
         "(exit 0 no change, 1 changes, 2 error)",
     )
-    p.add_argument("files", nargs="+", help="the changed apps: files, directories (*.yaml, *.yml, *.json) or -")
+    add_input(p, "the changed apps")
     p.add_argument("--from", dest="base", help="compare with this file's app of the same name, not the cluster's")
     add_cluster_flags(p)
-    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    add_output(p, ("text", "json", "yaml"))
     p.set_defaults(func=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     results: list[PlanResult] = []
     errors = 0
-    for path in (file for given in args.files for file in manifest_files(given)):
+    for path in input_paths(args):
         try:
             documents = load_documents(path)
         except (OSError, PipelineInvalid) as exc:
@@ -100,8 +98,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def plan_document(document: PipelineDocument, args: argparse.Namespace) -> PlanResult | None:
-    if document.other_kind is not None:
-        print(f"{document.source}: {document.other_kind}: skipped (not a StreamingApp)", file=sys.stderr)
+    if say_skipped(document):
         return None
     if document.manifest is None:
         raise PlanError("a bare pipeline: plan compares StreamingApp manifests (kind: StreamingApp)")
@@ -169,12 +166,10 @@ def cluster_base(name: str, namespace: str | None, args: argparse.Namespace) -> 
 
 
 def print_results(results: list[PlanResult], output: str) -> None:
-    if output == "json":
-        print(json.dumps([r.as_dict() for r in results], indent=2))
-    elif output == "yaml":
-        print(yaml.safe_dump([r.as_dict() for r in results], sort_keys=False), end="")
-    else:
+    if output == "text":
         print("\n\n".join(text_of(r) for r in results))
+    else:
+        emit([r.as_dict() for r in results], output)
 
 
 def text_of(result: PlanResult) -> str:
