@@ -45,6 +45,15 @@ def _image(spec: dict[str, Any]) -> None:
     spec.setdefault("spark", {})["image"] = "sluice/spark:0.2.0"
 
 
+def _explode(spec: dict[str, Any]) -> None:
+    _nodes(spec)[1]["explode"]["from"] = "split(value, ' ')"
+
+
+def _output_topic(spec: dict[str, Any]) -> None:
+    _nodes(spec)[4]["toKafka"]["topic"] = "wordcount-counts-2"
+    spec["topics"].append({"name": "wordcount-counts-2", "partitions": 4})
+
+
 @dataclass(frozen=True)
 class ChangeCase:
     name: str
@@ -86,6 +95,57 @@ CASES = (
         {"out": "migrate", "lines-dead-letters": "keep"},
     ),
     ChangeCase("a filter, restart stated", _stated("restart", _filter), "restart", {"out": "restart"}, new_driver=True),
+    # Spark's rules by where the change is (spark_rules.RuleKind) and what it touches (diff.py)
+    ChangeCase("a projection ahead of the window", _explode, "checkpointMigration", {"out": "migrate"}),
+    ChangeCase(
+        "the watermark",
+        lambda s: _nodes(s)[0]["fromKafka"].update(watermark="4s"),
+        "checkpointMigration",
+        {"out": "migrate"},
+    ),
+    ChangeCase(
+        "the output mode of a stateful query",
+        lambda s: _nodes(s)[4]["toKafka"].update(outputMode="update"),
+        "checkpointMigration",
+        {"out": "migrate", "lines-dead-letters": "keep"},
+    ),
+    ChangeCase(
+        "another Kafka cluster",
+        lambda s: s["kafka"].update(bootstrapServers="other-kafka:9092"),
+        "checkpointMigration",
+        {"out": "migrate", "lines-dead-letters": "migrate"},
+    ),
+    ChangeCase("the output topic", _output_topic, "hotSwap", {"out": "restart", "lines-dead-letters": "keep"}),
+    ChangeCase(
+        "the sink becomes files",
+        lambda s: _nodes(s)[4].update(toKafka=None, toFiles={"path": "/data/counts", "format": "json"}),
+        "checkpointMigration",
+        {"out": "migrate", "lines-dead-letters": "keep"},
+    ),
+    ChangeCase(
+        "the trigger's pace",
+        lambda s: s["pipeline"].update(trigger={"processingTime": "5s"}),
+        "hotSwap",
+        {"out": "restart", "lines-dead-letters": "restart"},
+    ),
+    ChangeCase(
+        "a rate limit",
+        lambda s: _nodes(s)[0]["fromKafka"].update(maxRecordsPerTrigger=1000),
+        "hotSwap",
+        {"out": "restart", "lines-dead-letters": "restart"},
+    ),
+    ChangeCase(
+        "late records no longer dead letters",
+        lambda s: s["pipeline"]["deadLetter"].update(lateRecords=False),
+        "hotSwap",
+        {"out": "keep", "lines-dead-letters": "restart"},
+    ),
+    ChangeCase(
+        "the checkpoint moves",
+        lambda s: s.update(checkpoint={"location": "s3a://other/apps"}),
+        "checkpointMigration",
+        {"out": "migrate", "lines-dead-letters": "migrate"},
+    ),
     ChangeCase(
         "sparkConf only",
         lambda s: s.setdefault("spark", {}).update(sparkConf={"spark.sql.shuffle.partitions": "7"}),
