@@ -174,6 +174,9 @@ def test_control_api_of_a_running_pipeline(
             assert reported.topics == [lines] and reported.triggerIntervalMs == 86_400_000
             assert reported.lastBatchDurationMs is not None and reported.busyMs > 0
         assert queries["out"].stateful and not queries["lines-dead-letters"].stateful
+        # one (window, word) per record read: every line is a distinct word, all in one window
+        assert queries["out"].stateRows == queries["out"].inputRows and queries["lines-dead-letters"].stateRows is None
+        assert queries["out"].watermark is not None, "Spark reports the epoch before the watermark first advances"
 
         # Both queries read the topic: it counts once, behind the query that read less.
         backlog = produced - min(q.inputRows for q in status.queries)

@@ -45,18 +45,31 @@ def test_the_dot_graph_shows_kinds_state_queries_and_dead_letters() -> None:
     assert "late records: topic wordcount-dead-letters" in dot
 
 
-def test_live_figures_put_rates_on_sinks_and_backlog_on_sources() -> None:
+def test_live_figures_put_backlogs_rates_state_and_watermarks_on_their_nodes() -> None:
     status = DriverStatus(
         app="wordcount",
         revision="r1",
         observedAt="2026-11-29T06:00:00Z",
-        queries=[QueryStatus(name="out", id="i", runId="r", active=True, inputRowsPerSecond=12.5,
-                             processedRowsPerSecond=20.0)],
+        queries=[
+            QueryStatus(name="out", id="i", runId="r", active=True, inputRowsPerSecond=12.5,
+                        processedRowsPerSecond=20.0, lastBatchDurationMs=830, stateful=True, stateRows=1234,
+                        watermark="2026-11-29T05:59:52.000Z"),
+            QueryStatus(name="lines-dead-letters", active=True, inputRowsPerSecond=13.0),
+        ],
         topics=[TopicStatus(topic="wordcount-lines", partitions=4, latestOffsets=100, backlog=42)],
     )  # fmt: skip
     figures = live_figures(wordcount(), status)
-    assert figures == {"out": "running: in 12.5/s, processed 20.0/s", "lines": "backlog 42 records"}
+    assert figures == {
+        "lines": "backlog 42 records, read 13.0/s",  # the faster of the two queries reading it
+        "counts": "out: state 1,234 rows, watermark 05:59:52 UTC",
+        "out": "running: in 12.5/s, processed 20.0/s, batch 830 ms\nwatermark 05:59:52 UTC",
+    }
     assert "backlog 42 records" in pipeline_dot("wordcount", wordcount(), figures)
+    before_any_batch = status.model_copy(update={"queries": [QueryStatus(name="out", active=True)], "topics": []})
+    assert live_figures(wordcount(), before_any_batch) == {
+        "lines": "backlog 0 records, read 0.0/s",
+        "out": "running: in 0.0/s, processed 0.0/s",
+    }
 
 
 def test_the_readmes_picture_is_this_codes_drawing() -> None:

@@ -167,6 +167,10 @@ class QueryStatus(Strict):
         None, description="The pipeline's processingTime, or realTime's batch length; None for availableNow."
     )
     stateful: bool = False
+    stateRows: int | None = Field(None, description="Rows its stateful operations hold (last progress); None: none.")
+    watermark: str | None = Field(
+        None, description="Its event-time watermark (RFC 3339, UTC) as of its last progress; None: no event time."
+    )
     topics: list[str] = Field(default_factory=list, description="Kafka topics it reads (from its last progress).")
 
 

@@ -1,7 +1,7 @@
 """A StreamingApp's pipeline as a Graphviz DOT graph: sources, operations and sinks, the dead letters, which
 nodes keep state, and which streaming queries each node is part of (one per sink, one per source's dead
-letters). With a running driver's answer, each query's rates and each topic's backlog. Pure: `sluice graph`
-renders it."""
+letters). With a running driver's answer, figures per node: backlogs, rates, state rows, watermarks. Pure: `sluice
+graph` renders it."""
 
 from __future__ import annotations
 
@@ -54,21 +54,38 @@ def _label(node: Node, queries: Iterable[str], live: Mapping[str, str]) -> str:
 
 
 def live_figures(pipeline: PipelineSpec, status: DriverStatus) -> dict[str, str]:
-    """A line per node from a driver's answer: each sink's query rates, each source's topic backlog."""
-    figures: dict[str, str] = {}
+    """Lines per node from a driver's answer: each source's backlog and read rate, each stateful node's state rows
+    and watermark per query, each sink's query rates, batch time and watermark."""
+    figures: dict[str, list[str]] = {}
     queries = {query.name: query for query in status.queries}
     backlogs = {topic.topic: topic.backlog for topic in status.topics}
+    member = queries_of(pipeline)
     for node in pipeline.nodes:
+        lines = figures.setdefault(node.name, [])
+        fed = [queries[name] for name in sorted(member[node.name]) if name in queries]
+        topic = getattr(node.config, "topic", None)
+        if node.kind == "source" and topic:
+            behind = sum(backlogs.get(t.strip(), 0) for t in topic.split(","))
+            read = max((q.inputRowsPerSecond or 0.0 for q in fed), default=0.0)
+            lines.append(f"backlog {behind:,} records, read {read:,.1f}/s")
+        if node.operation in STATEFUL_OPS:
+            lines += [
+                f"{q.name}: state {q.stateRows or 0:,} rows, watermark {_clock(q.watermark)}" for q in fed if q.stateful
+            ]
         query = queries.get(node.name)
         if node.kind == "sink" and query is not None:
             rate, done = query.inputRowsPerSecond or 0.0, query.processedRowsPerSecond or 0.0
             state = "running" if query.active else "stopped"
-            figures[node.name] = f"{state}: in {rate:,.1f}/s, processed {done:,.1f}/s"
-        topic = getattr(node.config, "topic", None)
-        if node.kind == "source" and topic:
-            behind = sum(backlogs.get(t.strip(), 0) for t in topic.split(","))
-            figures[node.name] = f"backlog {behind:,} records"
-    return figures
+            batch = f", batch {query.lastBatchDurationMs:,} ms" if query.lastBatchDurationMs is not None else ""
+            lines.append(f"{state}: in {rate:,.1f}/s, processed {done:,.1f}/s{batch}")
+            if query.watermark:
+                lines.append(f"watermark {_clock(query.watermark)}")
+    return {name: "\n".join(lines) for name, lines in figures.items() if lines}
+
+
+def _clock(watermark: str | None) -> str:
+    """An RFC 3339 watermark as its time of day (UTC); '-' for none."""
+    return f"{watermark[11:19]} UTC" if watermark and "T" in watermark else "-"
 
 
 def pipeline_dot(app: str, pipeline: PipelineSpec, live: Mapping[str, str] | None = None) -> str:

@@ -87,6 +87,10 @@ def query_status(
         lastBatchDurationMs=int(duration) if duration is not None else None,
         triggerIntervalMs=trigger.interval_ms,
         stateful=bool(progress.get("stateOperators")),
+        stateRows=sum(op.get("numRowsTotal", 0) for op in progress["stateOperators"])
+        if progress.get("stateOperators")
+        else None,
+        watermark=(progress.get("eventTime") or {}).get("watermark"),
         topics=source_topics(progress),
     )
 
