@@ -168,12 +168,14 @@ def test_kafkas_transaction_list_is_read_by_its_header() -> None:
     assert host_bootstrap(HostKafka("127.0.0.1:9092")) == "127.0.0.1:9092"
 
 
-def test_the_soak_app_runs_its_driver_with_native_memory_tracking() -> None:
-    app = {"spec": {"spark": {"sparkConf": {"spark.driver.extraJavaOptions": "-Dx=1"}}}}
+def test_the_soak_app_is_autoscaled_and_runs_its_driver_with_native_memory_tracking() -> None:
+    app = {"spec": {"spark": {"sparkConf": {"spark.driver.extraJavaOptions": "-Dx=1"}}, "executors": {"instances": 2}}}
     changed = soak_app_settings(app)
     assert changed["spec"]["spark"]["sparkConf"]["spark.driver.extraJavaOptions"] == (
         "-Dx=1 -XX:NativeMemoryTracking=summary"
     )
+    assert changed["spec"]["autoscaling"]["enabled"] is True
+    assert changed["spec"]["executors"] == {"instances": 1, "min": 1, "max": 2}
     assert app["spec"]["spark"]["sparkConf"]["spark.driver.extraJavaOptions"] == "-Dx=1"  # a copy
 
 

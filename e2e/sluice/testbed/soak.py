@@ -713,8 +713,11 @@ def draw(series: dict[str, Series], summary: dict[str, Any], path: Path) -> Path
 
 
 def soak_app_settings(app: dict[str, Any]) -> dict[str, Any]:
-    """The word count as the soak runs it: Native Memory Tracking on in the driver (its cost: a few % of CPU)."""
+    """The word count as the soak runs it: autoscaled between 1 and 2 executors (the operator's defaults), and
+    Native Memory Tracking on in the driver (its cost: a few % of CPU)."""
     app = json.loads(json.dumps(app))
+    app["spec"]["executors"] = {"instances": 1, "min": 1, "max": 2}
+    app["spec"]["autoscaling"] = {"enabled": True}
     conf = app["spec"]["spark"].setdefault("sparkConf", {})
     conf["spark.driver.extraJavaOptions"] = " ".join(
         filter(None, [conf.get("spark.driver.extraJavaOptions"), NMT_OPTION])
