@@ -25,7 +25,9 @@ def test_an_apps_readiness_rollouts_and_executors_and_their_removal_with_it() ->
     assert value("sluice_operator_app_ready", **app) == 1
     assert value("sluice_operator_app_rollout_failed", **app) == 0
     assert value("sluice_operator_desired_executors", **app) == 2
-    assert value("sluice_operator_rollouts_total", **app, result="Complete") is None, "not a rollout's end"
+    assert value("sluice_operator_rollouts_total", **app, result="Complete") == 0, "not a rollout's end"
+    for result in ("RolledBack", "Failed", "Refused"):
+        assert value("sluice_operator_rollouts_total", **app, result=result) == 0, "each result's series from the start"
 
     metrics.record_app("team", "metrics-test", status("False", "DriverFailed", "False"), ["RolledBack"])
     assert value("sluice_operator_app_ready", **app) == 0
@@ -41,3 +43,11 @@ def test_an_apps_readiness_rollouts_and_executors_and_their_removal_with_it() ->
     for name in ("sluice_operator_app_rollout_failed", "sluice_operator_desired_executors"):
         assert value(name, **app) is None
     assert value("sluice_operator_rollouts_total", **app, result="RolledBack") is None
+
+
+def test_counters_with_known_labels_have_their_series_before_the_first_count() -> None:
+    """The dashboard's reconcile errors and scaling decisions panels, and alerts over them, read 0, not nothing."""
+    for trigger in ("create", "update", "resume", "tick", "resync"):
+        assert value("sluice_operator_reconcile_errors_total", trigger=trigger) is not None, trigger
+    for reason in ("up", "down", "manual"):
+        assert value("sluice_operator_scaling_decisions_total", reason=reason) is not None, reason

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sluice.api.contract import ExecutorStatus, TopicStatus
-from sluice.api.pipeline import FromKafka, ProcessingTime
+from sluice.api.pipeline import FromKafka, PipelineSpec, ProcessingTime
 from sluice.pipelines.control.backlog import kafka_offsets, source_partitions, source_topics, topic_backlogs
 from sluice.pipelines.control.executors import host_of, least_loaded
 from sluice.pipelines.control.latest import LatestOffsets, LatestOffsetsUnavailable
 from sluice.pipelines.control.status import partitions_by_bootstrap, source_tasks
 from sluice.pipelines.metrics import PipelineMetrics, QueryRecord, RunningBatches
 from sluice.testbed.common import free_port
+
+WORDCOUNT = Path(__file__).resolve().parents[2] / "pipelines" / "examples" / "wordcount.yaml"
 
 
 def kafka_source(
@@ -199,3 +203,15 @@ def test_host_of_executor_addresses():
     assert host_of("10.1.2.3") == "10.1.2.3"
     assert host_of("[::1]:4000") == "::1"
     assert host_of("::1") == "::1"
+
+
+def test_a_started_query_s_malformed_and_dead_letter_counters_start_at_zero():
+    pipeline = PipelineSpec.model_validate(yaml.safe_load(WORDCOUNT.read_text())["spec"]["pipeline"])
+    metrics = PipelineMetrics("app")
+    metrics.query_started("out", pipeline)
+    metrics.query_started("lines-dead-letters", pipeline)
+    sample = metrics.registry.get_sample_value
+    assert sample("sluice_malformed_records_total", {"app": "app", "query": "out", "source": "lines"}) == 0
+    assert sample("sluice_dead_letter_records_total", {"app": "app", "source": "lines"}) == 0
+    dead_letter_query = {"app": "app", "query": "lines-dead-letters", "source": "lines"}
+    assert sample("sluice_malformed_records_total", dead_letter_query) is None, "it does not parse the source"

@@ -1,4 +1,5 @@
-"""The operator's own Prometheus metrics."""
+"""The operator's own Prometheus metrics. Counters whose label values are known start at 0 (Prometheus's advice),
+so a dashboard or an alert over them has a series before the first count."""
 
 from __future__ import annotations
 
@@ -52,6 +53,13 @@ ROLLOUT_RESULTS = {
     "StrategyNotAvailable": "Refused",
 }
 PER_APP = (DESIRED_EXECUTORS, APP_READY, ROLLOUT_FAILED)
+RECONCILE_TRIGGERS = ("create", "update", "resume", "tick", "resync")  # kopf's reasons, and handlers' timers
+SCALING_REASONS = ("up", "down", "manual")
+
+for _trigger in RECONCILE_TRIGGERS:
+    RECONCILE_ERRORS.labels(_trigger)
+for _reason in SCALING_REASONS:
+    SCALING_DECISIONS.labels(_reason)
 
 
 def record_app(namespace: str, app: str, status: dict[str, Any], event_reasons: Iterable[str]) -> None:
@@ -69,6 +77,8 @@ def record_app(namespace: str, app: str, status: dict[str, Any], event_reasons: 
     else:
         APP_READY.labels(namespace, app).set(1 if ready.get("status") == "True" else 0)
     ROLLOUT_FAILED.labels(namespace, app).set(1 if conditions.get("Rollout", {}).get("status") == "False" else 0)
+    for result in ROLLOUT_RESULTS.values():
+        ROLLOUTS.labels(namespace, app, result)  # 0 until one ends so
     for reason in event_reasons:
         if reason in ROLLOUT_RESULTS:
             ROLLOUTS.labels(namespace, app, ROLLOUT_RESULTS[reason]).inc()

@@ -14,6 +14,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from sluice.api.contract import TopicStatus
+from sluice.api.graph import queries_of
+from sluice.api.pipeline import PipelineSpec
+from sluice.api.rollout.diff import DEAD_LETTER_SUFFIX
 from sluice.api.times import parse_time
 
 from .control.backlog import topic_backlogs
@@ -154,6 +157,17 @@ class PipelineMetrics:
 
     def topics(self) -> list[TopicStatus]:
         return topic_backlogs(record.last_progress for record in self.queries().values())
+
+    def query_started(self, query: str, pipeline: PipelineSpec) -> None:
+        """The counters of a query's now-and-then events start at 0, so a dashboard panel or an alert over them has
+        a series before the first one: its sources' malformed records, or a dead-letter query's dead letters."""
+        if query.endswith(DEAD_LETTER_SUFFIX):
+            self.dead_letters.labels(app=self.app, source=query.removesuffix(DEAD_LETTER_SUFFIX))
+            return
+        member = queries_of(pipeline)
+        for node in pipeline.nodes:
+            if node.kind == "source" and query in member[node.name]:
+                self.malformed.labels(app=self.app, query=query, source=node.name)
 
     def record_backlogs(self, topics: Iterable[TopicStatus]) -> None:
         for topic in topics:

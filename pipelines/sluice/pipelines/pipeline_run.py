@@ -434,6 +434,7 @@ class PipelineRun:
         self.queries.append(query)
         self.query_revisions[plan.name] = config.revision
         self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
+        self.metrics.query_started(plan.name, config.pipeline)
         interval = config.pipeline.trigger.interval_ms or 0
         self.metrics.trigger_interval.labels(app=self.metrics.app, query=plan.name).set(interval / 1000)
         return query
