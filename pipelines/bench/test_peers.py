@@ -162,6 +162,10 @@ class Figures:
             "startup_s": self.startup_s,
             "output_records": self.outputs,
             "latency_rate": self.latency_rate,
+            # the latency rate over the system's own throughput: 0.5, or less where the producer's cap held it
+            "latency_load": round(self.latency_rate / self.records_per_s, 3)
+            if self.latency_rate and self.records_per_s
+            else None,
             "latency_records": latency.records if latency else None,
             "max_ms": latency.max_ms if latency else None,
             "latency_runs": [{"p50_ms": run.p50_ms, "p99_ms": run.p99_ms} for run in self.latency_runs],
