@@ -193,9 +193,11 @@ def test_shuffle_partitions_default_to_the_scaling_ceiling_unless_set(raw_spec):
     assert conf["spark.dynamicAllocation.enabled"] == "false"
     assert conf["spark.driver.minMemoryOverhead"] == "1g", "the JVM's non-heap and the Python runner"
     assert conf["spark.executor.minMemoryOverhead"] == "768m", "Python workers beside the JVM"
-    raw_spec["spark"]["sparkConf"] = {"spark.sql.shuffle.partitions": "7"}
+    ui = ("spark.ui.retainedJobs", "spark.ui.retainedStages", "spark.sql.ui.retainedExecutions")
+    assert [conf[key] for key in ui] == ["100"] * 3, "the last minutes of batches in the UI, not an hour's"
+    raw_spec["spark"]["sparkConf"] = {"spark.sql.shuffle.partitions": "7", "spark.ui.retainedJobs": "500"}
     conf = desired_state("wc", "ns", parse_spec(raw_spec)).children[-1]["spec"]["sparkConf"]
-    assert conf["spark.sql.shuffle.partitions"] == "7"
+    assert conf["spark.sql.shuffle.partitions"] == "7" and conf["spark.ui.retainedJobs"] == "500", "the app's own win"
 
 
 def test_scaling_never_edits_the_submitted_executor_count(raw_spec):
