@@ -69,7 +69,7 @@ class SoakPlan:
     day_minutes: float = 60.0
     hot_swap_every: float = 25.0
     migration_every: float = 50.0
-    driver_kill_every: float = 40.0
+    driver_kill_every: float = 60.0  # the word count's driver lives an hour between kills: its growth is worth reading
     quiet_end: float = 10.0  # no disturbance in the last minutes: the end check reads a settled app
     warmup_minutes: float = 15.0
 
