@@ -62,7 +62,9 @@ class _Workers:
 def kept_admin(config: Mapping[str, str | bool | int]) -> AdminClient:
     """An admin client for `config`, kept between batches (a new one costs a connection, and with TLS and SASL a
     handshake and a login, before its first answer: a median 53 ms on the local broker's plain listener, against
-    0.5 ms for a metadata request on a kept one) until release_kept_clients."""
+    0.5 ms for a metadata request on a kept one) until release_kept_clients, when the driver drains or stops. As
+    with the kept consumers, a sink a hot swap removed leaves its client until then: one per config, and every
+    sink of an app has the app's Kafka config (a login change needs a new driver)."""
     key = json.dumps(config, sort_keys=True)
     with _Workers.lock:
         if key not in _Workers.admins:
