@@ -46,3 +46,7 @@ def test_soak(tmp_path_factory: pytest.TempPathFactory) -> None:
     failed = [e for e in summary["events"] if "error" in e or e.get("phase", "Complete") != "Complete"]
     assert failed == [], failed
     assert (summary["lost"], summary["duplicated"], summary["duplicated_windows"]) == (0, 0, 0), summary
+    growth = summary["growth"]
+    if plan.minutes >= plan.driver_kill_every:  # the first driver lived past its warm-up for an hour
+        assert "driver_jvm_rss_bytes" in growth["judged"], growth
+    assert growth["beyond"] == {}, f"grew more than {growth['bound_pct_per_hour']} %/h: {growth}"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import pytest
 
 from sluice.testbed.e2e_suite import HostKafka
 from sluice.testbed.soak import (
+    GROWTH_BOUND_PCT_PER_HOUR,
+    JUDGED_MINUTES,
     REQUESTS,
     RESPONSES,
     PairedLoad,
@@ -16,6 +19,7 @@ from sluice.testbed.soak import (
     checkpoint_kind,
     draw,
     growth_pct_per_hour,
+    growth_verdict,
     host_bootstrap,
     longest_driver,
     metric_values,
@@ -107,6 +111,40 @@ def test_a_longest_driver_before_a_kill_ends_before_its_successor() -> None:
     summary = summarize({"driver_jvm_rss_bytes": memory}, SoakPlan(100), 100, 1, 0, 0, drivers)
     driver = summary["series"]["driver_jvm_rss_bytes"]
     assert driver["window"] == [15, 80] and driver["end"] == 1000.0 and driver["growth_pct_per_hour"] == 0
+
+
+def test_growth_is_judged_on_what_processes_hold_over_an_hour_or_more() -> None:
+    def figures(growth: float | None, window: tuple[float, float] = (15, 140)) -> dict[str, Any]:
+        return {"growth_pct_per_hour": growth, "window": list(window)}
+
+    verdict = growth_verdict(
+        {
+            "join_driver_jvm_rss_bytes": figures(2.9),
+            "operator_rss_bytes": figures(6.5),
+            "driver_runner_threads": figures(12.0, window=(15, 41.5)),  # 26 minutes: noise, not judged
+            "driver_jvm_native_memory_total_bytes": figures(4.0, window=(15, 80)),
+            "checkpoint_logs_bytes": figures(0.2),
+            "checkpoint_state_bytes": figures(20.0),  # follows the load
+            "executor_jvm_rss_max_bytes": figures(9.0),  # executors come and go with the autoscaler
+            "driver_jvm_native_memory_compiler_bytes": figures(100.0),  # a part of the RSS
+            "join_driver_jvm_threads": figures(None),
+        }
+    )
+    assert verdict["judged"] == {
+        "join_driver_jvm_rss_bytes": 2.9,
+        "operator_rss_bytes": 6.5,
+        "driver_jvm_native_memory_total_bytes": 4.0,
+        "checkpoint_logs_bytes": 0.2,
+    }
+    assert verdict["beyond"] == {"operator_rss_bytes": 6.5}
+    assert verdict["too_short"] == ["driver_runner_threads", "join_driver_jvm_threads"]
+    assert verdict["bound_pct_per_hour"] == GROWTH_BOUND_PCT_PER_HOUR
+
+
+def test_the_word_counts_first_driver_lives_long_enough_to_be_judged() -> None:
+    plan = SoakPlan(180)
+    kills = [m for m, kind in plan.events() if kind == "driver_kill"]
+    assert kills[0] - plan.warmup >= JUDGED_MINUTES, kills
 
 
 POD_OUTPUT = """cgroup 734003200 690487296

@@ -69,7 +69,7 @@ class SoakPlan:
     day_minutes: float = 60.0
     hot_swap_every: float = 25.0
     migration_every: float = 50.0
-    driver_kill_every: float = 60.0  # the word count's driver lives an hour between kills: its growth is worth reading
+    driver_kill_every: float = 80.0  # a driver lives over an hour past its warm-up: long enough to judge its growth
     quiet_end: float = 10.0  # no disturbance in the last minutes: the end check reads a settled app
     warmup_minutes: float = 15.0
 
@@ -128,6 +128,15 @@ def unit_of(name: str) -> str:
     return "count"
 
 
+GROWTH_BOUND_PCT_PER_HOUR = 5.0  # "no series grows more than a few percent an hour"
+JUDGED_MINUTES = 60.0  # a shorter window's fitted slope is mostly the day's load and the GC's sawtooth
+# What a long-lived process holds (its memory, threads, open files) and the checkpoint's logs and files. Not judged:
+# executors (the autoscaler replaces them, so each one's warm-up lands inside the window), JVM pools and NMT
+# categories (parts of the RSS, which is judged), state stores and the backlog (they follow the load), counts near 0.
+GROWTH_JUDGED = re.compile(
+    r"((join_)?driver|operator)_\w*(rss_bytes|pod_memory_bytes|pod_anon_bytes|threads|open_files)"
+    r"|driver_jvm_native_memory_total_bytes|(join_)?checkpoint_(logs_bytes|files)"
+)
 PER_DRIVER = ("driver_", "executor_")  # series of pods that a driver kill replaces: read per driver's lifetime
 
 
@@ -177,6 +186,24 @@ def summarize(
         "warmup_minutes": plan.warmup,
         "drivers": len({uid for _, uid in drivers}),
         "series": out,
+        "growth": growth_verdict(out),
+    }
+
+
+def growth_verdict(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Which summarized series the growth bound applies to, judged over windows of at least JUDGED_MINUTES:
+    {"bound_pct_per_hour", "judged": {NAME: growth}, "too_short": [NAME...], "beyond": {NAME: growth}}."""
+    bounded = {name: figures for name, figures in series.items() if GROWTH_JUDGED.fullmatch(name)}
+    judged = {
+        name: figures["growth_pct_per_hour"]
+        for name, figures in bounded.items()
+        if figures["window"][1] - figures["window"][0] >= JUDGED_MINUTES and figures["growth_pct_per_hour"] is not None
+    }
+    return {
+        "bound_pct_per_hour": GROWTH_BOUND_PCT_PER_HOUR,
+        "judged": judged,
+        "too_short": sorted(set(bounded) - set(judged)),
+        "beyond": {name: growth for name, growth in judged.items() if growth > GROWTH_BOUND_PCT_PER_HOUR},
     }
 
 
