@@ -17,6 +17,7 @@ import functools
 import importlib.util
 import itertools
 import json
+import math
 import os
 import random
 import re
@@ -65,15 +66,8 @@ PROMETHEUS_PEER = {
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": PROMETHEUS_JOB}},
 }
 JAVA_FRAME = re.compile(r"\s+at \S+\(|\s+\.\.\. \d+ more$")  # a stack frame of a Java exception: left out of dumps
-# Counters with labels export a series only once counted: their queries may be empty on a healthy cluster.
-SERIES_ONLY_ONCE_COUNTED = (  # no series before the first count: none may have happened by the monitoring step
-    "sluice_operator_reconcile_errors_total",
-    "sluice_operator_scaling_decisions_total",
-    "sluice_operator_rollouts_total",
-    "sluice_dead_letter_records_total",
-    "sluice_malformed_records_total",
-)
-ALERT_RULES = {"for": "5s", "backlogRecords": 50}  # the autoscale step's stepped-up load passes 50 for ~30 s
+# The autoscale step's stepped-up load passes 50 records, and grows the backlog, for ~30 s.
+ALERT_RULES = {"for": "5s", "backlogRecords": 50, "backlogGrowingFor": "10s"}
 
 # Cluster-level waits poll kubectl: every 2 s is often enough.
 wait_for = functools.partial(wait_for, interval=2.0)
@@ -1432,10 +1426,10 @@ class E2ESuite:
             for expression in expressions:
                 query = functools.reduce(lambda q, v: q.replace(v, variables[v]), variables, expression)
                 series[expression] = len(prometheus.query(query))  # a query Prometheus refuses raises here
-            empty = [e for e, n in series.items() if not n and not any(c in e for c in SERIES_ONLY_ONCE_COUNTED)]
+            empty = [e for e, n in series.items() if not n]
             return None if empty else series
 
-        series = wait_for(answered, timeout=120, what="every dashboard query over present series to return data")
+        series = wait_for(answered, timeout=120, what="every dashboard query to return data")
         for variable in dashboard["templating"]["list"]:  # label_values(metric{...}, label): Grafana's, not PromQL
             match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable.get("definition", ""))
             if match:
@@ -1482,16 +1476,20 @@ class E2ESuite:
         assert result.returncode == 0, f"sluice {' '.join(args)}: {result.stderr}"
         return result.stdout
 
-    def alert_fired(self, alert: str, timeout: float = 90, **labels: str) -> bool:
-        """The chart's `alert` fires for the series with `labels` (firing now, or in the last 15 minutes), in the
-        test bed's Prometheus; False where the cluster has none."""
+    def alert_fired(self, alert: str, since: float, timeout: float = 90, **labels: str) -> bool:
+        """The chart's `alert` fires for the series with `labels` (firing now, or since the monotonic time `since`,
+        when the test caused it), in the test bed's Prometheus; False where the cluster has none."""
         if not self.prometheus:
             return False
         prometheus = Prometheus(self.target.kubectl)
         matchers = ", ".join(f'{k}="{v}"' for k, v in {"alertname": alert, "alertstate": "firing", **labels}.items())
+
+        def window() -> str:
+            return f"{math.ceil(time.monotonic() - since)}s"
+
         try:
             wait_for(
-                lambda: prometheus.query(f"max_over_time(ALERTS{{{matchers}}}[15m])"),
+                lambda: prometheus.query(f"max_over_time(ALERTS{{{matchers}}}[{window()}])"),
                 timeout=timeout,
                 what=f"the alert {alert} ({labels}) to fire",
                 interval=5,
@@ -1812,7 +1810,10 @@ class E2ESuite:
             )
             report["seconds_to_catch_up"] = round(time.monotonic() - stepped, 1)
             report["peak_executors"] = max(w["pods"] for w in timeline)
-            report["backlog_alert_fired"] = self.alert_fired("SluiceKafkaBacklogHigh", app=name)
+            report["backlog_alert_fired"] = self.alert_fired("SluiceKafkaBacklogHigh", since=stepped, app=name)
+            report["backlog_growing_alert_fired"] = self.alert_fired(
+                "SluiceKafkaBacklogGrowing", since=stepped, app=name
+            )
         finally:
             sent = load.stop()
         stopped = time.monotonic()
@@ -1977,7 +1978,7 @@ class E2ESuite:
         rollout_condition = {c["type"]: c for c in status["conditions"]}["Rollout"]
         assert (rollout_condition["status"], rollout_condition["reason"]) == ("False", "RolledBack"), rollout_condition
         assert self.driver_identity() == before, "a refused revision changes nothing in the driver"
-        self.alert_fired("SluiceRolloutRolledBack", app=self.app_name)
+        self.alert_fired("SluiceRolloutRolledBack", since=started, app=self.app_name)
         self.send(["zeta", "alpha"])
         self.expected["zeta"] -= 20  # the stable filter still drops zeta
         self.assert_counts()
