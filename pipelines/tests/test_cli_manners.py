@@ -201,3 +201,19 @@ def test_schema_prints_json_or_yaml() -> None:
     assert as_json.returncode == as_yaml.returncode == 0
     assert json.loads(as_json.stdout) == yaml.safe_load(as_yaml.stdout)
     assert json.loads(as_json.stdout)["title"] == "StreamingApp"
+
+
+@pytest.mark.kube  # kubectl, of the pinned version the test bed builds
+def test_kubectl_runs_sluice_as_its_plugin(app, tmp_path) -> None:
+    from sluice.testbed.kube import kubernetes_binaries
+
+    kubectl = kubernetes_binaries("kubectl")["kubectl"]
+    plugin = Path(sys.executable).parent / "kubectl-sluice"
+    assert plugin.exists(), "the package installs kubectl-sluice beside sluice"
+    old, new = write(tmp_path / "old.yaml", app), write(tmp_path / "new.yaml", with_filter(app))
+    env = {**os.environ, "PATH": os.pathsep.join([str(plugin.parent), str(kubectl.parent), os.environ["PATH"]])}
+    result = subprocess.run(
+        [str(kubectl), "sluice", "plan", new, "--from", old, "-o", "json"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 1, result.stderr
+    assert json.loads(result.stdout)[0]["strategy"] == "hotSwap"
