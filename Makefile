@@ -130,7 +130,7 @@ soak: $(STAMP) ## the word count for SLUICE_SOAK_MINUTES (default 180) on the lo
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest -p no:cacheprovider -m soak -s e2e/tests/test_soak.py $(PYTEST_ARGS)
 
-overload: $(STAMP) ## an app fed 3x what its capped executors can do for SLUICE_OVERLOAD_MINUTES (default 10), then 1/3: nothing OOM-killed, batches bounded, caught up, exactly once: .sluice/overload/
+overload: $(STAMP) ## an app fed 3x what its capped executors can do for SLUICE_OVERLOAD_MINUTES (default 10), then 1/5: nothing OOM-killed, batches bounded, caught up, exactly once: .sluice/overload/
 	$(PY) -m sluice.testbed prefetch
 	$(PY) -m pytest -p no:cacheprovider -m overload -s e2e/tests/test_overload.py $(PYTEST_ARGS)
 

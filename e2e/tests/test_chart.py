@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from sluice.api.contract import revision_configmap_name
-from sluice.operator import admission, children
+from sluice.operator import admission, children, names
 from sluice.operator.crd import CRD_FILE
 from sluice.operator.model import TopicSpec
 from sluice.testbed.common import ProvisionError, free_ports, port_in_use, tail
@@ -235,8 +235,20 @@ def test_guard_rails_reach_the_operator_as_its_settings(chart_helm: Helm) -> Non
 
 # --- lint, render, schema ----------------------------------------------------------------------------
 
+
+def install_page_values() -> Manifest:
+    """The values.yaml of docs/install.md as a reader copies it (its watched namespaces made unique per test)."""
+    page = (CHART_DIR.parents[1] / "docs" / "install.md").read_text()
+    found = re.search(r"```yaml\n# values.yaml\n(.*?)```", page, re.S)
+    assert found, "docs/install.md shows a values.yaml"
+    values = yaml.safe_load(found[1])
+    values["watchNamespaces"] = [f"{{ns}}-{name}" for name in values["watchNamespaces"]]
+    return dict(values)
+
+
 VALUE_SETS: dict[str, Manifest] = {
     "defaults": {},
+    "install-page": install_page_values(),
     "ha": {"replicaCount": 2},
     "namespaces": {"watchNamespaces": ["{ns}-a", "{ns}-b"], "kafkaTopicNamespaces": ["{ns}-kafka"]},
     "namespaces-ha": {"watchNamespaces": ["{ns}-a"], "replicaCount": 3},
@@ -432,7 +444,7 @@ def test_monitors_only_where_the_prometheus_operator_api_is_served(chart_helm: H
     driver_service = children.driver_service("app", "ns")
     selector = service_monitor["spec"]["selector"]
     assert selector["matchLabels"].items() <= driver_service["metadata"]["labels"].items()
-    assert selector["matchExpressions"] == [{"key": children.APP_LABEL, "operator": "Exists"}]
+    assert selector["matchExpressions"] == [{"key": names.APP_LABEL, "operator": "Exists"}]
     assert service_monitor["spec"]["endpoints"][0]["port"] == driver_service["spec"]["ports"][0]["name"]
     assert service_monitor["spec"]["namespaceSelector"] == {"any": True}
 
@@ -606,11 +618,11 @@ def test_network_policy_admits_and_reaches_only_what_the_operator_uses(chart_hel
     ]
     assert {("TCP", 3128)} in egress_ports
     # The drivers' control port, on the pods each driver's own policy opens it on.
-    assert to_drivers["ports"] == [{"protocol": "TCP", "port": children.CONTROL_PORT}]
+    assert to_drivers["ports"] == [{"protocol": "TCP", "port": names.CONTROL_PORT}]
     assert drivers["namespaceSelector"] == {}
     assert drivers["podSelector"]["matchLabels"].items() <= driver_policy["spec"]["podSelector"]["matchLabels"].items()
-    assert drivers["podSelector"]["matchExpressions"] == [{"key": children.APP_LABEL, "operator": "Exists"}]
-    assert pod_labels(manifests)[children.DRIVER_CLIENT_LABEL] == "true"
+    assert drivers["podSelector"]["matchExpressions"] == [{"key": names.APP_LABEL, "operator": "Exists"}]
+    assert pod_labels(manifests)[names.DRIVER_CLIENT_LABEL] == "true"
     assert not of_kind(chart_helm.template("sluice", "sys", {"networkPolicy": {"enabled": False}}), "NetworkPolicy")
 
 
@@ -963,7 +975,7 @@ def pipeline_configmaps(target: Target, namespace: str, app: str) -> list[str]:
         "-o",
         "name",
         "-l",
-        f"{children.APP_LABEL}={app},app.kubernetes.io/component=pipeline",
+        f"{names.APP_LABEL}={app},app.kubernetes.io/component=pipeline",
     ).stdout.split()
 
 
@@ -1311,7 +1323,7 @@ def test_dockerfile_base_is_an_arg_and_the_user_is_not_root(name: str, base_arg:
 
 def test_spark_image_has_the_runner_the_operator_starts() -> None:
     instructions = dockerfile("spark")
-    runner = children.RUNNER_FILE.removeprefix("local://")
+    runner = names.RUNNER_FILE.removeprefix("local://")
 
     assert ("COPY", f"runner.py {runner}") in instructions
     assert ("COPY", "jars/ ${SPARK_HOME}/jars/") in instructions

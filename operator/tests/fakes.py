@@ -21,7 +21,7 @@ from sluice.api.contract import (
     SwapRequest,
     SwapResponse,
 )
-from sluice.operator import children as ch
+from sluice.operator import names
 from sluice.operator.driver_client import DriverUnavailable
 from sluice.operator.kube import KubeError
 from sluice.operator.reconciler import Reconciler
@@ -161,7 +161,7 @@ def driver_pod_started(kube: FakeKube) -> None:
 
 
 def runner_revision(kube: FakeKube) -> str:
-    data = kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(APP))]["data"][RUNNER_CONFIG_FILE]
+    data = kube.objects[("ConfigMap", NAMESPACE, names.runner_configmap_name(APP))]["data"][RUNNER_CONFIG_FILE]
     return RunnerConfig.model_validate_json(data).revision
 
 

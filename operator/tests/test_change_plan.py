@@ -8,7 +8,7 @@ from change_cases import CASES, ChangeCase, changed, wordcount_spec
 
 from sluice.api.app import revision
 from sluice.api.rollout import plan_change, runs_like
-from sluice.operator import children as ch
+from sluice.operator import spark_application as sparkapp
 from sluice.operator.model import StreamingAppSpec
 from sluice.operator.rollout import DriverFacts, Observed, QueryFacts, Target, classify, diff_base, step
 
@@ -40,11 +40,11 @@ def test_sluice_plan_says_what_the_operators_rollout_does(case: ChangeCase) -> N
     base = diff_base(None, stable, target)
     if base is None:
         assert not planned.rollout
-        before = ch.spark_application(APP, "apps", old)
+        before = sparkapp.spark_application(APP, "apps", old)
         submitted = old.executors.instances  # the operator keeps the count submitted (executors go live)
-        after = ch.spark_application(APP, "apps", new, submitted_executors=submitted)
+        after = sparkapp.spark_application(APP, "apps", new, submitted_executors=submitted)
         assert (before["spec"] != after["spec"]) == planned.resubmit
-        assert ch.kept_as_submitted(before, after) is False, "a runtime change is applied, not kept"
+        assert sparkapp.kept_as_submitted(before, after) is False, "a runtime change is applied, not kept"
         return
     facts = Observed(now=T0, revisions=frozenset({stable, target}), drivers=(running_driver(old, stable),))
     operator = step(APP, None, stable, Target(target, new.updateStrategy, classify(old, new)), facts)

@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from sluice.operator import children as ch
+from sluice.operator import names
+from sluice.operator import spark_application as sparkapp
 from sluice.operator.desired import Invalid, admissible_spec, desired_state, parse_spec, with_checkpoint_location
 from sluice.operator.settings import CheckpointStore, ClaimDefaults, Settings
 from sluice.operator.status import (
@@ -85,7 +87,7 @@ def test_s3a_settings_and_the_key_pair_reach_both_pods_from_the_secret(raw_spec)
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://store.storage:9000"
     assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
-    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == ch.S3A_KEY_PAIR_PROVIDER
+    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == sparkapp.S3A_KEY_PAIR_PROVIDER
     for role in ("driver", "executor"):
         container = spark["spec"][role]["template"]["spec"]["containers"][0]
         refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
@@ -101,7 +103,7 @@ def test_without_a_key_pair_the_pods_identity_is_used(raw_spec) -> None:
     raw_spec["checkpoint"] = {"location": "s3a://bucket/apps", "s3": {"region": "us-east-2"}}
     spark = spark_application(parse_spec(raw_spec))
     conf = spark["spec"]["sparkConf"]
-    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == ch.S3A_POD_IDENTITY_PROVIDER
+    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == sparkapp.S3A_POD_IDENTITY_PROVIDER
     assert "spark.hadoop.fs.s3a.endpoint" not in conf and conf["spark.hadoop.fs.s3a.path.style.access"] == "false"
     assert "AWS_SECRET_ACCESS_KEY" not in json.dumps(spark)
     raw_spec.setdefault("spark", {})["sparkConf"] = {"spark.hadoop.fs.s3a.aws.credentials.provider": "mine"}
@@ -137,7 +139,7 @@ def test_a_read_write_once_claim_keeps_the_apps_pods_on_one_node(raw_spec) -> No
     }
     spec = parse_spec(raw_spec)  # a path: the operator's claim, ReadWriteOnce by default
     spark = spark_application(spec)
-    together = {"labelSelector": {"matchLabels": {ch.APP_LABEL: "wc"}}, "topologyKey": "kubernetes.io/hostname"}
+    together = {"labelSelector": {"matchLabels": {names.APP_LABEL: "wc"}}, "topologyKey": "kubernetes.io/hostname"}
     for role in ("driver", "executor"):
         pod_affinity = affinity(spark, role)["podAffinity"]
         assert pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] == [together]
@@ -147,10 +149,12 @@ def test_a_read_write_once_claim_keeps_the_apps_pods_on_one_node(raw_spec) -> No
     # The app's own claim: by its access modes as observed; one not seen yet counts as ReadWriteOnce.
     raw_spec["checkpoint"] = {"location": "/checkpoints", "volumeClaim": "mine"}
     own = parse_spec(raw_spec)
-    rwx = ch.ClaimFacts("mine", True, "Bound", ("ReadWriteMany",))
-    assert not ch.pods_kept_together(own, ClaimDefaults(), rwx)
-    assert ch.pods_kept_together(own, ClaimDefaults(access_mode="ReadWriteMany"), None)
-    assert ch.pods_kept_together(own, ClaimDefaults(), ch.ClaimFacts("mine", True, "Bound", ("ReadWriteOnce",)))
+    rwx = sparkapp.ClaimFacts("mine", True, "Bound", ("ReadWriteMany",))
+    assert not sparkapp.pods_kept_together(own, ClaimDefaults(), rwx)
+    assert sparkapp.pods_kept_together(own, ClaimDefaults(access_mode="ReadWriteMany"), None)
+    assert sparkapp.pods_kept_together(
+        own, ClaimDefaults(), sparkapp.ClaimFacts("mine", True, "Bound", ("ReadWriteOnce",))
+    )
 
 
 def test_checkpoint_ready_says_where_and_why_not(raw_spec) -> None:
@@ -164,19 +168,19 @@ def test_checkpoint_ready_says_where_and_why_not(raw_spec) -> None:
     on_claim = parse_spec(raw_spec)
     made_now = checkpoint_condition("wc", on_claim, None, True)
     assert made_now[:2] == (False, "ClaimPending") and "wc-checkpoints" in made_now[2]
-    pending = ch.claim_facts(
+    pending = sparkapp.claim_facts(
         "wc-checkpoints", {"spec": {"accessModes": ["ReadWriteOnce"]}, "status": {"phase": "Pending"}}
     )
     ok, reason, message = checkpoint_condition("wc", on_claim, pending, True)
     assert (ok, reason) == (False, "ClaimPending") and "run on one node" in message
-    bound = ch.ClaimFacts("wc-checkpoints", True, "Bound", ("ReadWriteOnce",))
+    bound = sparkapp.ClaimFacts("wc-checkpoints", True, "Bound", ("ReadWriteOnce",))
     assert checkpoint_condition("wc", on_claim, bound, True)[:2] == (True, "ClaimBound")
     raw_spec["checkpoint"] = {"location": "/checkpoints", "volumeClaim": "mine"}
     own = parse_spec(raw_spec)
-    missing = checkpoint_condition("wc", own, ch.claim_facts("mine", None), True)
+    missing = checkpoint_condition("wc", own, sparkapp.claim_facts("mine", None), True)
     assert missing[:2] == (False, CLAIM_NOT_FOUND) and "spec.checkpoint.volumeClaim" in missing[2]
     assert blocks_first_driver(missing)
-    one_pod = checkpoint_condition("wc", own, ch.ClaimFacts("mine", True, "Bound", ("ReadWriteOncePod",)), True)
+    one_pod = checkpoint_condition("wc", own, sparkapp.ClaimFacts("mine", True, "Bound", ("ReadWriteOncePod",)), True)
     assert one_pod[:2] == (False, "ClaimAccessModeRefused") and blocks_first_driver(one_pod)
     assert not blocks_first_driver(checkpoint_condition("wc", on_claim, pending, True)), "binds when the driver runs"
 

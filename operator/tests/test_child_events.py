@@ -3,8 +3,8 @@
 import kopf
 import pytest
 
-from sluice.operator.children import APP_LABEL
 from sluice.operator.handlers import _drifted
+from sluice.operator.names import APP_LABEL
 
 
 def child(app: str | None, namespace: str = "ns") -> kopf.Body:

@@ -14,7 +14,7 @@ from fakes import NAMESPACE, FakeKube, app_manifest, reconcile
 from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig
 from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT
 from sluice.api.rollout import choose_strategy, classify
-from sluice.operator import children as ch
+from sluice.operator import names
 from sluice.operator.model import StreamingAppSpec
 from sluice.testbed.kafka_security import scram_over_tls
 
@@ -72,7 +72,7 @@ def test_the_driver_mounts_the_secrets_and_no_object_holds_the_password(world) -
         v for v in executor.get("volumes", []) if v["name"].startswith("sluice-kafka-")
     ]  # the login goes inline
     runner = RunnerConfig.model_validate_json(
-        kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(name))]["data"][RUNNER_CONFIG_FILE]
+        kube.objects[("ConfigMap", NAMESPACE, names.runner_configmap_name(name))]["data"][RUNNER_CONFIG_FILE]
     )
     assert runner.kafkaSecurity.protocol == "SASL_SSL" and runner.kafkaSecurity.username == "wordcount"
     assert runner.kafkaSecurity.passwordFile == f"{KAFKA_SECRETS_MOUNT}/wordcount-user/password"
@@ -101,7 +101,7 @@ def test_a_strimzi_listener_address_comes_from_the_kafka_status(world) -> None:
     }
     reconcile(reconciler, app, clock=1000.0)
     runner = RunnerConfig.model_validate_json(
-        kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(app["metadata"]["name"]))]["data"][
+        kube.objects[("ConfigMap", NAMESPACE, names.runner_configmap_name(app["metadata"]["name"]))]["data"][
             RUNNER_CONFIG_FILE
         ]
     )

@@ -13,7 +13,8 @@ import yaml
 from cluster_helpers import example, wait_for
 
 from sluice.api.contract import REVISION_SPEC_FILE, RUNNER_CONFIG_FILE, RunnerConfig, revision_configmap_name
-from sluice.operator import children
+from sluice.operator import names
+from sluice.operator import spark_application as sparkapp
 from sluice.pipelines.local.kafka_io import create_topic
 from sluice.testbed.kube import kubernetes_binaries
 
@@ -71,7 +72,7 @@ def test_example_gets_its_children_and_loses_them_on_delete(
     assert spark["spec"]["executor"]["instances"] == manifest["spec"].get("executors", {}).get("instances", 1)
     owner = spark["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("StreamingApp", name, True)
-    configmap_name = children.pipeline_configmap_of(spark)
+    configmap_name = sparkapp.pipeline_configmap_of(spark)
     configmap = get(kube_cluster, "configmap", configmap_name, namespace)
     shipped = RunnerConfig.model_validate_json(configmap["data"][RUNNER_CONFIG_FILE])
     assert [n.name for n in shipped.pipeline.nodes] == [n["name"] for n in manifest["spec"]["pipeline"]["nodes"]]
@@ -120,8 +121,8 @@ def test_update_makes_a_new_revision_without_resubmitting_and_drift_is_repaired(
     manifest = example("wordcount", kafka_bootstrap, namespace)
     apply(kube_cluster, manifest, namespace)
     first = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver")
-    runner_cm = children.pipeline_configmap_of(first)
-    assert runner_cm == children.runner_configmap_name("wordcount")
+    runner_cm = sparkapp.pipeline_configmap_of(first)
+    assert runner_cm == names.runner_configmap_name("wordcount")
     old = wait_for(
         lambda: (a := get(kube_cluster, "sapp", "wordcount", namespace)).get("status", {}).get("stableRevision") and a,
         what="the first stable revision",
@@ -210,7 +211,7 @@ def test_a_strategy_that_cannot_roll_out_the_change_is_refused_and_nothing_chang
     assert message == plan["refusal"], "sluice plan says what the operator says"
     assert condition(app, "Rollout")["status"] == "False"
     assert app["status"]["stableRevision"] == stable and app["status"]["revision"] == stable
-    runner = get(kube_cluster, "configmap", children.runner_configmap_name("wordcount"), namespace)
+    runner = get(kube_cluster, "configmap", names.runner_configmap_name("wordcount"), namespace)
     assert RunnerConfig.model_validate_json(runner["data"][RUNNER_CONFIG_FILE]).revision == stable
     assert get(kube_cluster, "sparkapplication", "wordcount", namespace)["spec"] == first["spec"]
     events = kube_cluster.kubectl(
@@ -251,7 +252,7 @@ def test_a_window_change_moves_the_query_to_a_checkpoint_of_the_new_revision(
     assert app["status"]["checkpoints"] == {"out": f"out@{revision}"}
     steps = {q["name"]: (q["action"], q.get("rewindMs")) for q in rollout["queries"]}
     assert steps == {q["name"]: (q["action"], q["rewind_ms"]) for q in plan["queries"]}, plan
-    runner = get(kube_cluster, "configmap", children.runner_configmap_name("wordcount"), namespace)
+    runner = get(kube_cluster, "configmap", names.runner_configmap_name("wordcount"), namespace)
     config = RunnerConfig.model_validate_json(runner["data"][RUNNER_CONFIG_FILE])
     assert config.revision == revision and config.checkpoint("out").endswith(f"/wordcount/out@{revision}")
     assert config.migrations["out"].fromCheckpoint == "out" and config.migrations["out"].rewindMs == 12_000
@@ -281,7 +282,7 @@ def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kaf
             "get", "--raw", f"/apis/sluice.dev/v1alpha1/namespaces/{namespace}/streamingapps/wordcount/scale"
         ).stdout
     )
-    assert (scale["spec"]["replicas"], scale["status"]["selector"]) == (4, children.executor_selector("wordcount"))
+    assert (scale["spec"]["replicas"], scale["status"]["selector"]) == (4, names.executor_selector("wordcount"))
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -315,7 +316,7 @@ def test_scale_suspend_and_resume(operator_process, kube_cluster, namespace, kaf
     spark = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="driver back")
     # The same checkpoint location (and claim), so the driver resumes where it stopped.
     config = RunnerConfig.model_validate_json(
-        get(kube_cluster, "configmap", children.pipeline_configmap_of(spark), namespace)["data"][RUNNER_CONFIG_FILE]
+        get(kube_cluster, "configmap", sparkapp.pipeline_configmap_of(spark), namespace)["data"][RUNNER_CONFIG_FILE]
     )
     assert config.checkpointRoot == "/checkpoints/wordcount"
     assert spark["spec"]["executor"]["instances"] == 4, "a new submission starts with today's count"
@@ -448,7 +449,7 @@ def test_strimzi_topics_are_kafkatopic_resources(
     assert "ownerReferences" not in by_topic[manifest["spec"]["topics"][0]["name"]]["metadata"]
     assert by_topic[manifest["spec"]["topics"][1]["name"]]["metadata"]["ownerReferences"][0]["name"] == "wordcount"
     spark = wait_for(lambda: get(kube_cluster, "sparkapplication", "wordcount", namespace), what="the driver")
-    cm = get(kube_cluster, "configmap", children.pipeline_configmap_of(spark), namespace)
+    cm = get(kube_cluster, "configmap", sparkapp.pipeline_configmap_of(spark), namespace)
     config = RunnerConfig.model_validate_json(cm["data"][RUNNER_CONFIG_FILE])
     assert config.kafkaBootstrap == f"events-kafka-bootstrap.{namespace}.svc:9092"
 
@@ -474,7 +475,7 @@ def test_no_driver_before_strimzi_made_the_topics_ready(
     assert "replication factor of 3" in topics["message"], topics  # Kafka's words, as Strimzi passes them on
     assert condition(app, "Ready")["reason"] == "TopicNotReady"
     assert get(kube_cluster, "sparkapplication", "wordcount", namespace) is None
-    assert get(kube_cluster, "configmap", children.runner_configmap_name("wordcount"), namespace) is not None
+    assert get(kube_cluster, "configmap", names.runner_configmap_name("wordcount"), namespace) is not None
 
     manifest["spec"]["topics"][0]["replicas"] = 1
     apply(kube_cluster, manifest, namespace)

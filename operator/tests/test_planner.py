@@ -19,6 +19,8 @@ from sluice.api.contract import (
     RunnerConfig,
 )
 from sluice.operator import children as ch
+from sluice.operator import names
+from sluice.operator import spark_application as sparkapp
 from sluice.operator.autoscaler.plan import plan_scaling
 from sluice.operator.desired import (
     Invalid,
@@ -78,28 +80,28 @@ def test_children_of_an_app(raw_spec):
     ]
     spark = desired.children[-1]
     assert spark["spec"]["type"] == "Python"
-    assert spark["spec"]["mainApplicationFile"] == ch.RUNNER_FILE
-    assert spark["spec"]["arguments"] == [f"{ch.PIPELINE_MOUNT}/{RUNNER_CONFIG_FILE}"]
+    assert spark["spec"]["mainApplicationFile"] == names.RUNNER_FILE
+    assert spark["spec"]["arguments"] == [f"{names.PIPELINE_MOUNT}/{RUNNER_CONFIG_FILE}"]
     assert spark["spec"]["executor"]["instances"] == raw_spec["executors"]["instances"]
     assert spark["spec"]["restartPolicy"]["type"] == "Always"
     configmap, runner = desired.children[2:4]
     driver = spark["spec"]["driver"]["template"]["spec"]
-    assert ch.pipeline_configmap_of(spark) == runner["metadata"]["name"] == "wc-runner"
+    assert sparkapp.pipeline_configmap_of(spark) == runner["metadata"]["name"] == "wc-runner"
     assert runner["data"] == {RUNNER_CONFIG_FILE: configmap["data"][RUNNER_CONFIG_FILE]}
     assert parse_spec(json.loads(configmap["data"][REVISION_SPEC_FILE])) == parse_spec(raw_spec), "the revision's spec"
     assert driver["containers"][0]["name"] == "spark-kubernetes-driver"  # the container Spark fills in
     mounts = driver["containers"][0]["volumeMounts"]
-    assert {"name": "pipeline", "mountPath": ch.PIPELINE_MOUNT, "readOnly": True} in mounts
-    assert {"name": "control", "mountPath": ch.CONTROL_TOKEN_MOUNT, "readOnly": True} in mounts
+    assert {"name": "pipeline", "mountPath": names.PIPELINE_MOUNT, "readOnly": True} in mounts
+    assert {"name": "control", "mountPath": names.CONTROL_TOKEN_MOUNT, "readOnly": True} in mounts
     assert {"name": "control", "secret": {"secretName": "wc-control"}} in driver["volumes"]
     claim = {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "wc-checkpoints"}}
-    scratch = [{"name": name, "emptyDir": {}} for name in ch.SCRATCH_VOLUMES]  # the root filesystem is read-only
+    scratch = [{"name": name, "emptyDir": {}} for name in sparkapp.SCRATCH_VOLUMES]  # the root filesystem is read-only
     assert spark["spec"]["executor"]["template"]["spec"]["volumes"] == [claim, *scratch]  # executors write state
     config = RunnerConfig.model_validate_json(configmap["data"][RUNNER_CONFIG_FILE])
     assert config.pipeline.nodes[0].name == "lines"
     assert config.kafkaBootstrap == raw_spec["kafka"]["bootstrapServers"]
     assert (config.app, config.namespace, config.revision) == ("wc", "apps", desired.revision)
-    assert config.controlTokenFile == f"{ch.CONTROL_TOKEN_MOUNT}/{ch.CONTROL_TOKEN_KEY}"
+    assert config.controlTokenFile == f"{names.CONTROL_TOKEN_MOUNT}/{names.CONTROL_TOKEN_KEY}"
     assert config.checkpointRoot == "/checkpoints/wc"
     assert [t.name for t in desired.admin_topics] == [t["name"] for t in raw_spec["topics"]]
 
@@ -107,19 +109,19 @@ def test_children_of_an_app(raw_spec):
 def test_network_policies_admit_the_control_port_from_driver_clients_and_executors_from_their_app(raw_spec):
     desired = desired_state("wc", "apps", parse_spec(raw_spec))
     driver, executor = (c for c in desired.children if c["kind"] == "NetworkPolicy")
-    assert driver["spec"]["podSelector"]["matchLabels"] == {ch.APP_LABEL: "wc", "spark-role": "driver"}
+    assert driver["spec"]["podSelector"]["matchLabels"] == {names.APP_LABEL: "wc", "spark-role": "driver"}
     executors, clients = driver["spec"]["ingress"]
-    assert executors == {"from": [{"podSelector": {"matchLabels": {ch.APP_LABEL: "wc", "spark-role": "executor"}}}]}
-    assert clients["ports"] == [{"protocol": "TCP", "port": ch.CONTROL_PORT}]
-    assert clients["from"][0]["podSelector"]["matchLabels"] == {ch.DRIVER_CLIENT_LABEL: "true"}
-    assert executor["spec"]["podSelector"]["matchLabels"] == {ch.APP_LABEL: "wc", "spark-role": "executor"}
+    assert executors == {"from": [{"podSelector": {"matchLabels": {names.APP_LABEL: "wc", "spark-role": "executor"}}}]}
+    assert clients["ports"] == [{"protocol": "TCP", "port": names.CONTROL_PORT}]
+    assert clients["from"][0]["podSelector"]["matchLabels"] == {names.DRIVER_CLIENT_LABEL: "true"}
+    assert executor["spec"]["podSelector"]["matchLabels"] == {names.APP_LABEL: "wc", "spark-role": "executor"}
     assert [p["podSelector"]["matchLabels"]["spark-role"] for p in executor["spec"]["ingress"][0]["from"]] == [
         "driver",
         "executor",
     ]
     # Spark 4.2's own executor policy needs RBAC spark-operator lacks: it is left out at submission.
     conf = desired.children[-1]["spec"]["sparkConf"]
-    assert conf["spark.kubernetes.driver.pod.excludedFeatureSteps"] == ch.SPARK_NETWORK_POLICY_STEP
+    assert conf["spark.kubernetes.driver.pod.excludedFeatureSteps"] == names.SPARK_NETWORK_POLICY_STEP
 
 
 def test_a_checkpoint_path_gets_a_claim_the_app_retains_by_default(raw_spec):
@@ -180,7 +182,7 @@ def test_settings_resolve_from_the_environment():
 def test_control_secret_carries_the_token():
     secret = ch.control_secret("wc", "apps", "s3cret")
     assert secret["metadata"]["name"] == "wc-control"
-    assert secret["stringData"] == {ch.CONTROL_TOKEN_KEY: "s3cret"}
+    assert secret["stringData"] == {names.CONTROL_TOKEN_KEY: "s3cret"}
 
 
 def test_shuffle_partitions_default_to_the_scaling_ceiling_unless_set(raw_spec):
@@ -191,9 +193,11 @@ def test_shuffle_partitions_default_to_the_scaling_ceiling_unless_set(raw_spec):
     assert conf["spark.dynamicAllocation.enabled"] == "false"
     assert conf["spark.driver.minMemoryOverhead"] == "1g", "the JVM's non-heap and the Python runner"
     assert conf["spark.executor.minMemoryOverhead"] == "768m", "Python workers beside the JVM"
-    raw_spec["spark"]["sparkConf"] = {"spark.sql.shuffle.partitions": "7"}
+    ui = ("spark.ui.retainedJobs", "spark.ui.retainedStages", "spark.sql.ui.retainedExecutions")
+    assert [conf[key] for key in ui] == ["100"] * 3, "the last minutes of batches in the UI, not an hour's"
+    raw_spec["spark"]["sparkConf"] = {"spark.sql.shuffle.partitions": "7", "spark.ui.retainedJobs": "500"}
     conf = desired_state("wc", "ns", parse_spec(raw_spec)).children[-1]["spec"]["sparkConf"]
-    assert conf["spark.sql.shuffle.partitions"] == "7"
+    assert conf["spark.sql.shuffle.partitions"] == "7" and conf["spark.ui.retainedJobs"] == "500", "the app's own win"
 
 
 def test_scaling_never_edits_the_submitted_executor_count(raw_spec):
@@ -214,15 +218,15 @@ def test_scaling_never_edits_the_submitted_executor_count(raw_spec):
     changed["pipeline"]["nodes"][2]["filter"] = "word != 'the'"
     spec_new = parse_spec(changed)
     swapped = desired_state(
-        "wc", "ns", spec_new, submitted_executors=submitted_executors(running, rev), pin=ch.DriverPin(rev, rev)
+        "wc", "ns", spec_new, submitted_executors=submitted_executors(running, rev), pin=sparkapp.DriverPin(rev, rev)
     ).children[-1]
     assert swapped["spec"] == running["spec"], "a new pipeline alone (a hot swap) does not touch the driver's spec"
-    restart = ch.DriverPin(ch.revision(spec_new), ch.revision(spec_new))
+    restart = sparkapp.DriverPin(ch.revision(spec_new), ch.revision(spec_new))
     resubmitted = desired_state(
         "wc", "ns", spec_new, submitted_executors=submitted_executors(running, restart.submitted), pin=restart
     ).children[-1]
     assert resubmitted["spec"]["executor"]["instances"] == 3, "a resubmitted driver starts with today's count"
-    assert resubmitted["spec"]["driver"]["annotations"][ch.SUBMITTED_REVISION_ANNOTATION] == restart.submitted
+    assert resubmitted["spec"]["driver"]["annotations"][names.SUBMITTED_REVISION_ANNOTATION] == restart.submitted
 
 
 def test_revision_follows_what_the_user_wrote(raw_spec):
@@ -268,7 +272,7 @@ def test_strimzi_topics_become_kafkatopics(raw_spec):
     assert desired.bootstrap == "my-cluster-kafka-bootstrap.ns.svc:9092"
     assert not desired.admin_topics
     odd = desired.strimzi_topics[-1]
-    assert odd["apiVersion"] == ch.KAFKA_TOPIC_API
+    assert odd["apiVersion"] == names.KAFKA_TOPIC_API
     assert odd["metadata"]["labels"]["strimzi.io/cluster"] == "my-cluster"
     assert odd["spec"]["topicName"] == "Odd_Topic.Name"
     assert odd["metadata"]["name"].startswith("odd-topic.name-")
@@ -384,8 +388,8 @@ def test_ready_sums_up_the_conditions_and_says_which_holds_it(obs: Observation, 
 def test_the_status_names_the_executors_for_the_scale_subresource() -> None:
     status = status_for(Observation(), generation=1, revision=None, children=[], old_status={}, now="t", selector="x")
     assert status["selector"] == "x"
-    assert ch.executor_selector("wc") == "sluice.dev/app=wc,app.kubernetes.io/component=executor"
-    assert set(ch.labels("wc", "executor").items()) >= {
+    assert names.executor_selector("wc") == "sluice.dev/app=wc,app.kubernetes.io/component=executor"
+    assert set(names.labels("wc", "executor").items()) >= {
         ("sluice.dev/app", "wc"),
         ("app.kubernetes.io/component", "executor"),
     }
@@ -550,7 +554,7 @@ def test_driver_and_executor_pods_meet_pod_security_restricted(raw_spec):
     raw_spec["spark"]["pod"] = {"readOnlyRootFilesystem": False}
     writable = desired_state("wc", "apps", parse_spec(raw_spec)).children[-1]["spec"]["executor"]["template"]["spec"]
     assert writable["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is False
-    assert not [v for v in writable.get("volumes", []) if v["name"] in ch.SCRATCH_VOLUMES]
+    assert not [v for v in writable.get("volumes", []) if v["name"] in sparkapp.SCRATCH_VOLUMES]
 
 
 SCHEDULING = {

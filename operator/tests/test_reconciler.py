@@ -16,7 +16,7 @@ from fakes import (
 )
 
 from sluice.api.contract import revision_configmap_name
-from sluice.operator import children as ch
+from sluice.operator import names
 
 
 def kinds(kube: FakeKube) -> set[tuple[str, str]]:
@@ -29,9 +29,9 @@ def test_a_new_app_gets_its_children_and_its_first_stable_revision(world) -> Non
     revision = app["status"]["stableRevision"]
     assert {
         ("SparkApplication", APP),
-        ("ConfigMap", ch.runner_configmap_name(APP)),
+        ("ConfigMap", names.runner_configmap_name(APP)),
         ("ConfigMap", revision_configmap_name(APP, revision)),
-        ("Secret", ch.control_secret_name(APP)),
+        ("Secret", names.control_secret_name(APP)),
         ("Service", f"{APP}-driver"),
     } <= kinds(kube)
     assert runner_revision(kube) == revision == app["status"]["revision"]
@@ -77,7 +77,7 @@ def test_a_filter_change_is_swapped_into_the_running_driver(world) -> None:
     assert any(reason == "Swapped" for _, reason, _ in app["events"]), app["events"]
     spark_app = kube.objects[("SparkApplication", NAMESPACE, APP)]
     assert spark_app["spec"] == spark_before, "no resubmission"
-    assert spark_app["metadata"]["labels"][ch.REVISION_LABEL] == first, "labelled with what it was submitted for"
+    assert spark_app["metadata"]["labels"][names.REVISION_LABEL] == first, "labelled with what it was submitted for"
     assert runner_revision(kube) == rollout["toRevision"], "a driver restarting now runs the new revision"
 
 
@@ -88,10 +88,10 @@ def test_a_tick_applies_nothing_and_asks_the_driver_for_the_executor_count(world
     driver.revision = app["status"]["stableRevision"]
     scaled = app_manifest("word != ''") | {"status": app["status"]}
     scaled["spec"]["executors"]["instances"] = 3
-    runner_before = kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(APP))]
+    runner_before = kube.objects[("ConfigMap", NAMESPACE, names.runner_configmap_name(APP))]
     outcome = reconciler.reconcile(scaled, full=False, periodic=True, clock=1005.0)
     assert driver.executor_requests == [3], "the live count is asked of the running driver"
-    assert kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(APP))] == runner_before
+    assert kube.objects[("ConfigMap", NAMESPACE, names.runner_configmap_name(APP))] == runner_before
     assert outcome.status["desiredExecutors"] == 3 and outcome.status["scaling"] == "manual"
     assert outcome.status["executors"] == 1, "the driver's own count, as it answered before the request"
 
@@ -122,7 +122,8 @@ def test_a_driver_an_earlier_release_submitted_is_kept_and_an_edit_by_hand_is_un
     kept = kube.objects[key]
     assert kept["spec"] == earlier["spec"], "kept as submitted: no resubmission"
     assert (
-        kept["metadata"]["annotations"][ch.RUNTIME_ANNOTATION] == ours["metadata"]["annotations"][ch.RUNTIME_ANNOTATION]
+        kept["metadata"]["annotations"][names.RUNTIME_ANNOTATION]
+        == ours["metadata"]["annotations"][names.RUNTIME_ANNOTATION]
     ), "the runtime it runs, stamped"
     assert kept["metadata"]["labels"] == ours["metadata"]["labels"]
 

@@ -17,6 +17,7 @@ from fakes import (
 
 from sluice.api.contract import RUNNER_CONFIG_FILE, RunnerConfig, revision_configmap_name
 from sluice.operator import children as ch
+from sluice.operator import names
 from sluice.operator.desired import parse_spec
 from sluice.operator.reconciler import Reconciler
 
@@ -83,7 +84,7 @@ def test_no_restart_while_the_runner_config_does_not_say_the_claimed_revision(wo
     then the driver is restarted."""
     reconciler, kube, _ = world
     app, first, claimed = started_on_the_revision_before(world)
-    runner = kube.objects[("ConfigMap", NAMESPACE, ch.runner_configmap_name(APP))]
+    runner = kube.objects[("ConfigMap", NAMESPACE, names.runner_configmap_name(APP))]
     config = RunnerConfig.model_validate_json(runner["data"][RUNNER_CONFIG_FILE])
     runner["data"][RUNNER_CONFIG_FILE] = config.model_copy(update={"revision": first}).model_dump_json()
     outcome = reconciler.reconcile(app, full=False, clock=1010.0)  # a tick applies nothing

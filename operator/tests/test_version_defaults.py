@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from sluice.operator import children as ch
+from sluice.operator import names
+from sluice.operator import spark_application as sparkapp
 from sluice.operator.desired import kept_defaults, parse_spec, with_operator_defaults
 from sluice.operator.guard_rails import GuardRails, guard_rail_problems
 from sluice.operator.settings import CheckpointStore, Settings, SparkDefaults
@@ -27,7 +29,7 @@ def raw_spec() -> dict:
 
 
 def spark_application(spec) -> dict:
-    return ch.spark_application("wc", "apps", spec)
+    return sparkapp.spark_application("wc", "apps", spec)
 
 
 def test_the_settings_name_this_releases_image_unless_the_chart_names_one() -> None:
@@ -105,19 +107,21 @@ def test_an_app_run_before_the_status_kept_its_location_stays_on_its_claim(raw_s
 def test_a_spark_application_is_kept_only_when_rendered_otherwise_for_the_same_submission(raw_spec) -> None:
     spec = parse_spec(raw_spec)
     ours = spark_application(spec)
-    assert not ch.kept_as_submitted(None, ours)
-    assert not ch.kept_as_submitted(ours, ours)
+    assert not sparkapp.kept_as_submitted(None, ours)
+    assert not sparkapp.kept_as_submitted(ours, ours)
     edited = {**ours, "spec": {**ours["spec"], "image": "by/hand:1"}}  # our rendering hash, edited since
-    assert not ch.kept_as_submitted(edited, ours)
+    assert not sparkapp.kept_as_submitted(edited, ours)
     earlier = {**ours, "metadata": {**ours["metadata"], "annotations": {}}}  # a release before the hash
-    assert ch.kept_as_submitted(earlier, ours)
+    assert sparkapp.kept_as_submitted(earlier, ours)
     other = {**ours, "metadata": {**ours["metadata"], "annotations": {**ours["metadata"]["annotations"]}}}
-    other["metadata"]["annotations"][ch.RENDERED_ANNOTATION] = "other"  # the same runtime, rendered otherwise
-    assert ch.kept_as_submitted(other, ours)
+    other["metadata"]["annotations"][names.RENDERED_ANNOTATION] = "other"  # the same runtime, rendered otherwise
+    assert sparkapp.kept_as_submitted(other, ours)
     raw_spec.setdefault("spark", {})["sparkConf"] = {"spark.sql.shuffle.partitions": "7"}
     tuned = spark_application(parse_spec(raw_spec))  # the same revision, another runtime: resubmitted
-    assert ch.submitted_revision(tuned) == ch.submitted_revision(ours) and not ch.kept_as_submitted(other, tuned)
-    assert ch.kept_as_submitted(earlier, tuned), "a release before the runtime hash: kept until it is stamped"
+    assert sparkapp.submitted_revision(tuned) == sparkapp.submitted_revision(ours) and not sparkapp.kept_as_submitted(
+        other, tuned
+    )
+    assert sparkapp.kept_as_submitted(earlier, tuned), "a release before the runtime hash: kept until it is stamped"
     raw_spec["pipeline"]["nodes"][2]["filter"] = "length(word) > 3"
     restarted = spark_application(parse_spec(raw_spec))  # submitted for another revision: a restart
-    assert not ch.kept_as_submitted(other, restarted)
+    assert not sparkapp.kept_as_submitted(other, restarted)

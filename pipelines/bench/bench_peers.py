@@ -82,13 +82,15 @@ def maven_jar(group: str, artifact: str, version: str) -> Path:
 
 @dataclass(frozen=True)
 class Launch:
-    """Where one run reads and writes, and its own scratch folder."""
+    """Where one run reads and writes, its own scratch folder, and the commit interval an exactly-once peer runs
+    with (None: its default here)."""
 
     workload: Workload
     bootstrap: str
     source: str
     sink: str
     workdir: Path
+    interval: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class System:
     guarantee: str  # of its output: AT_LEAST_ONCE or EXACTLY_ONCE; systems compare within one
     workloads: frozenset[str] | None = None  # None: all
     slow: bool = False  # reads the short topic (a tenth of the records) in throughput runs
+    intervals: tuple[str, ...] = ()  # commit intervals its latency is measured at, the best p99's kept (a sweep)
 
     def runs(self, workload: Workload) -> bool:
         return self.workloads is None or workload.name in self.workloads
@@ -160,43 +163,56 @@ def _sluice(manifest_prefix: str, cores: int, delivery: str | None = None) -> Ca
     return command
 
 
+def _no_args(launch: Launch) -> list[str]:
+    return []
+
+
 def _peer(
-    env: PeerEnv, script: str, guarantee: str, extra: Callable[[], list[str]] = list
+    env: PeerEnv, script: str, guarantee: str, extra: Callable[[Launch], list[str]] = _no_args
 ) -> Callable[[Launch], list[str]]:
     def command(launch: Launch) -> list[str]:
-        return [str(env.python()), str(PEERS_DIR / script), *_contract_args(launch), "--guarantee", guarantee, *extra()]
+        contract = [*_contract_args(launch), "--guarantee", guarantee]
+        return [str(env.python()), str(PEERS_DIR / script), *contract, *extra(launch)]
 
     return command
 
 
-def _flink_jar() -> list[str]:
+def _flink_jar(launch: Launch) -> list[str]:
     return ["--jar", str(maven_jar(*FLINK_CONNECTOR))]
 
 
-# How often the exactly-once peers commit their output (their visibility latency's floor). 1 s each for now:
-# not yet swept for each peer's best p99 at half load, which #37 asks for; the variables try others.
+# How often the exactly-once peers commit their output: their visibility latency's floor, and a cost per commit.
+# Throughput runs use these; latency runs sweep the INTERVALS and keep the one with the best p99 at half load.
 PYFLINK_CHECKPOINT_INTERVAL = os.environ.get("SLUICE_BENCH_PYFLINK_CHECKPOINT_INTERVAL", "1 s")
 QUIXSTREAMS_EOS_COMMIT_INTERVAL = os.environ.get("SLUICE_BENCH_QUIXSTREAMS_EOS_COMMIT_INTERVAL", "1")
+PYFLINK_INTERVALS = ("250 ms", "500 ms", "1 s", "2 s")
+QUIXSTREAMS_INTERVALS = ("0.25", "0.5", "1", "2")  # seconds
 
 
-def _flink_exactly_once() -> list[str]:
-    return [*_flink_jar(), "--checkpoint-interval", PYFLINK_CHECKPOINT_INTERVAL]
+def _flink_exactly_once(launch: Launch) -> list[str]:
+    return [*_flink_jar(launch), "--checkpoint-interval", launch.interval or PYFLINK_CHECKPOINT_INTERVAL]
 
 
-def _quix_exactly_once() -> list[str]:
-    return ["--commit-interval", QUIXSTREAMS_EOS_COMMIT_INTERVAL]
+def _quix_exactly_once(launch: Launch) -> list[str]:
+    return ["--commit-interval", launch.interval or QUIXSTREAMS_EOS_COMMIT_INTERVAL]
 
 
 # Each system at its own best settings for its guarantee. Spark's own Kafka sink and Bytewax's have no
 # exactly-once mode; sluice's real-time mode writes at least once.
 SYSTEMS = (
     System("sluice", _sluice("sluice-", CORES), EXACTLY_ONCE),  # the default delivery, exactlyOnce
-    System("pyflink-eos", _peer(PYFLINK, "pyflink_job.py", EXACTLY_ONCE, _flink_exactly_once), EXACTLY_ONCE),
+    System(
+        "pyflink-eos",
+        _peer(PYFLINK, "pyflink_job.py", EXACTLY_ONCE, _flink_exactly_once),
+        EXACTLY_ONCE,
+        intervals=PYFLINK_INTERVALS,
+    ),
     System(
         "quixstreams-eos",
         _peer(QUIXSTREAMS, "quixstreams_job.py", EXACTLY_ONCE, _quix_exactly_once),
         EXACTLY_ONCE,
         slow=True,
+        intervals=QUIXSTREAMS_INTERVALS,
     ),
     System("sluice-alo", _sluice("sluice-", CORES, delivery="atLeastOnce"), AT_LEAST_ONCE),
     # Real-time mode holds a task slot per Kafka partition for the whole checkpoint interval: 4 slots for the
@@ -235,13 +251,20 @@ def input_records(bootstrap: str, topic: str) -> Iterator[list[InputRecord]]:
     yield from batches
 
 
-def read_partitions(bootstrap: str, topic: str, partitions: list[int]) -> int:
-    """The limit: read these partitions of the topic to their end with one raw consumer; how many records."""
+def ready(tokens: Any) -> None:
+    """A limit worker's start (its pool's initializer): this module and the Kafka client imported, then said."""
+    tokens.put(os.getpid())
+
+
+def read_partitions(bootstrap: str, topic: str, partitions: list[int]) -> tuple[int, float, float]:
+    """The limit: read these partitions of the topic to their end with one raw consumer: how many records, and
+    when (epoch s) the reading began, once the consumer was made and assigned, and ended."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"sluice-bench-{time.time_ns()}", **CONSUMER_CONF})
     ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     position = dict.fromkeys(partitions, 0)
     read = 0
+    began = time.time()
     try:
         while any(position[p] < ends[p] for p in partitions):
             for msg in consumer.consume(num_messages=100_000, timeout=0.2):
@@ -249,9 +272,10 @@ def read_partitions(bootstrap: str, topic: str, partitions: list[int]) -> int:
                     raise KafkaException(msg.error())
                 position[msg.partition()] = msg.offset() + 1
                 read += 1
+        ended = time.time()
     finally:
         consumer.close()
-    return read
+    return read, began, ended
 
 
 def reference_of(workload: Workload, bootstrap: str, topic: str) -> Reference:
@@ -287,8 +311,9 @@ def _watch(bootstrap: str, topic: str, keep_arrivals: bool, references: Any, eve
     at_end: set[int] = set()
     try:
         while not (stop.is_set() and state is not None and len(at_end) == len(partitions)):
-            now_ms = time.time() * 1000
-            for msg in records_to_end(_fetched(consumer), at_end):
+            fetched = _fetched(consumer)
+            now_ms = time.time() * 1000  # when the records were here: after the fetch's wait, as the limit stamps
+            for msg in records_to_end(fetched, at_end):
                 at_end.discard(msg.partition())
                 pending.append((msg.key(), msg.value(), now_ms))
             if pending and not first_output.is_set():

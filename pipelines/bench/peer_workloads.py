@@ -92,13 +92,16 @@ class Reference:
 
 @dataclass
 class OutputState:
-    """An output topic read so far, checked against the reference as it grows.
+    """An output topic read so far, in each partition's offset order, checked against the reference as it grows.
 
-    Counting: the largest count seen per group (counts only grow). Projection: every record per key (a
-    second record for a key is a duplicate, which fails the check)."""
+    Counting: what a reader of the topic as a table (the last record per key) sees. Each group's records carry
+    one key, counts never go down, the last count is the group's, and no key ends in a tombstone. Projection:
+    every record per key (a second record for a key is a duplicate, which fails the check)."""
 
     reference: Reference
-    latest: dict[Group, int] = field(default_factory=dict)
+    latest: dict[Group, int] = field(default_factory=dict)  # each group's last count
+    keys: dict[Group, bytes] = field(default_factory=dict)  # the key each group's records carry
+    deleted: set[bytes] = field(default_factory=set)  # keys whose last record is a tombstone
     done: int = 0  # groups at their final count, or keys seen
     seen: dict[bytes, bytes] = field(default_factory=dict)
     duplicates: int = 0
@@ -106,24 +109,15 @@ class OutputState:
 
     def add(self, key: bytes | None, value: bytes | None) -> tuple[Group, int] | None:
         """Take one output record; returns (group or key, count) for the latency bookkeeping."""
-        if value is None:  # a tombstone (upsert sinks): nothing to count
-            return None
-        if self.reference.workload.stateful:
-            group, count = self.reference.workload.output_update(value)
-            before = self.latest.get(group, 0)
-            if count > before:
-                self.latest[group] = count
-                final = self.reference.counts.get(group)
-                if final is None:
-                    self._problem(f"output group {group!r} is not in the input")
-                elif count > final:
-                    self._problem(f"output {group!r} count {count} is above its input's {final}")
-                elif count == final:
-                    self.done += 1
-            return group, count
         if key is None:
             self._problem(f"output record without a key: {value!r}")
             return None
+        if value is None:  # a tombstone: a table reader forgets the key (an error if nothing comes after it)
+            self.deleted.add(key)
+            return None
+        self.deleted.discard(key)
+        if self.reference.workload.stateful:
+            return self._count(key, value)
         if key in self.seen:
             self.duplicates += 1
         else:
@@ -131,18 +125,37 @@ class OutputState:
             self.done += 1
         return key, 1
 
+    def _count(self, key: bytes, value: bytes) -> tuple[Group, int]:
+        group, count = self.reference.workload.output_update(value)
+        if self.keys.setdefault(group, key) != key:
+            self._problem(f"output {group!r} written under two keys, {self.keys[group]!r} and {key!r}")
+        before = self.latest.get(group)
+        if before is not None and count < before:
+            self._problem(f"output {group!r} count went down from {before} to {count}")
+        self.latest[group] = count
+        final = self.reference.counts.get(group)
+        if final is None:
+            self._problem(f"output group {group!r} is not in the input")
+        elif count > final:
+            self._problem(f"output {group!r} count {count} is above its input's {final}")
+        else:
+            self.done += (count == final) - (before == final)
+        return group, count
+
     def _problem(self, text: str) -> None:
         if len(self.problems) < 10:
             self.problems.append(text)
 
     def complete(self) -> bool:
-        return self.done >= self.reference.expected_outputs
+        return self.done >= self.reference.expected_outputs and not self.deleted
 
     def errors(self) -> list[str]:
         """Why the output is wrong (empty: it equals the reference exactly)."""
         found = list(self.problems)
         if self.duplicates:
             found.append(f"{self.duplicates} duplicate output records")
+        if self.deleted:
+            found.append(f"{len(self.deleted)} keys end in a tombstone, e.g. {sorted(self.deleted)[0]!r}")
         if self.reference.workload.stateful:
             short = [g for g, n in self.reference.counts.items() if self.latest.get(g, 0) < n]
             if short:

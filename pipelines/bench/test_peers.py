@@ -20,15 +20,23 @@ word count's are lines of 5 words), and one of a tenth of it for the Python-nati
 (Quix Streams, Bytewax), which would take many minutes per run otherwise. A run lasts from the job's
 launch until its output equals the reference (a read_committed consumer watches it). Start-up is taken out by
 a small run (SLUICE_BENCH_PEERS_STARTUP_RECORDS, default 10k) just before each measured one: records/s =
-(N - n) / (t(N) - t(n)). The figure is the median of SLUICE_BENCH_PEERS_REPEATS (default 5) such pairs, the
-systems' order alternating. The limit reads the full topic.
+(N - n) / (t(N) - t(n)). The figure is the median of SLUICE_BENCH_PEERS_REPEATS (default 5; #37's targets need
+at least 5) such pairs, the systems' order alternating. The limit reads the full topic once per repeat: one
+consumer per core, started and imported before the clock, from the first consumer's first read to the last's
+end.
 
 Latency. For each system on fresh topics at half of its own median throughput (at most
 SLUICE_BENCH_LATENCY_MAX_RATE, default 50k records/s — one producer process): the job is started, primed
 until its first output, then a paced producer writes for SLUICE_BENCH_LATENCY_WARMUP +
 SLUICE_BENCH_LATENCY_SECONDS (default 5 + 20 s). Per record produced after the warm-up: from its producer
 timestamp until its effect is visible to the read_committed consumer (a count reaching its occurrence, or its
-projected record). The limit's latency is one consumer's arrival time.
+projected record; stamped when the consumer has the record). The limit's latency is one consumer's arrival time.
+p50 and p99 are the medians over SLUICE_BENCH_PEERS_REPEATS runs, the systems' order alternating. An
+exactly-once peer's commit interval is its visibility floor: its latency runs use the interval with the best p99
+in a sweep before them (one run per interval of bench_peers.System.intervals), recorded with the sweep.
+
+A system that fails (a wrong output, a timeout, a crash) is recorded with its error and the others go on; the
+benchmark fails at the end.
 
 Outputs: .sluice/bench/peers.json ({"workloads": {NAME: {"systems": {SYSTEM: {"guarantee", "records_per_s",
 "p50_ms", "p99_ms", ...}}}}}), .sluice/bench/peers.png and docs/benchmarks.md (generated).
@@ -42,7 +50,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +69,7 @@ from bench_peers import (
     checked,
     input_records,
     read_partitions,
+    ready,
     reference_of,
     run_job,
 )
@@ -73,9 +82,10 @@ from rich.console import Console
 from sluice.pipelines.local.kafka import KAFKA
 from sluice.testbed.common import REPO_ROOT
 
-pytestmark = [pytest.mark.bench, pytest.mark.timeout(6 * 3600)]
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(8 * 3600)]
 console = Console(width=max(Console().width, 120))
 PARTITIONS = 4
+PRIMER_SECONDS = 3.0  # of 100 records/s before a latency run: the job's first output proves it runs
 
 
 @dataclass(frozen=True)
@@ -116,8 +126,9 @@ class PeersConfig:
         """Records of the workload's throughput topic for this system: a tenth for the Python-native engines."""
         return self.records // 10 if system.slow else self.records
 
-    def timeout(self, records: int) -> float:
-        return 180 + records / 5_000
+    def timeout(self, records: int, workload: Workload) -> float:
+        """A run's bound: 5,000 words a second at the least, besides the start."""
+        return 180 + records * workload.words_per_record / 5_000
 
 
 @dataclass
@@ -128,11 +139,16 @@ class Figures:
     records: int = 0
     latency: Latency | None = None
     latency_rate: float | None = None
+    latency_runs: list[Latency] = field(default_factory=list)
+    latency_interval: str | None = None  # the commit interval its latency runs used (an exactly-once peer's)
+    latency_sweep: dict[str, dict[str, float]] = field(default_factory=dict)  # interval -> p50_ms, p99_ms
     outputs: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     @property
-    def records_per_s(self) -> float:
-        return statistics.median(self.runs_records_per_s)
+    def records_per_s(self) -> float | None:
+        """The runs' median; None when no run finished (the system failed)."""
+        return statistics.median(self.runs_records_per_s) if self.runs_records_per_s else None
 
     def to_json(self) -> dict[str, Any]:
         latency = self.latency
@@ -146,9 +162,28 @@ class Figures:
             "startup_s": self.startup_s,
             "output_records": self.outputs,
             "latency_rate": self.latency_rate,
+            # the latency rate over the system's own throughput: 0.5, or less where the producer's cap held it
+            "latency_load": round(self.latency_rate / self.records_per_s, 3)
+            if self.latency_rate and self.records_per_s
+            else None,
             "latency_records": latency.records if latency else None,
             "max_ms": latency.max_ms if latency else None,
+            "latency_runs": [{"p50_ms": run.p50_ms, "p99_ms": run.p99_ms} for run in self.latency_runs],
+            "latency_interval": self.latency_interval,
+            "latency_sweep": self.latency_sweep,
+            "errors": self.errors,
         }
+
+    def add_latency(self, run: Latency) -> None:
+        """One more latency run: the figure is the runs' median p50 and p99."""
+        self.latency_runs.append(run)
+        runs = self.latency_runs
+        self.latency = Latency(
+            sum(r.records for r in runs),
+            statistics.median(r.p50_ms for r in runs),
+            statistics.median(r.p99_ms for r in runs),
+            max(r.max_ms for r in runs),
+        )
 
 
 class PeersBench:
@@ -180,22 +215,28 @@ class PeersBench:
         sizes = sorted({self.config.records_for(s, workload) for s in systems})
         topics = {n: self.prefilled(workload, n, seed=1) for n in sizes}
         limit = figures.setdefault(LIMIT, Figures(None, records=max(sizes)))
-        for _ in range(self.config.repeats):
-            seconds = self.limit_seconds(topics[max(sizes)][0], max(sizes))
-            limit.runs_records_per_s.append(max(sizes) / seconds)
-        console.log(f"{workload.name}: {LIMIT}: {', '.join(f'{r:,.0f}' for r in limit.runs_records_per_s)} records/s")
         startups: dict[str, list[float]] = {}
         for repeat in range(self.config.repeats):
+            seconds = self.limit_seconds(topics[max(sizes)][0], max(sizes))
+            limit.runs_records_per_s.append(max(sizes) / seconds)
+            console.log(f"{workload.name}: {LIMIT}: {max(sizes):,} records in {seconds:.2f}s")
             for system in systems if repeat % 2 == 0 else systems[::-1]:
                 records = self.config.records_for(system, workload)
-                startup = self.seconds(system, workload, *small)
-                seconds = self.seconds(system, workload, *topics[records])
-                assert seconds > startup, (
-                    f"{system.name}: {records:,} records took {seconds:.1f}s, no longer than the start-up run before "
-                    f"it ({startup:.1f}s): raise SLUICE_BENCH_PEERS_RECORDS"
-                )
-                rate = (records - self.config.startup_records) / (seconds - startup)
                 own = figures.setdefault(system.name, Figures(system.guarantee, records=records))
+                if own.errors:
+                    continue  # failed once: its figures would not be comparable
+                try:
+                    startup = self.seconds(system, workload, *small)
+                    seconds = self.seconds(system, workload, *topics[records])
+                    assert seconds > startup, (
+                        f"{system.name}: {records:,} records took {seconds:.1f}s, no longer than the start-up run "
+                        f"before it ({startup:.1f}s): raise SLUICE_BENCH_PEERS_RECORDS"
+                    )
+                except (AssertionError, RuntimeError, TimeoutError) as error:
+                    own.errors.append(f"throughput: {error}")
+                    console.log(f"[red]{workload.name}: {system.name} failed:[/] {error}")
+                    continue
+                rate = (records - self.config.startup_records) / (seconds - startup)
                 own.runs_records_per_s.append(rate)
                 startups.setdefault(system.name, []).append(startup)
                 own.startup_s = statistics.median(startups[system.name])
@@ -206,53 +247,91 @@ class PeersBench:
 
     def seconds(self, system: System, workload: Workload, topic: str, reference: Any) -> float:
         launch = self.launch(workload, topic, system.name)
-        seconds, _ = run_job(system, launch, reference, self.config.timeout(reference.records))
+        seconds, _ = run_job(system, launch, reference, self.config.timeout(reference.records, workload))
         return seconds
 
     def limit_seconds(self, topic: str, records: int) -> float:
-        """One raw consumer per core, each on its share of the partitions, all at once."""
+        """One raw consumer per core, each on its share of the partitions, all at once: from the first one's first
+        read to the last one's end. Every worker has started and imported what it runs before any reads."""
         cores = os.cpu_count() or 2
         partitions = sorted(end_offsets(self.bootstrap, topic))
         shares = [(self.bootstrap, topic, partitions[i::cores]) for i in range(cores)]
-        with _spawn().Pool(cores) as pool:
-            pool.apply(time.sleep, (0,))  # the workers are up before the clock starts
-            started = time.perf_counter()
+        context = _spawn()
+        tokens = context.Queue()
+        with context.Pool(cores, initializer=ready, initargs=(tokens,)) as pool:
+            for _ in range(cores):
+                tokens.get(timeout=120)
             read = pool.starmap(read_partitions, shares)
-            seconds = time.perf_counter() - started
-        assert sum(read) == records, f"the limit read {sum(read):,} records of {records:,}"
-        return seconds
+        assert sum(n for n, _, _ in read) == records, f"the limit read {sum(n for n, _, _ in read):,} of {records:,}"
+        return max(end for _, _, end in read) - min(began for _, began, _ in read)
 
     # -------------------------------------------------------------------------------------- latency
     def rate(self, figures: Figures) -> float:
+        assert figures.records_per_s is not None, "a latency run needs the system's throughput"
         return min(self.config.latency_max_rate, 0.5 * figures.records_per_s)
 
-    def paced(self, workload: Workload, topic: str, rate: float, seed: int = 7) -> PacedProducer:
-        seconds = self.config.latency_warmup + self.config.latency_seconds
+    def paced(
+        self, workload: Workload, topic: str, rate: float, seed: int = 7, seconds: float | None = None
+    ) -> PacedProducer:
+        seconds = seconds or self.config.latency_warmup + self.config.latency_seconds
         return PacedProducer(
             self.bootstrap, topic, PARTITIONS, rate, seconds, seed, workload.words_per_record, workload.keyed
         )
 
     def latency(self, workload: Workload, figures: dict[str, Figures]) -> None:
-        limit = figures[LIMIT]
+        """The sweeps first, then SLUICE_BENCH_PEERS_REPEATS rounds of every system, the order alternating."""
+        systems = [s for s in self.systems if s.runs(workload) and not figures[s.name].errors]
+        for system in systems:
+            if system.intervals:
+                self.sweep(system, workload, figures[system.name])
+        for repeat in range(self.config.repeats):
+            self.limit_latency(workload, figures[LIMIT])
+            for system in systems if repeat % 2 == 0 else systems[::-1]:
+                own = figures[system.name]
+                if own.errors:
+                    continue
+                try:
+                    own.add_latency(self.system_latency(system, workload, own, own.latency_interval))
+                except (AssertionError, RuntimeError, TimeoutError) as error:
+                    own.errors.append(f"latency: {error}")
+                    console.log(f"[red]{workload.name}: {system.name} failed:[/] {error}")
+                    continue
+                self.log_latency(workload, system.name, own)
+
+    def sweep(self, system: System, workload: Workload, figures: Figures) -> None:
+        """An exactly-once peer's latency at each of its commit intervals: its runs use the best p99's."""
+        for interval in system.intervals:
+            try:
+                run = self.system_latency(system, workload, figures, interval)
+            except (AssertionError, RuntimeError, TimeoutError) as error:
+                console.log(f"[yellow]{workload.name}: {system.name} at {interval}: {error}")
+                continue
+            figures.latency_sweep[interval] = {"p50_ms": run.p50_ms, "p99_ms": run.p99_ms}
+            at = f"{workload.name}: {system.name} at {interval}"
+            console.log(f"{at}: p50 {run.p50_ms:,.0f}, p99 {run.p99_ms:,.0f} ms")
+        if not figures.latency_sweep:
+            figures.errors.append(f"latency: no interval of {system.intervals} ran")
+            return
+        figures.latency_interval = min(figures.latency_sweep, key=lambda i: figures.latency_sweep[i]["p99_ms"])
+
+    def limit_latency(self, workload: Workload, limit: Figures) -> None:
         limit.latency_rate = self.rate(limit)
         topic = self.new_topic(partitions=PARTITIONS, prefix=f"peers-{workload.name}-latency-limit")
         paced = self.paced(workload, topic, limit.latency_rate).start()
         stamps, lags, done = raw_consume_latencies(self.bootstrap, topic, paced, 600)
         since = done.started_ms + self.config.latency_warmup * 1000
-        limit.latency = Latency.of([lag for ts, lag in zip(stamps, lags, strict=True) if ts >= since])
+        limit.add_latency(Latency.of([lag for ts, lag in zip(stamps, lags, strict=True) if ts >= since]))
         self.log_latency(workload, LIMIT, limit)
-        for system in self.systems:
-            if system.runs(workload):
-                self.system_latency(system, workload, figures[system.name])
 
-    def system_latency(self, system: System, workload: Workload, figures: Figures) -> None:
+    def system_latency(self, system: System, workload: Workload, figures: Figures, interval: str | None) -> Latency:
+        """One latency run of the system (at the commit `interval`, for an exactly-once peer)."""
         figures.latency_rate = rate = self.rate(figures)
         topic = self.new_topic(partitions=PARTITIONS, prefix=f"peers-{workload.name}-latency")
-        launch = self.launch(workload, topic, f"{system.name}-latency")
+        launch = replace(self.launch(workload, topic, f"{system.name}-latency"), interval=interval)
         watch = OutputWatch(self.bootstrap, launch.sink, keep_arrivals=True)
         job = Running.start(system, launch)
         try:
-            primer = self.paced(workload, topic, 100, seed=11)
+            primer = self.paced(workload, topic, 100, seed=11, seconds=PRIMER_SECONDS)
             primer.start().result(120)
             job.wait(watch.first_output, 300, "no output for the first records")
             paced = self.paced(workload, topic, rate).start().result(600)
@@ -265,9 +344,10 @@ class PeersBench:
             job.stop()
         watched = checked(system, launch, watch.finish())
         since = paced.started_ms + self.config.latency_warmup * 1000
-        figures.latency = Latency.of(latencies(workload, inputs, watched.arrivals, since))
         figures.outputs.append(watched.outputs)
-        self.log_latency(workload, system.name, figures)
+        run = Latency.of(latencies(workload, inputs, watched.arrivals, since))
+        assert run.records, f"{system.name}: no record in the measured window"
+        return run
 
     @staticmethod
     def log_latency(workload: Workload, name: str, figures: Figures) -> None:
@@ -336,6 +416,13 @@ def test_peers(kafka_bootstrap, new_topic, tmp_path) -> None:
     for target in results["targets"]:
         console.log(f"{'met ' if target['met'] else 'MISS'} {target['label']}: {target['value']}")
     console.log(f"results: {config.output}, {chart}, {docs}")
+    failed = {
+        f"{workload}/{name}": system["errors"]
+        for workload, data in results["workloads"].items()
+        for name, system in data["systems"].items()
+        if system.get("errors")
+    }
+    assert not failed, f"systems that failed (their figures are left out): {failed}"
 
 
 def _memory_gib() -> float:

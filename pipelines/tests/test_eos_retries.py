@@ -1,5 +1,6 @@
 """The exactly-once sink's retries (kafka_eos/transactions.py, on tenacity), with calls that fail as librdkafka
-does; the sink's real retries under broker restarts are in test_faults.py and test_kafka_eos*.py."""
+does, and the clients it keeps between batches; the sink's real retries under broker restarts are in
+test_faults.py and test_kafka_eos*.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from sluice.pipelines.sinks.kafka_eos import transactions
 from sluice.pipelines.sinks.kafka_eos.transactions import retried, tried_again, with_fresh_metadata
+from sluice.pipelines.sinks.kafka_eos.writer import kept_admin, release_kept_clients
 
 
 def kafka_error(code: int, retriable: bool = False) -> KafkaException:
@@ -81,3 +83,15 @@ def test_a_driver_write_is_tried_a_set_number_of_times_and_the_last_error_raised
     with pytest.raises(KafkaException) as raised:
         tried_again(3, always, "out[0]")
     assert always.calls == 3 and raised.value.args[0].code() == KafkaError._FENCED
+
+
+def test_the_admin_client_is_kept_between_batches_until_the_clients_are_released() -> None:
+    """A new admin client per batch cost each exactly-once batch a connection (and with TLS and SASL a handshake
+    and a login) before the partition count came back."""
+    config = {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}
+    first = kept_admin(config)
+    assert kept_admin(dict(config)) is first, "the same config: the same client"
+    assert kept_admin({**config, "client.id": "other"}) is not first
+    release_kept_clients(timeout=5)
+    assert kept_admin(config) is not first, "released with the driver's other clients"
+    release_kept_clients(timeout=5)

@@ -49,6 +49,33 @@ def test_a_count_above_the_input_or_a_word_not_in_it_is_an_error() -> None:
     assert out.errors() == ["output 'a' count 2 is above its input's 1", "output group 'z' is not in the input"]
 
 
+def test_a_table_reader_sees_the_last_count_per_key_and_no_tombstone_last() -> None:
+    """What a reader of the output as a table sees: a count that goes down, a group under two keys or without
+    one, and a key whose last record is a tombstone are errors, though the largest count was right."""
+    ref = reference(peers.FREQUENCY_COUNT, [(None, b"a", 1), (None, b"a", 2), (None, b"b", 3), (None, b"c", 4)])
+    out = peers.OutputState(ref)
+    out.add(b"a", count("a", 2))
+    out.add(b"a", count("a", 1))  # the table now says 1
+    out.add(b"b", count("b", 1))
+    out.add(b"B", count("b", 1))
+    out.add(None, count("c", 1))
+    assert not out.complete()
+    assert out.errors() == [
+        "output 'a' count went down from 2 to 1",
+        "output 'b' written under two keys, b'b' and b'B'",
+        'output record without a key: b\'{"word": "c", "count": 1}\'',
+        "2 groups short of their count, e.g. 'a': 1 of 2",
+    ]
+
+    out = peers.OutputState(ref)
+    for word, n in (("a", 2), ("b", 1), ("c", 1)):
+        out.add(word.encode(), count(word, n))
+    out.add(b"c", None)
+    assert not out.complete() and out.errors() == ["1 keys end in a tombstone, e.g. b'c'"]
+    out.add(b"c", count("c", 1))  # written again after the tombstone: the table has it
+    assert out.complete() and out.errors() == []
+
+
 def test_the_windowed_count_groups_by_5_second_window_and_word() -> None:
     ref = reference(peers.WINDOWED_WORD_COUNT, [(None, b"a b", 4_999), (None, b"a", 5_000), (None, b"a", 9_999)])
     assert ref.counts == {(0, "a"): 1, (0, "b"): 1, (5_000, "a"): 2}

@@ -103,4 +103,16 @@ def test_the_page_shows_each_guarantee_in_a_table_of_its_own() -> None:
     assert "sluice / pyflink-eos 0.90x" in eos_table and "sluice / sluice-alo 0.95x" in eos_table
     assert "sluice-alo / pyflink 0.79x" in alo_table
     assert "The limit read 2,000,000 records/s" in page
-    assert "committed on each checkpoint (every 1 s)" in page
+    assert "committed on each checkpoint (every 1 s in the throughput runs)" in page
+
+
+def test_the_page_names_an_exactly_once_peers_latency_interval_and_a_failed_system() -> None:
+    measured = results()
+    systems = measured["workloads"]["frequency-count"]["systems"]
+    systems["pyflink-eos"]["latency_interval"] = "250 ms"
+    systems["quixstreams-eos"] |= {"records_per_s": None, "runs_records_per_s": [], "errors": ["throughput: timed out"]}
+    page = report.render_markdown(measured, "benchmarks.png")
+    assert "| pyflink-eos (latency: commits every 250 ms) | 1,000,000 |" in page
+    assert "| quixstreams-eos | - |" in page
+    assert "Failed (figures left out): quixstreams-eos: throughput: timed out." in page
+    assert targets(measured)["frequency-count: sluice / quixstreams-eos (exactly-once)"]["met"] is False

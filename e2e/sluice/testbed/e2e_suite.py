@@ -36,8 +36,8 @@ import yaml
 
 from sluice.api.app import AutoscalingSpec
 from sluice.operator.autoscaler.policy import Policy
-from sluice.operator.children import APP_LABEL, CONTROL_PORT, DRIVER_CLIENT_LABEL
 from sluice.operator.model import TERMINAL_PHASES
+from sluice.operator.names import APP_LABEL, CONTROL_PORT, DRIVER_CLIENT_LABEL
 
 from .common import REPO_ROOT, wait_for
 from .external_crds import install_external_crds

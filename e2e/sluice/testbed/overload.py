@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.operator.children import APP_LABEL
+from sluice.operator.names import APP_LABEL
 
 from .common import REPO_ROOT, minutes_from_env, wait_for
 from .e2e_suite import E2ESuite, PacedLoad, autoscale_app, word_tally

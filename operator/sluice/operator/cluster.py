@@ -21,7 +21,8 @@ from sluice.api.contract import REVISION_SPEC_FILE, RUNNER_CONFIG_FILE, RunnerCo
 from sluice.api.kafka_clients import CredentialUnreadable, KafkaClient, kafka_security, read_credentials
 
 from . import children as ch
-from . import crd
+from . import crd, names
+from . import spark_application as sparkapp
 from .desired import DesiredState, Invalid, bootstrap_for, desired_state, parse_spec
 from .kube import KindNotServed, Kube, KubeError
 from .model import GROUP, KIND, VERSION, StreamingAppSpec
@@ -99,9 +100,9 @@ class Cluster:
             self.kube.apply(ours, FIELD_MANAGER)
         return why
 
-    def checkpoint_claim(self, namespace: str, name: str) -> ch.ClaimFacts:
+    def checkpoint_claim(self, namespace: str, name: str) -> sparkapp.ClaimFacts:
         """An app's checkpoint claim as it is now (whether it exists, its phase and access modes)."""
-        return ch.claim_facts(name, self.get("v1", "PersistentVolumeClaim", namespace, name))
+        return sparkapp.claim_facts(name, self.get("v1", "PersistentVolumeClaim", namespace, name))
 
     def apply(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.kube.apply(body, FIELD_MANAGER)
@@ -127,7 +128,7 @@ class Cluster:
 
     def spark_application(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.get(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, name)
+            return self.get(names.SPARK_APPLICATION_API, "SparkApplication", namespace, name)
         except KindNotServed:
             return None
 
@@ -144,7 +145,7 @@ class Cluster:
         read_at, address = self._bootstraps.get(key, (-BOOTSTRAP_TTL_SECONDS, None))
         if time.monotonic() - read_at >= BOOTSTRAP_TTL_SECONDS:
             try:
-                kafka = self.get(ch.KAFKA_API, "Kafka", key[0], key[1])
+                kafka = self.get(names.KAFKA_API, "Kafka", key[0], key[1])
             except (KubeError, KindNotServed):
                 kafka = None
             address = ch.listener_bootstrap(kafka, cluster.listener)
@@ -237,7 +238,7 @@ class Cluster:
                     self._ensure_claim(child)
                 elif child["kind"] == "RoleBinding":
                     self._apply_binding(child)
-                elif child["kind"] == "SparkApplication" and ch.kept_as_submitted(driver_app, child):
+                elif child["kind"] == "SparkApplication" and sparkapp.kept_as_submitted(driver_app, child):
                     self._relabel(child, driver_app or {})
                 else:
                     self.apply(child)
@@ -247,7 +248,7 @@ class Cluster:
                 obs.apply_error = f"the {child['kind']} CRD ({child['apiVersion']}) is not installed"
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
         if desired.spec.suspend:
-            self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
+            self.delete(names.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
         self._prune_pipeline_configmaps(namespace, app, keep)
 
     def _relabel(self, child: dict[str, Any], current: dict[str, Any]) -> None:
@@ -259,8 +260,8 @@ class Cluster:
         labels = {k: v for k, v in (meta.get("labels") or {}).items() if have_labels.get(k) != v}
         annotations = (
             {}
-            if ch.RUNTIME_ANNOTATION in have_annotations
-            else {ch.RUNTIME_ANNOTATION: meta["annotations"][ch.RUNTIME_ANNOTATION]}
+            if names.RUNTIME_ANNOTATION in have_annotations
+            else {names.RUNTIME_ANNOTATION: meta["annotations"][names.RUNTIME_ANNOTATION]}
         )
         patch = {key: value for key, value in (("labels", labels), ("annotations", annotations)) if value}
         if patch:  # a merge patch: the keys named change, the others stay
@@ -286,8 +287,8 @@ class Cluster:
 
     def delete_driver(self, namespace: str, driver: str) -> None:
         """A driver a handover no longer needs, with its runner ConfigMap."""
-        self.delete(ch.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
-        self.delete("v1", "ConfigMap", namespace, ch.runner_configmap_name(driver))
+        self.delete(names.SPARK_APPLICATION_API, "SparkApplication", namespace, driver)
+        self.delete("v1", "ConfigMap", namespace, names.runner_configmap_name(driver))
 
     def delete_topics(self, spec_raw: dict[str, Any], namespace: str) -> None:
         """The app's Admin-API topics whose deletionPolicy is delete (KafkaTopics go with their owner)."""
@@ -309,7 +310,7 @@ class Cluster:
     def revisions(self, namespace: str, app: str) -> set[str]:
         """The revisions whose pipeline ConfigMap exists."""
         labels = (item["metadata"].get("labels") or {} for item in self._pipeline_configmaps(namespace, app))
-        return {rev for rev in (label.get(ch.REVISION_LABEL) for label in labels) if rev}
+        return {rev for rev in (label.get(names.REVISION_LABEL) for label in labels) if rev}
 
     def apply_revision(self, owner: dict[str, Any], spec: StreamingAppSpec, bootstrap: str) -> None:
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
@@ -334,7 +335,7 @@ class Cluster:
 
     def runner_revision(self, namespace: str, driver: str) -> str | None:
         """The revision a driver of the SparkApplication `driver` reads when it starts (its runner ConfigMap)."""
-        configmap = self.get("v1", "ConfigMap", namespace, ch.runner_configmap_name(driver))
+        configmap = self.get("v1", "ConfigMap", namespace, names.runner_configmap_name(driver))
         text = ((configmap or {}).get("data") or {}).get(RUNNER_CONFIG_FILE)
         try:
             return RunnerConfig.model_validate_json(text).revision if text else None
@@ -342,14 +343,14 @@ class Cluster:
             return None
 
     def _pipeline_configmaps(self, namespace: str, app: str) -> list[dict[str, Any]]:
-        selector = f"{ch.APP_LABEL}={app},app.kubernetes.io/component=pipeline"
+        selector = f"{names.APP_LABEL}={app},app.kubernetes.io/component=pipeline"
         return self.kube.list("v1", "ConfigMap", namespace, selector)
 
     def _prune_pipeline_configmaps(self, namespace: str, app: str, keep: frozenset[str]) -> None:
         """Revisions no rollout needs any more (the stable one, and a rollout's two, are kept)."""
         for item in self._pipeline_configmaps(namespace, app):
             meta = item["metadata"]
-            if (meta.get("labels") or {}).get(ch.REVISION_LABEL) not in keep:
+            if (meta.get("labels") or {}).get(names.REVISION_LABEL) not in keep:
                 log.info("%s/%s: revision ConfigMap %s pruned (kept: %s)", namespace, app, meta["name"], sorted(keep))
                 # gone already: a concurrent pass (update handler vs resync) got there first
                 self.delete("v1", "ConfigMap", namespace, meta["name"])
@@ -358,7 +359,7 @@ class Cluster:
     def ensure_control_secret(self, owner: dict[str, Any]) -> None:
         """The control token is made once and kept (the driver mounts it; rotating it is deleting it)."""
         namespace, app = owner["metadata"]["namespace"], owner["metadata"]["name"]
-        if self.get("v1", "Secret", namespace, ch.control_secret_name(app)) is not None:
+        if self.get("v1", "Secret", namespace, names.control_secret_name(app)) is not None:
             return
         secret = ch.control_secret(app, namespace, secrets.token_urlsafe(32))
         adopt(secret, owner)
@@ -369,8 +370,8 @@ class Cluster:
     def control_token(self, namespace: str, app: str) -> str | None:
         key = (namespace, app)
         if key not in self._tokens:
-            secret = self.get("v1", "Secret", namespace, ch.control_secret_name(app))
-            encoded = ((secret or {}).get("data") or {}).get(ch.CONTROL_TOKEN_KEY)
+            secret = self.get("v1", "Secret", namespace, names.control_secret_name(app))
+            encoded = ((secret or {}).get("data") or {}).get(names.CONTROL_TOKEN_KEY)
             if not encoded:
                 return None
             self._tokens[key] = base64.b64decode(encoded).decode().strip()

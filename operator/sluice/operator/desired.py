@@ -13,6 +13,7 @@ from sluice.api.sqlcheck import static_ddl_parser, static_sql_parser
 from sluice.api.validation import Problem
 
 from . import children as ch
+from . import spark_application as sparkapp
 from .guard_rails import guard_rail_problems
 from .model import StreamingAppSpec, TopicSpec
 from .settings import ONE_POD, Access, CheckpointStore, ClaimDefaults, Settings
@@ -161,13 +162,13 @@ def desired_state(
     spec: StreamingAppSpec,
     submitted_executors: int | None = None,
     claims: ClaimDefaults | None = None,
-    pin: ch.DriverPin | None = None,
+    pin: sparkapp.DriverPin | None = None,
     runner: RunnerConfig | None = None,
     driver_spec: StreamingAppSpec | None = None,
     driver: str | None = None,
     driver_role: str = Access.driver_cluster_role,
     bootstrap: str | None = None,
-    claim: ch.ClaimFacts | None = None,
+    claim: sparkapp.ClaimFacts | None = None,
 ) -> DesiredState:
     """`submitted_executors`: what the existing SparkApplication was submitted with (kept: see children);
     `pin`, `runner`, `driver_spec`: the revisions its driver runs and was submitted for, what a starting driver

@@ -22,10 +22,10 @@ from . import (
     api_session,  # noqa: F401  (registers kopf's login: a bound on its concurrent requests)
     metrics,
 )
-from .children import APP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from .kube import KubeError
 from .memory import TRIMMER
 from .model import GROUP, PLURAL, TERMINAL_PHASES, VERSION
+from .names import APP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from .reconciler import Outcome, Reconciler
 from .settings import SETTINGS
 from .status import waits_for_topics

@@ -10,7 +10,8 @@ from typing import Any
 from sluice.api.contract import DriverStatus
 from sluice.api.times import parse_time
 
-from . import children as ch
+from . import names
+from . import spark_application as sparkapp
 from .cluster import Cluster
 from .driver_client import DriverClient, DriverUnavailable
 from .rollout import DriverFacts
@@ -33,9 +34,9 @@ def submitted_executors(spark_app: dict[str, Any] | None, submitted: str) -> int
     """The executor count a running SparkApplication was submitted with, as recorded on it (a hand edit of
     its spec is repaired back to it): changing it would make spark-operator resubmit. A driver resubmitted
     for another revision (a restart) starts with today's count (None)."""
-    if spark_app is None or ch.submitted_revision(spark_app) != submitted:
+    if spark_app is None or sparkapp.submitted_revision(spark_app) != submitted:
         return None
-    recorded = (spark_app["metadata"].get("annotations") or {}).get(ch.SUBMITTED_EXECUTORS_ANNOTATION, "")
+    recorded = (spark_app["metadata"].get("annotations") or {}).get(names.SUBMITTED_EXECUTORS_ANNOTATION, "")
     return int(recorded) if recorded.isdigit() else None
 
 
@@ -43,7 +44,7 @@ def replaced(pod: dict[str, Any] | None, submitted: str | None) -> bool:
     """A driver pod on its way out: being deleted, or started for another submission than the SparkApplication's
     (spark-operator is replacing it)."""
     meta = (pod or {}).get("metadata") or {}
-    ran = (meta.get("annotations") or {}).get(ch.SUBMITTED_REVISION_ANNOTATION)
+    ran = (meta.get("annotations") or {}).get(names.SUBMITTED_REVISION_ANNOTATION)
     return bool(meta.get("deletionTimestamp")) or (ran is not None and submitted is not None and ran != submitted)
 
 
@@ -91,7 +92,9 @@ class Observer:
             obs.executors = sum(1 for s in executors.values() if s == "RUNNING")
         if not (status.get("driverInfo") or {}).get("podName"):
             return
-        pod, answer, address, obs.driver_error = self.ask_driver(namespace, status, ch.submitted_revision(spark_app))
+        pod, answer, address, obs.driver_error = self.ask_driver(
+            namespace, status, sparkapp.submitted_revision(spark_app)
+        )
         if answer is not None:
             obs.driver, obs.driver_address = answer, address
             return
@@ -111,12 +114,12 @@ class Observer:
             lost = lost_submission(spark_app, self.cluster.get("v1", "Pod", namespace, f"{name}-driver"), now)
             if lost is not None:
                 drivers.lost_submissions.append(lost)
-        pod, answer, address, _ = self.ask_driver(namespace, status, ch.submitted_revision(spark_app))
+        pod, answer, address, _ = self.ask_driver(namespace, status, sparkapp.submitted_revision(spark_app))
         if address is not None:
             drivers.addresses[name] = address
         restarts = int(status.get("executionAttempts") or 0)
         failure = driver_failure(pod)
-        submitted = ch.submitted_revision(spark_app) or ""
+        submitted = sparkapp.submitted_revision(spark_app) or ""
         drivers.facts[name] = driver_facts(name, submitted, state, restarts, answer, failure)
 
     def ask_driver(
@@ -131,7 +134,7 @@ class Observer:
         state = (spark_status.get("applicationState") or {}).get("state")
         if (state or "").upper() != "RUNNING" or not pod_ip or replaced(pod, submitted):
             return pod, None, None, None
-        address = self.driver_client.address(pod_ip, ch.CONTROL_PORT)
+        address = self.driver_client.address(pod_ip, names.CONTROL_PORT)
         try:
             return pod, self.driver_client.status(address), address, None
         except DriverUnavailable as exc:

@@ -19,7 +19,8 @@ from typing import Any
 
 from sluice.api.times import format_time_seconds
 
-from . import children as ch
+from . import names
+from . import spark_application as sparkapp
 from .autoscaler.plan import plan_scaling
 from .autoscaler.realize import realize_scaling
 from .cluster import Cluster
@@ -129,7 +130,7 @@ class Reconciler:
             now=now,
             scaling=plan.status,
             rollout=rollout.status,
-            selector=ch.executor_selector(app),
+            selector=names.executor_selector(app),
             kept=kept_defaults(spec),
         )
         events = [*resubmitted, *plan.events, *rollout.events, *scaled]
@@ -166,10 +167,10 @@ class Reconciler:
 
     def _observe_checkpoint(self, app: str, namespace: str, spec: StreamingAppSpec, obs: Observation) -> None:
         """The checkpoint claim, if any, and what CheckpointReady says of it."""
-        name = ch.checkpoint_claim_name(app, spec)
+        name = names.checkpoint_claim_name(app, spec)
         if name is not None:
             obs.checkpoint_claim = self.cluster.checkpoint_claim(namespace, name)
-        together = ch.pods_kept_together(spec, self.settings.checkpoints, obs.checkpoint_claim)
+        together = sparkapp.pods_kept_together(spec, self.settings.checkpoints, obs.checkpoint_claim)
         obs.checkpoint = checkpoint_condition(app, spec, obs.checkpoint_claim, together)
 
     @staticmethod
@@ -214,7 +215,7 @@ class Reconciler:
             for retired in rollout.retired:
                 self.cluster.delete_driver(namespace, retired)
         elif rollout.moved and not full:
-            runner = ch.runner_configmap_name(rollout.driver)
+            runner = names.runner_configmap_name(rollout.driver)
             self.cluster.apply(next(c for c in desired.children if c["metadata"]["name"] == runner))
         if rollout.driver_app is None and not spec.suspend and full and not login_failed:
             self.observer.app_driver(self.cluster.spark_application(namespace, rollout.driver), namespace, obs)

@@ -12,6 +12,8 @@ from typing import Any, Literal
 from sluice.api.contract import Migration, RunnerConfig, StateResponse, SwapRequest, in_app
 
 from . import children as ch
+from . import names
+from . import spark_application as sparkapp
 from .cluster import Cluster, adopt
 from .driver_client import DriverClient, DriverRefused, DriverUnavailable
 from .model import StreamingAppSpec
@@ -143,7 +145,7 @@ class RolloutActions:
         token = self.cluster.control_token(ctx.namespace, ctx.app)
         if token is None:
             ctx.events.append(
-                ("Warning", "SwapFailed", f"no control token in Secret {ch.control_secret_name(ctx.app)}")
+                ("Warning", "SwapFailed", f"no control token in Secret {names.control_secret_name(ctx.app)}")
             )
             return None
         try:
@@ -186,15 +188,15 @@ class RolloutActions:
         config = ch.runner_config(
             ctx.app, ctx.namespace, spec, bootstrap, *ctx.folders(action.revision), standby=standby
         )
-        pin = ch.DriverPin(action.revision, action.revision)
+        pin = sparkapp.DriverPin(action.revision, action.revision)
         children = [ch.runner_configmap(ctx.app, ctx.namespace, config, action.name)]
         if submit:
             claim = ctx.obs.checkpoint_claim
             if claim is None and spec.checkpoint.volumeClaim:  # a tick: the claim is read when it matters
                 claim = self.cluster.checkpoint_claim(ctx.namespace, spec.checkpoint.volumeClaim)
-            together = ch.pods_kept_together(spec, self.claims, claim)
+            together = sparkapp.pods_kept_together(spec, self.claims, claim)
             children.append(
-                ch.spark_application(ctx.app, ctx.namespace, spec, pin=pin, name=action.name, together=together)
+                sparkapp.spark_application(ctx.app, ctx.namespace, spec, pin=pin, name=action.name, together=together)
             )
         for child in children:
             adopt(child, ctx.owner)
@@ -234,7 +236,7 @@ class RolloutActions:
             return None
         token = self.cluster.control_token(ctx.namespace, ctx.app)
         if token is None:
-            message = f"no control token in Secret {ch.control_secret_name(ctx.app)}"
+            message = f"no control token in Secret {names.control_secret_name(ctx.app)}"
             ctx.events.append(("Warning", "HandoverFailed", message))
             return None
         try:

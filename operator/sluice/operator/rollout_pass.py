@@ -17,6 +17,7 @@ from typing import Any
 from sluice.api.contract import RunnerConfig
 
 from . import children as ch
+from . import spark_application as sparkapp
 from .cluster import Cluster
 from .model import RolloutStatus, StreamingAppSpec
 from .observer import Drivers, Observer
@@ -48,7 +49,7 @@ class RolloutPass:
     """What a pass decided about the app's rollout, for the children and the status."""
 
     decision: RolloutDecision
-    pin: ch.DriverPin
+    pin: sparkapp.DriverPin
     runner: RunnerConfig  # what a starting driver runs (pin.runs)
     driver_spec: StreamingAppSpec  # what the SparkApplication is submitted with (pin.submitted's spec)
     driver: str  # the SparkApplication of the app's driver after this pass (status.driver)
@@ -113,7 +114,7 @@ class Rollouts:
             resubmit_lost(self.cluster, namespace, body["metadata"]["name"], pod) for pod in drivers.lost_submissions
         ]
         observed = Observed(clock, frozenset(revisions), tuple(drivers.facts.values()))
-        submitted = ch.submitted_revision(spark_app)
+        submitted = sparkapp.submitted_revision(spark_app)
         decision = decide_rollout(
             body["metadata"]["name"],
             recorded.rollout,
@@ -199,7 +200,7 @@ class Rollouts:
         (rollout_actions.restart_behind_driver) and seen as the pending driver spark-operator starts next (its
         answer is no longer the pass's: nothing more is asked of it, and the status does not show it running)."""
         restarts = int(((spark_app or {}).get("status") or {}).get("executionAttempts") or 0)
-        submitted = ch.submitted_revision(spark_app) or ""
+        submitted = sparkapp.submitted_revision(spark_app) or ""
         facts = driver_facts(recorded.driver, submitted, obs.spark_state, restarts, obs.driver)
         claimed = runner_revision(recorded.rollout, recorded.stable, revision)  # what the status says it runs
         behind = driver_behind(recorded.rollout, facts if spark_app else None, claimed, revision)
@@ -255,7 +256,7 @@ class Rollouts:
         submitted_now = decision.submitted_revision
         if driver != recorded.driver:  # the handover's driver took over: what it was submitted for stays
             spark_apps.setdefault(driver, self.cluster.spark_application(namespace, driver))
-            submitted_now = ch.submitted_revision(spark_apps[driver]) or runs
+            submitted_now = sparkapp.submitted_revision(spark_apps[driver]) or runs
         folders = revision_checkpoints(runs, recorded.checkpoints, rollout)
         standby = on_standby(rollout, driver, driver, spec.updateStrategy.rollback.enabled)
         stable = decision.step.stable_revision
@@ -263,7 +264,7 @@ class Rollouts:
         bootstrap = self.cluster.bootstrap(runs_spec, namespace)
         return RolloutPass(
             decision=decision,
-            pin=ch.DriverPin(runs, submitted_now),
+            pin=sparkapp.DriverPin(runs, submitted_now),
             runner=ch.runner_config(app, namespace, runs_spec, bootstrap, *folders, standby=standby),
             driver_spec=self.cluster.revision_spec(namespace, app, submitted_now, ctx.specs) or runs_spec,
             driver=driver,

@@ -12,6 +12,8 @@ from sluice.api.contract import DriverStatus
 from sluice.api.times import parse_time
 
 from . import children as ch
+from . import names
+from . import spark_application as sparkapp
 from .desired import KEPT_DEFAULTS, Invalid
 from .model import ConditionType, StreamingAppSpec
 from .settings import ONE_POD, SHARED
@@ -45,7 +47,7 @@ class Observation:
     driver_unschedulable: str | None = None  # the scheduler's word on a driver pod it cannot place
     lost_submission: str | None = None  # a driver pod spark-operator started and lost track of (observer)
     checkpoint: tuple[bool | None, str, str] | None = None  # the CheckpointReady condition: (status, reason, message)
-    checkpoint_claim: ch.ClaimFacts | None = None  # the app's checkpoint claim, read on a full pass
+    checkpoint_claim: sparkapp.ClaimFacts | None = None  # the app's checkpoint claim, read on a full pass
 
 
 DRIVER_FAILED = "DriverFailed"  # the Running condition's reason when a driver left its error
@@ -68,17 +70,17 @@ def waits_for_topics(status: Mapping[str, Any]) -> bool:
 
 
 def checkpoint_condition(
-    app: str, spec: StreamingAppSpec, claim: ch.ClaimFacts | None, together: bool
+    app: str, spec: StreamingAppSpec, claim: sparkapp.ClaimFacts | None, together: bool
 ) -> tuple[bool | None, str, str]:
     """Where the checkpoints are and whether the driver can use them: an object store (or another Hadoop
     filesystem), or a claim that must exist, allow the executors and bind."""
     root = ch.checkpoint_root(app, spec)
     if spec.checkpoint.is_hadoop_uri():
         return True, "ObjectStore" if root.startswith(S3A_SCHEME) else "HadoopFileSystem", f"checkpoints in {root}"
-    name = ch.checkpoint_claim_name(app, spec)
+    name = names.checkpoint_claim_name(app, spec)
     if (claim is None or not claim.exists) and spec.checkpoint.volumeClaim:
         return False, CLAIM_NOT_FOUND, f"spec.checkpoint.volumeClaim: no PersistentVolumeClaim {name}"
-    claim = claim or ch.ClaimFacts(str(name), exists=False)  # the operator's, made in this pass: Pending
+    claim = claim or sparkapp.ClaimFacts(str(name), exists=False)  # the operator's, made in this pass: Pending
     if ONE_POD in claim.access_modes and SHARED not in claim.access_modes:
         return (
             False,
@@ -109,7 +111,7 @@ def driver_failure(pod: dict[str, Any] | None) -> str | None:
     "failed: " and each error's node path), as the status says it: from the container's state when it has
     terminated, else from its last state (it was restarted)."""
     for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        if container.get("name") != ch.SPARK_CONTAINERS["driver"]:
+        if container.get("name") != names.SPARK_CONTAINERS["driver"]:
             continue
         for state in ("state", "lastState"):
             terminated = (container.get(state) or {}).get("terminated") or {}

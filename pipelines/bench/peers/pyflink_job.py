@@ -25,8 +25,9 @@ the 2-core box, measured with 2-6 M records): parallelism 2 (4 was no faster and
 aggregation (500 ms allow-latency, up to 100,000 rows per bundle; 5,000 rows or no mini-batch cost 1.5-2x the CPU)
 with local/global (two-phase) aggregation (one-phase: ~2x the output and CPU), object reuse, large Kafka fetches and
 producer batches. Exactly-once adds what it needs and nothing else: checkpoints (at the interval the
-benchmark passes: bench_peers.PYFLINK_CHECKPOINT_INTERVAL), acks=all (transactions need it) and a
-transaction timeout within the broker's limit.
+benchmark passes: bench_peers.PYFLINK_CHECKPOINT_INTERVAL in throughput runs, the best p99's of
+bench_peers.PYFLINK_INTERVALS in latency runs), acks=all (transactions need it) and a transaction timeout within
+the broker's limit.
 
 SIGTERM kills the JVM (the gateway server, a child of this process) and exits at once: the state is disposable.
 """

@@ -12,7 +12,8 @@ grace period to set so that nothing is dropped as late. Runs until SIGTERM.
 
 `--guarantee exactly-once` is Quix's own `processing_guarantee="exactly-once"`: each process writes its output
 and commits its input offsets in one Kafka transaction per checkpoint (every `--commit-interval`, then the
-output's visibility latency floor: the benchmark passes it, bench_peers.QUIXSTREAMS_EOS_COMMIT_INTERVAL).
+output's visibility latency floor: the benchmark passes bench_peers.QUIXSTREAMS_EOS_COMMIT_INTERVAL in throughput
+runs, the best p99's of bench_peers.QUIXSTREAMS_INTERVALS in latency runs).
 
 Run it from its own virtualenv: `python3.11 -m venv V && V/bin/pip install quixstreams==3.28.1`.
 """

@@ -77,14 +77,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     checked: list[Checked] = []
     try:
         for path in paths:
-            checked += _validate_file(path, sql, ddl, plans)
+            found = _validate_file(path, sql, ddl, plans)
+            checked += found
+            if args.output == "text":  # as each file is checked: with Spark, a directory can take minutes
+                for one in found:
+                    print("\n".join(one.lines()), flush=True)
     finally:
         if spark is not None:
             spark.stop()
-    if args.output == "text":
-        for one in checked:
-            print("\n".join(one.lines()))
-    else:
+    if args.output != "text":
         emit([one.as_dict() for one in checked], args.output)
     return 1 if any(one.problems for one in checked) else 0
 
@@ -102,8 +103,8 @@ class Checked:
     def lines(self) -> list[str]:
         if self.skipped is not None:
             return [f"{self.file}: {self.skipped}: skipped (not a StreamingApp)"]
-        if self.problems:
-            return [f"{self.file}: {problem}" for problem in self.problems]
+        if self.problems:  # a problem of the file itself names it already
+            return [str(p) if p.path.startswith(self.file) else f"{self.file}: {p}" for p in self.problems]
         return [f"{self.file}: {self.app}: valid"]
 
     def as_dict(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import children as ch
+from .. import names
 from ..cluster import Cluster
 from ..driver_client import DriverClient, DriverUnavailable
 from ..status import Observation
@@ -25,7 +25,7 @@ def realize_scaling(
         return []
     token = cluster.control_token(namespace, app)
     if token is None:
-        return [("Warning", "ScaleFailed", f"no control token in Secret {ch.control_secret_name(app)}")]
+        return [("Warning", "ScaleFailed", f"no control token in Secret {names.control_secret_name(app)}")]
     try:
         answer = driver_client.set_executors(obs.driver_address, token, plan.desired)
     except DriverUnavailable as exc:

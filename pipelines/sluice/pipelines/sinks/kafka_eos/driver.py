@@ -34,7 +34,7 @@ from .settings import (
     STREAM_PLACEMENT_TIMEOUT_S,
     log,
 )
-from .writer import RESULT_TYPE, BatchWrite, PartitionResult
+from .writer import RESULT_TYPE, BatchWrite, PartitionResult, kept_admin
 
 
 class ExactlyOnceKafkaSink(KafkaRecords):
@@ -177,7 +177,9 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         return current
 
     def _topic_partitions(self, timeout: float = CLIENT_TIMEOUT_S) -> int:
-        metadata = self._new_admin().list_topics(self.config.topic, timeout=timeout).topics[self.config.topic]
+        """The topic's partition count as its brokers say now (a metadata request each batch: a topic that grew
+        is written to whole from the next batch on)."""
+        metadata = self._admin().list_topics(self.config.topic, timeout=timeout).topics[self.config.topic]
         if metadata.error is not None:
             raise RuntimeError(
                 f"output topic {self.config.topic} at {self.kafka.bootstrap}: {metadata.error.str()} "
@@ -185,16 +187,17 @@ class ExactlyOnceKafkaSink(KafkaRecords):
             )
         return len(metadata.partitions)
 
-    def _new_admin(self) -> AdminClient:
-        """A client for one question: one kept beside a stopped query would reconnect to Kafka forever. It logs
-        errors only: its info line when it goes (a purged queue) would land in `sluice run`'s terminal."""
-        return AdminClient({"log_level": QUIET, **self.client_config, "allow.auto.create.topics": False})
+    def _admin(self) -> AdminClient:
+        """The process's admin client for this Kafka (kept_admin: released with the driver's other clients when its
+        queries stop). It logs errors only: its info line when it goes (a purged queue) would land in `sluice
+        run`'s terminal."""
+        return kept_admin({"log_level": QUIET, **self.client_config, "allow.auto.create.topics": False})
 
     def _transaction_timeout(self) -> int:
         """The option when set, else the default capped at the brokers' transaction.max.timeout.ms."""
         if "transaction.timeout.ms" in self.client_config:
             return int(self.client_config["transaction.timeout.ms"])
-        admin = self._new_admin()
+        admin = self._admin()
         try:
             broker = next(iter(admin.list_topics(timeout=CLIENT_TIMEOUT_S).brokers))
             resource = ConfigResource(ResourceType.BROKER, str(broker))
