@@ -2339,7 +2339,6 @@ class E2ESuite:
         load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
         try:
             time.sleep(30)  # the cut goes well past the words of earlier steps (the rewind: 2 s + the new window)
-            started = time.monotonic()
             counts = next(n for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "counts")
             counts["aggregate"] = {**counts["aggregate"], "window": {"tumbling": f"{new_ms // 1000}s"}}
             change: dict[str, Any] = {"pipeline": {"nodes": self.app["spec"]["pipeline"]["nodes"]}}
@@ -2348,6 +2347,7 @@ class E2ESuite:
             plan = self.planned(change)
             if image is not None:
                 self.app["spec"]["spark"]["image"] = image
+            started = time.monotonic()
             self.patch_spec(change)
             self.kill_operator()
             done = self.rollout_completed(stable, what=f"the checkpoint migration ({report}) to complete")
