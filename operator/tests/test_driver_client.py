@@ -93,3 +93,23 @@ def test_a_refusal_still_carries_the_drivers_own_error(driver: str) -> None:
     with pytest.raises(DriverRefused, match="queries out, seen are still running"):
         client.set_state(driver, "token", "drained")
     client.close()
+
+
+def test_a_newer_drivers_answer_with_fields_this_release_does_not_know_is_read() -> None:
+    """A driver of a newer release answers this operator (an app's own image, or the operator rolled back): its
+    unknown fields are ignored; what the operator asks a driver stays strict."""
+    from pydantic import ValidationError
+
+    from sluice.api.contract import DriverStatus, ExecutorsRequest
+
+    answer = {
+        "app": "wc",
+        "revision": "r1",
+        "observedAt": "2026-11-29T00:00:00Z",
+        "queries": [{"name": "out", "active": True, "lagMillis": 5}],
+        "futureField": {"x": 1},
+    }
+    status = DriverStatus.model_validate_json(json.dumps(answer))
+    assert status.queries[0].name == "out" and not hasattr(status, "futureField")
+    with pytest.raises(ValidationError, match="extra"):
+        ExecutorsRequest.model_validate({"target": 2, "futureField": 1})

@@ -115,19 +115,27 @@ def in_app(error: str) -> str:
 # ------------------------------------------------------------------------------ driver control API
 
 
+class Answer(Strict):
+    """A body the driver answers with. Its reader ignores fields it does not know, as Kubernetes clients do: a
+    driver of a newer release (an app's own image, or a rollback of the operator) still answers this one. What
+    the driver is asked stays strict: a field it does not know is refused, not silently dropped."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
 class ExecutorsRequest(Strict):
     """PUT /v1/executors: the total number of executors the app should have now."""
 
     target: int = Field(ge=0, le=MAX_EXECUTORS)
 
 
-class ExecutorsResponse(Strict):
+class ExecutorsResponse(Answer):
     target: int
     previous: int = Field(description="Live executors before the request.")
     killed: list[str] = Field(default_factory=list, description="Executors asked to stop (scale-down).")
 
 
-class QueryStatus(Strict):
+class QueryStatus(Answer):
     """One streaming query. Counters are cumulative since the driver started, so a caller that samples
     twice gets rates over its own interval."""
 
@@ -174,7 +182,7 @@ class QueryStatus(Strict):
     topics: list[str] = Field(default_factory=list, description="Kafka topics it reads (from its last progress).")
 
 
-class TopicStatus(Strict):
+class TopicStatus(Answer):
     """A source topic, counted once however many queries read it."""
 
     topic: str
@@ -192,7 +200,7 @@ class TopicStatus(Strict):
     )
 
 
-class ExecutorStatus(Strict):
+class ExecutorStatus(Answer):
     id: str
     host: str = ""
     totalCores: int = 0
@@ -202,7 +210,7 @@ class ExecutorStatus(Strict):
 RunState = Literal["standby", "running", "draining", "drained"]
 
 
-class DriverStatus(Strict):
+class DriverStatus(Answer):
     """GET /v1/status."""
 
     app: str
@@ -247,7 +255,7 @@ class StateRequest(Strict):
     )
 
 
-class StateResponse(Strict):
+class StateResponse(Answer):
     revision: str = Field(description="The revision whose plan the driver's queries run.")
     state: RunState
     previous: RunState
@@ -262,12 +270,12 @@ class DeleteCheckpointsRequest(Strict):
     checkpoints: list[CheckpointFolder] = Field(min_length=1)
 
 
-class CheckpointsDeleted(Strict):
+class CheckpointsDeleted(Answer):
     deleted: list[str] = Field(default_factory=list)
     absent: list[str] = Field(default_factory=list, description="Asked for, but not there (deleted before).")
 
 
-class ApiError(Strict):
+class ApiError(Answer):
     error: str
     field: str | None = Field(None, description="The request body's field at fault (400), e.g. 'target'.")
 
@@ -313,7 +321,7 @@ class SwapRequest(Strict):
     steps: list[QueryStep] = Field(min_length=1)
 
 
-class SwapResponse(Strict):
+class SwapResponse(Answer):
     revision: str
     restarted: list[str] = Field(default_factory=list)
     moved: list[str] = Field(

@@ -35,7 +35,7 @@ from sluice.api.validation import (
     validate,
 )
 
-from .cli_io import UsageError, add_input, add_output, emit, input_paths, one_app
+from .cli_io import UsageError, add_input, add_output, emit, input_paths, one_app, skipped_line
 from .control.backlog import topic_backlogs
 
 PlanChecker = Callable[[PipelineSpec, str], list[Problem]]  # a valid spec and its path -> what Spark would refuse
@@ -102,7 +102,7 @@ class Checked:
 
     def lines(self) -> list[str]:
         if self.skipped is not None:
-            return [f"{self.file}: {self.skipped}: skipped (not a StreamingApp)"]
+            return [skipped_line(self.file, self.skipped)]
         if self.problems:  # a problem of the file itself names it already
             return [str(p) if p.path.startswith(self.file) else f"{self.file}: {p}" for p in self.problems]
         return [f"{self.file}: {self.app}: valid"]

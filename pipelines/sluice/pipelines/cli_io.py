@@ -40,11 +40,16 @@ def input_paths(args: argparse.Namespace) -> list[str]:
     return [file for path in given for file in manifest_files(path)]
 
 
+def skipped_line(source: str, other_kind: str) -> str:
+    """The line naming an object of another kind that a command leaves out."""
+    return f"{source}: {other_kind}: skipped (not a StreamingApp)"
+
+
 def say_skipped(document: PipelineDocument) -> bool:
     """Whether `document` is of another kind; if so, said on stderr, naming it."""
     if document.other_kind is None:
         return False
-    print(f"{document.source}: {document.other_kind}: skipped (not a StreamingApp)", file=sys.stderr)
+    print(skipped_line(document.source, document.other_kind), file=sys.stderr)
     return True
 
 
