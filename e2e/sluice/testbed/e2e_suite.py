@@ -12,11 +12,13 @@ tests/test_e2e_local.py runs it on the local cluster (CI's `make e2e-local`), te
 from __future__ import annotations
 
 import base64
+import copy
 import datetime
 import functools
 import importlib.util
 import itertools
 import json
+import math
 import os
 import random
 import re
@@ -65,21 +67,27 @@ PROMETHEUS_PEER = {
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": PROMETHEUS_JOB}},
 }
 JAVA_FRAME = re.compile(r"\s+at \S+\(|\s+\.\.\. \d+ more$")  # a stack frame of a Java exception: left out of dumps
-# Counters with labels export a series only once counted: their queries may be empty on a healthy cluster.
-SERIES_ONLY_ONCE_COUNTED = (  # no series before the first count: none may have happened by the monitoring step
-    "sluice_operator_reconcile_errors_total",
-    "sluice_operator_scaling_decisions_total",
-    "sluice_operator_rollouts_total",
-    "sluice_dead_letter_records_total",
-    "sluice_malformed_records_total",
-)
-ALERT_RULES = {"for": "5s", "backlogRecords": 50}  # the autoscale step's stepped-up load passes 50 for ~30 s
+# The autoscale step's stepped-up load passes 50 records, and grows the backlog, for ~30 s.
+ALERT_RULES = {"for": "5s", "backlogRecords": 50, "backlogGrowingFor": "10s"}
 
 # Cluster-level waits poll kubectl: every 2 s is often enough.
 wait_for = functools.partial(wait_for, interval=2.0)
 
 
 # --- tools -------------------------------------------------------------------------------------------
+
+
+def merge_patched(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """`target` with a JSON merge patch (RFC 7386) applied, as `kubectl patch --type=merge` applies it."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_patched(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 class HelmError(RuntimeError):
@@ -1432,10 +1440,10 @@ class E2ESuite:
             for expression in expressions:
                 query = functools.reduce(lambda q, v: q.replace(v, variables[v]), variables, expression)
                 series[expression] = len(prometheus.query(query))  # a query Prometheus refuses raises here
-            empty = [e for e, n in series.items() if not n and not any(c in e for c in SERIES_ONLY_ONCE_COUNTED)]
+            empty = [e for e, n in series.items() if not n]
             return None if empty else series
 
-        series = wait_for(answered, timeout=120, what="every dashboard query over present series to return data")
+        series = wait_for(answered, timeout=120, what="every dashboard query to return data")
         for variable in dashboard["templating"]["list"]:  # label_values(metric{...}, label): Grafana's, not PromQL
             match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable.get("definition", ""))
             if match:
@@ -1471,27 +1479,49 @@ class E2ESuite:
         }
         print(json.dumps(self.monitoring_report, indent=1))
 
-    def sluice_cli(self, *args: str, stdin: str | None = None) -> str:
-        """The `sluice` command as a user runs it against this cluster (kubectl on PATH, its kubeconfig): stdout."""
+    def sluice_cli(self, *args: str, stdin: str | None = None, codes: tuple[int, ...] = (0,)) -> str:
+        """The `sluice` command as a user runs it against this cluster (kubectl on PATH, its kubeconfig): stdout.
+        `codes`: the exit codes that answer (plan's 1: changes)."""
         from .kube import kubernetes_binaries
 
         kubectl = kubernetes_binaries("kubectl")["kubectl"]
         env = {**os.environ, "PATH": f"{kubectl.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         command = [sys.executable, "-m", "sluice.pipelines.cli", *args, f"--kubeconfig={self.target.kubeconfig}"]
         result = subprocess.run(command, capture_output=True, text=True, input=stdin, env=env, timeout=120)
-        assert result.returncode == 0, f"sluice {' '.join(args)}: {result.stderr}"
+        assert result.returncode in codes, f"sluice {' '.join(args)}: exit {result.returncode}: {result.stderr}"
         return result.stdout
 
-    def alert_fired(self, alert: str, timeout: float = 90, **labels: str) -> bool:
-        """The chart's `alert` fires for the series with `labels` (firing now, or in the last 15 minutes), in the
-        test bed's Prometheus; False where the cluster has none."""
+    def planned(self, spec_change: dict[str, Any]) -> dict[str, Any]:
+        """`sluice plan` of the app with `spec_change` merged into its spec, against the running app, as a user runs
+        it before applying the change: its JSON plan."""
+        changed = {**self.app, "spec": merge_patched(self.app["spec"], spec_change)}
+        out = self.sluice_cli("plan", "-", "-n", self.apps_namespace, "-o", "json", stdin=yaml.safe_dump(changed),
+                              codes=(1,))  # fmt: skip
+        (plan,) = json.loads(out)
+        return dict(plan)
+
+    @staticmethod
+    def assert_as_planned(plan: dict[str, Any], done: dict[str, Any]) -> None:
+        """The rollout the operator carried out is the one `sluice plan` said it would: strategy, new driver, and
+        each query's step with its rewind."""
+        assert (plan["strategy"], plan["new_driver"]) == (done["strategy"], done["newDriver"]), (plan, done)
+        steps = {q["name"]: (q["action"], q.get("rewindMs")) for q in done["queries"]}
+        assert steps == {q["name"]: (q["action"], q["rewind_ms"]) for q in plan["queries"]}, (plan, done)
+
+    def alert_fired(self, alert: str, since: float, timeout: float = 90, **labels: str) -> bool:
+        """The chart's `alert` fires for the series with `labels` (firing now, or since the monotonic time `since`,
+        when the test caused it), in the test bed's Prometheus; False where the cluster has none."""
         if not self.prometheus:
             return False
         prometheus = Prometheus(self.target.kubectl)
         matchers = ", ".join(f'{k}="{v}"' for k, v in {"alertname": alert, "alertstate": "firing", **labels}.items())
+
+        def window() -> str:
+            return f"{math.ceil(time.monotonic() - since)}s"
+
         try:
             wait_for(
-                lambda: prometheus.query(f"max_over_time(ALERTS{{{matchers}}}[15m])"),
+                lambda: prometheus.query(f"max_over_time(ALERTS{{{matchers}}}[{window()}])"),
                 timeout=timeout,
                 what=f"the alert {alert} ({labels}) to fire",
                 interval=5,
@@ -1812,7 +1842,10 @@ class E2ESuite:
             )
             report["seconds_to_catch_up"] = round(time.monotonic() - stepped, 1)
             report["peak_executors"] = max(w["pods"] for w in timeline)
-            report["backlog_alert_fired"] = self.alert_fired("SluiceKafkaBacklogHigh", app=name)
+            report["backlog_alert_fired"] = self.alert_fired("SluiceKafkaBacklogHigh", since=stepped, app=name)
+            report["backlog_growing_alert_fired"] = self.alert_fired(
+                "SluiceKafkaBacklogGrowing", since=stepped, app=name
+            )
         finally:
             sent = load.stop()
         stopped = time.monotonic()
@@ -1870,6 +1903,14 @@ class E2ESuite:
             json.dumps({"spec": spec}),
         )
 
+    def nodes_with(self, node: str, **fields: Any) -> list[dict[str, Any]]:
+        """The app's pipeline nodes (a copy) with `fields` changed in `node`."""
+        nodes = copy.deepcopy(self.app["spec"]["pipeline"]["nodes"])
+        for n in nodes:
+            if n["name"] == node:
+                n.update(fields)
+        return nodes
+
     def patch_pipeline(self, node: str, **fields: Any) -> None:
         """Change one node of the app's pipeline (the whole node list is sent: a merge patch replaces lists)."""
         nodes = self.app["spec"]["pipeline"]["nodes"]
@@ -1912,8 +1953,10 @@ class E2ESuite:
         load = PacedLoad(self.kafka, LINES, words=("ant", "bee", "cat")).start(rate=4)
         try:
             time.sleep(30)  # the output's own longest pause before the change (several batches of each query)
+            new_filter = "word != '' AND word != 'zeta'"
+            plan = self.planned({"pipeline": {"nodes": self.nodes_with("non-empty", filter=new_filter)}})
             started = time.monotonic()
-            self.patch_pipeline("non-empty", filter="word != '' AND word != 'zeta'")
+            self.patch_pipeline("non-empty", filter=new_filter)
             done = self.rollout_completed(stable, what="the hot swap to complete")
             took = time.monotonic() - started
             time.sleep(15)  # and after it
@@ -1922,6 +1965,7 @@ class E2ESuite:
             gaps.stop()
         self.expected.update(sent)
         assert done["strategy"] == "hotSwap", done
+        self.assert_as_planned(plan, done)
         after = self.driver_identity()
         for key in ("driver_uid", "submissions", "submission_id", "spec_generation"):
             assert after[key] == before[key], f"a hot swap must not restart the driver ({key})"
@@ -1977,7 +2021,7 @@ class E2ESuite:
         rollout_condition = {c["type"]: c for c in status["conditions"]}["Rollout"]
         assert (rollout_condition["status"], rollout_condition["reason"]) == ("False", "RolledBack"), rollout_condition
         assert self.driver_identity() == before, "a refused revision changes nothing in the driver"
-        self.alert_fired("SluiceRolloutRolledBack", app=self.app_name)
+        self.alert_fired("SluiceRolloutRolledBack", since=started, app=self.app_name)
         self.send(["zeta", "alpha"])
         self.expected["zeta"] -= 20  # the stable filter still drops zeta
         self.assert_counts()
@@ -2021,6 +2065,7 @@ class E2ESuite:
         load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
         try:
             time.sleep(30)  # the output's own longest pause before the change
+            plan = self.planned({"spark": {"image": self.images.spark_next}})
             started = time.monotonic()
             self.patch_spec({"spark": {"image": self.images.spark_next}})
             self.app["spec"]["spark"]["image"] = self.images.spark_next
@@ -2033,6 +2078,7 @@ class E2ESuite:
             gaps.stop()
         self.expected.update(sent)
         assert done["strategy"] == "fencedHandover", done
+        self.assert_as_planned(plan, done)
         new_driver = self.driver_name()
         assert new_driver == done["toDriver"] != old_driver, (new_driver, done)
         self.wait_spark_application_deleted(old_driver, "the old driver")
@@ -2293,13 +2339,15 @@ class E2ESuite:
         load = PacedLoad(self.kafka, LINES, words=words).start(rate=4)
         try:
             time.sleep(30)  # the cut goes well past the words of earlier steps (the rewind: 2 s + the new window)
-            started = time.monotonic()
             counts = next(n for n in self.app["spec"]["pipeline"]["nodes"] if n["name"] == "counts")
             counts["aggregate"] = {**counts["aggregate"], "window": {"tumbling": f"{new_ms // 1000}s"}}
             change: dict[str, Any] = {"pipeline": {"nodes": self.app["spec"]["pipeline"]["nodes"]}}
             if image is not None:
-                self.app["spec"]["spark"]["image"] = image
                 change["spark"] = {"image": image}
+            plan = self.planned(change)
+            if image is not None:
+                self.app["spec"]["spark"]["image"] = image
+            started = time.monotonic()
             self.patch_spec(change)
             self.kill_operator()
             done = self.rollout_completed(stable, what=f"the checkpoint migration ({report}) to complete")
@@ -2308,6 +2356,7 @@ class E2ESuite:
         finally:
             load.stop()
         assert done["strategy"] == "checkpointMigration" and done.get("newDriver", False) == (image is not None), done
+        self.assert_as_planned(plan, done)
         ours = [(at, value) for at, value in self.kafka.consume_timed(LINES) if value in words]
         last = {word: max(at for at, value in ours if value == word) for word in words}
 
