@@ -109,10 +109,12 @@ def test_the_page_shows_each_guarantee_in_a_table_of_its_own() -> None:
 def test_the_page_names_an_exactly_once_peers_latency_interval_and_a_failed_system() -> None:
     measured = results()
     systems = measured["workloads"]["frequency-count"]["systems"]
-    systems["pyflink-eos"]["latency_interval"] = "250 ms"
+    systems["pyflink-eos"]["latency_interval"] = "250 ms"  # a peers.json from before latency_setting
+    systems["pyflink"] |= {"latency_interval": "100 ms", "latency_setting": "mini-batches every 100 ms"}
     systems["quixstreams-eos"] |= {"records_per_s": None, "runs_records_per_s": [], "errors": ["throughput: timed out"]}
     page = report.render_markdown(measured, "benchmarks.png")
     assert "| pyflink-eos (latency: commits every 250 ms) | 1,000,000 |" in page
+    assert "| pyflink (latency: mini-batches every 100 ms) |" in page
     assert "| quixstreams-eos | - |" in page
     assert "Failed (figures left out): quixstreams-eos: throughput: timed out." in page
     assert targets(measured)["frequency-count: sluice / quixstreams-eos (exactly-once)"]["met"] is False
