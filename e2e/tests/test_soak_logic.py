@@ -74,7 +74,7 @@ def test_growth_is_the_fitted_slope_per_hour_in_percent_of_the_mean() -> None:
 
 def test_summary_has_the_issues_shape() -> None:
     series = {"driver_pod_memory_bytes": [(0.0, 1.0), (20.0, 2.0), (30.0, 2.0), (40.0, 2.0)], "executors": [(1.0, 1)]}
-    summary = summarize(series, SoakPlan(60), 60.4, 1000, 0, 0)
+    summary = summarize(series, SoakPlan(60, warmup_minutes=15), 60.4, 1000, 0, 0)
     assert {"minutes", "records", "lost", "duplicated", "series"} <= set(summary)
     assert summary["series"] == {
         "driver_pod_memory_bytes": {
@@ -94,7 +94,13 @@ def test_driver_series_are_read_over_the_driver_that_lived_longest() -> None:
     memory = [(float(m), 900.0 if m < 40 else 500.0 + min(m - 40, 10) * 40) for m in range(120)]
     operator = [(float(m), 100.0) for m in range(120)]
     summary = summarize(
-        {"driver_jvm_rss_bytes": memory, "operator_rss_bytes": operator}, SoakPlan(120), 120, 1, 0, 0, drivers
+        {"driver_jvm_rss_bytes": memory, "operator_rss_bytes": operator},
+        SoakPlan(120, warmup_minutes=15),
+        120,
+        1,
+        0,
+        0,
+        drivers,
     )
     driver = summary["series"]["driver_jvm_rss_bytes"]
     assert driver["window"] == [55, 120] and driver["growth_pct_per_hour"] == 0  # the second one's, warm
@@ -108,35 +114,50 @@ def test_a_longest_driver_before_a_kill_ends_before_its_successor() -> None:
     """The first driver lived longest: its window ends before the next driver's first (small) sample."""
     drivers = [(float(m), "first") for m in range(0, 80)] + [(float(m), "second") for m in range(80, 100)]
     memory = [(float(m), 1000.0 if m < 80 else 300.0) for m in range(100)]
-    summary = summarize({"driver_jvm_rss_bytes": memory}, SoakPlan(100), 100, 1, 0, 0, drivers)
+    summary = summarize({"driver_jvm_rss_bytes": memory}, SoakPlan(100, warmup_minutes=15), 100, 1, 0, 0, drivers)
     driver = summary["series"]["driver_jvm_rss_bytes"]
     assert driver["window"] == [15, 80] and driver["end"] == 1000.0 and driver["growth_pct_per_hour"] == 0
 
 
 def test_growth_is_judged_on_what_processes_hold_over_an_hour_or_more() -> None:
-    def figures(growth: float | None, window: tuple[float, float] = (15, 140)) -> dict[str, Any]:
-        return {"growth_pct_per_hour": growth, "window": list(window)}
+    def figures(
+        growth: float | None, window: tuple[float, float] = (30, 140), rise: float = 100.0, unit: str = "bytes"
+    ) -> dict[str, Any]:
+        return {
+            "growth_pct_per_hour": growth,
+            "window": list(window),
+            "after_warmup": 1.0,
+            "end": 1.0 + rise,
+            "unit": unit,
+        }
 
     verdict = growth_verdict(
         {
             "join_driver_jvm_rss_bytes": figures(2.9),
             "operator_rss_bytes": figures(6.5),
-            "driver_runner_threads": figures(12.0, window=(15, 41.5)),  # 26 minutes: noise, not judged
-            "driver_jvm_native_memory_total_bytes": figures(4.0, window=(15, 80)),
+            "join_driver_pod_anon_bytes": figures(4.9),
+            "join_driver_pod_memory_bytes": figures(9.0),  # memory.current: page cache too
+            "operator_threads": figures(6.0, rise=1, unit="threads"),  # 12 -> 13 threads: one more worker
+            "driver_runner_open_files": figures(30.0, window=(30, 95), rise=12, unit="files"),  # a leak of files
+            "driver_runner_threads": figures(12.0, window=(30, 56.5), unit="threads"),  # 26 minutes: noise
+            "driver_jvm_native_memory_total_bytes": figures(4.0, window=(30, 95)),
             "checkpoint_logs_bytes": figures(0.2),
             "checkpoint_state_bytes": figures(20.0),  # follows the load
             "executor_jvm_rss_max_bytes": figures(9.0),  # executors come and go with the autoscaler
             "driver_jvm_native_memory_compiler_bytes": figures(100.0),  # a part of the RSS
-            "join_driver_jvm_threads": figures(None),
+            "join_driver_jvm_threads": figures(None, unit="threads"),
         }
     )
     assert verdict["judged"] == {
         "join_driver_jvm_rss_bytes": 2.9,
         "operator_rss_bytes": 6.5,
+        "join_driver_pod_anon_bytes": 4.9,
+        "operator_threads": 6.0,
+        "driver_runner_open_files": 30.0,
         "driver_jvm_native_memory_total_bytes": 4.0,
         "checkpoint_logs_bytes": 0.2,
     }
-    assert verdict["beyond"] == {"operator_rss_bytes": 6.5}
+    assert verdict["beyond"] == {"operator_rss_bytes": 6.5, "driver_runner_open_files": 30.0}
     assert verdict["too_short"] == ["driver_runner_threads", "join_driver_jvm_threads"]
     assert verdict["bound_pct_per_hour"] == GROWTH_BOUND_PCT_PER_HOUR
 
