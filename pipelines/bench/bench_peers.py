@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import sys
 import time
 import urllib.request
@@ -83,8 +84,8 @@ def maven_jar(group: str, artifact: str, version: str) -> Path:
 
 @dataclass(frozen=True)
 class Launch:
-    """Where one run reads and writes, its own scratch folder, and the commit interval an exactly-once peer runs
-    with (None: its default here)."""
+    """Where one run reads and writes, its own scratch folder, and the swept setting a system runs with (an
+    exactly-once peer's commit interval, PyFlink's mini-batch latency; None: its default here)."""
 
     workload: Workload
     bootstrap: str
@@ -103,6 +104,11 @@ class System:
     slow: bool = False  # reads the short topic (a tenth of the records) in throughput runs
     intervals: tuple[str, ...] = ()  # settings its latency is measured at, the best p99's kept (a sweep)
     sweeps: str = "commits every"  # what an interval sets, as the page says it
+    sweeps_stateless: bool = True  # False: the setting changes nothing without an aggregation
+
+    def swept(self, workload: Workload) -> tuple[str, ...]:
+        """The settings its latency runs on `workload` are swept over (none: its default)."""
+        return self.intervals if workload.stateful or self.sweeps_stateless else ()
 
     def runs(self, workload: Workload) -> bool:
         return self.workloads is None or workload.name in self.workloads
@@ -238,6 +244,7 @@ SYSTEMS = (
         AT_LEAST_ONCE,
         intervals=PYFLINK_MINI_BATCH_LATENCIES,
         sweeps="mini-batches every",
+        sweeps_stateless=False,
     ),
     System("quixstreams", _peer(QUIXSTREAMS, "quixstreams_job.py", AT_LEAST_ONCE), AT_LEAST_ONCE, slow=True),
     System("bytewax", _peer(BYTEWAX, "bytewax_job.py", AT_LEAST_ONCE), AT_LEAST_ONCE, slow=True),
@@ -424,7 +431,11 @@ class OutputWatch:
 
     def finish(self, timeout: float = 600) -> Watched:
         self._stop.set()
-        watched = self._result.get(timeout=timeout)
+        try:
+            watched = self._result.get(timeout=timeout)
+        except queue.Empty:
+            code = self._process.exitcode
+            raise TimeoutError(f"the output watch gave no result in {timeout:.0f}s (its exit code: {code})") from None
         self._process.join(60)
         return watched
 

@@ -285,7 +285,7 @@ class PeersBench:
         """The sweeps first, then SLUICE_BENCH_PEERS_REPEATS rounds of every system, the order alternating."""
         systems = [s for s in self.systems if s.runs(workload) and not figures[s.name].errors]
         for system in systems:
-            if system.intervals:
+            if system.swept(workload):
                 self.sweep(system, workload, figures[system.name])
         for repeat in range(self.config.repeats):
             self.limit_latency(workload, figures[LIMIT])
@@ -304,7 +304,7 @@ class PeersBench:
     def sweep(self, system: System, workload: Workload, figures: Figures) -> None:
         """A swept system's latency at each of its settings (an exactly-once peer's commit interval, PyFlink's
         mini-batch latency): its runs use the best p99's."""
-        for interval in system.intervals:
+        for interval in system.swept(workload):
             try:
                 run = self.system_latency(system, workload, figures, interval)
             except (AssertionError, RuntimeError, TimeoutError) as error:
@@ -314,7 +314,7 @@ class PeersBench:
             at = f"{workload.name}: {system.name} at {interval}"
             console.log(f"{at}: p50 {run.p50_ms:,.0f}, p99 {run.p99_ms:,.0f} ms")
         if not figures.latency_sweep:
-            figures.errors.append(f"latency: no interval of {system.intervals} ran")
+            figures.errors.append(f"latency: no setting of {system.swept(workload)} ran")
             return
         figures.latency_interval = min(figures.latency_sweep, key=lambda i: figures.latency_sweep[i]["p99_ms"])
         figures.latency_setting = f"{system.sweeps} {figures.latency_interval}"
@@ -329,7 +329,7 @@ class PeersBench:
         self.log_latency(workload, LIMIT, limit)
 
     def system_latency(self, system: System, workload: Workload, figures: Figures, interval: str | None) -> Latency:
-        """One latency run of the system (at the commit `interval`, for an exactly-once peer)."""
+        """One latency run of the system (at the swept setting `interval`, for a swept system)."""
         figures.latency_rate = rate = self.rate(figures)
         topic = self.new_topic(partitions=PARTITIONS, prefix=f"peers-{workload.name}-latency")
         launch = replace(self.launch(workload, topic, f"{system.name}-latency"), interval=interval)

@@ -1,6 +1,7 @@
-"""The side-by-side benchmark's output watch (pipelines/bench/bench_peers.py) on a real broker. In a throughput run
-of the stateless workload it only counts the output while the job runs, and checks the whole output once the job has
-stopped: a wrong or duplicated record still fails the run."""
+"""The side-by-side benchmark's harness (pipelines/bench/bench_peers.py). Its output watch, on a real broker: in a
+throughput run of the stateless workload it only counts the output while the job runs, and checks the whole output
+once the job has stopped, so a wrong or duplicated record still fails the run. Which settings a system's latency
+runs sweep."""
 
 from __future__ import annotations
 
@@ -13,11 +14,9 @@ from confluent_kafka import Producer
 
 from sluice.testbed.common import REPO_ROOT
 
-pytestmark = pytest.mark.kafka
-
 sys.path.insert(0, str(REPO_ROOT / "pipelines/bench"))
-from bench_peers import OutputWatch  # noqa: E402
-from peer_workloads import FILTER_PROJECTION, Reference  # noqa: E402
+from bench_peers import SYSTEMS, OutputWatch
+from peer_workloads import FILTER_PROJECTION, FREQUENCY_COUNT, Reference
 
 WORDS = [b"lengthy", b"short", b"streaming", b"kafka", b"exactly", b"once"]
 
@@ -43,6 +42,7 @@ def watched_output(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]
     return watch.finish(timeout=120)
 
 
+@pytest.mark.kafka
 def test_a_right_output_completes_and_passes_the_check(kafka_bootstrap: str, new_topic: Callable[..., str]) -> None:
     expected = sorted(projection_reference().projected.items())
     watched = watched_output(kafka_bootstrap, new_topic(partitions=4), expected)
@@ -50,6 +50,7 @@ def test_a_right_output_completes_and_passes_the_check(kafka_bootstrap: str, new
     assert (watched.errors, watched.outputs) == ([], len(expected))
 
 
+@pytest.mark.kafka
 def test_a_wrong_or_duplicated_record_fails_the_check_after_the_count(
     kafka_bootstrap: str, new_topic: Callable[..., str]
 ) -> None:
@@ -59,3 +60,11 @@ def test_a_wrong_or_duplicated_record_fails_the_check_after_the_count(
     watched = watched_output(kafka_bootstrap, new_topic(partitions=4), wrong)
     assert watched.complete_at is not None  # the count reached it: only the check can tell
     assert watched.errors == ["1 duplicate output records", "1 records not in the input or with a wrong value"]
+
+
+def test_latency_sweeps_only_settings_that_change_the_workload() -> None:
+    systems = {system.name: system for system in SYSTEMS}
+    assert systems["pyflink-eos"].swept(FILTER_PROJECTION) == ("250 ms", "500 ms", "1 s", "2 s")  # commits: always
+    assert systems["pyflink"].swept(FREQUENCY_COUNT) == ("100 ms", "250 ms", "500 ms")
+    assert systems["pyflink"].swept(FILTER_PROJECTION) == ()  # no aggregation: mini-batch does nothing
+    assert systems["sluice"].swept(FREQUENCY_COUNT) == ()
