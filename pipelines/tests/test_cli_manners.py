@@ -185,6 +185,27 @@ def test_no_input_is_a_usage_error(command) -> None:
     assert result.returncode == 2 and "no input: give a file, a directory or -" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("command", ["validate", "plan", "graph"])
+def test_a_directory_without_manifests_is_a_usage_error(command, tmp_path) -> None:
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    result = sluice(command, str(tmp_path))
+    assert result.returncode == 2 and f"no manifest (*.yaml, *.yml, *.json) in {tmp_path}" in result.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_output_without_a_traceback() -> None:
+    """`sluice schema | head -1`: the schema is longer than the pipe takes once its reader has closed."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sluice.pipelines.cli", "schema"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(10)  # the head of it, then the reader goes away
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141 and stderr == "", stderr
+
+
 def test_graph_and_run_take_one_app_and_name_what_they_skip(app, tmp_path) -> None:
     one = write(tmp_path / "one.yaml", CONFIG_MAP, app)
     drawn = sluice("graph", "-f", one)

@@ -2,13 +2,15 @@
 print the schema.
 
 Exit codes (docs/cli.md): 0 done (valid, no change, the run ended, drawn, printed); 1 the answer is "problems"
-(validate), "changes" (plan) or a query failed (run); 2 it could not be done (usage, unreadable or invalid input,
-no cluster or app)."""
+(validate, an unreadable file among them), "changes" (plan) or a query failed (run); 2 it could not be done (usage,
+invalid input elsewhere, no cluster or app); 141 the output's reader went away (`| head`), as for a command killed
+by SIGPIPE."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import shutil
 import signal
 import sys
@@ -38,6 +40,7 @@ from sluice.api.validation import (
 from .cli_io import UsageError, add_input, add_output, emit, input_paths, one_app, skipped_line
 from .control.backlog import topic_backlogs
 
+BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, what a shell reports for a command SIGPIPE ended
 PlanChecker = Callable[[PipelineSpec, str], list[Problem]]  # a valid spec and its path -> what Spark would refuse
 
 console = Console(stderr=True)
@@ -341,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"sluice {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `sluice schema | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        return BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -33,11 +33,16 @@ def add_output(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> Non
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
-    """Every file the command line names, directories expanded; UsageError when it names none."""
+    """Every file the command line names, directories expanded; UsageError when it names none, or a directory holds
+    no manifest (as kubectl refuses a directory with no objects)."""
     given = [*args.files, *args.filenames]
     if not given:
         raise UsageError("no input: give a file, a directory or - (stdin), as FILE or -f FILE")
-    return [file for path in given for file in manifest_files(path)]
+    files = {path: manifest_files(path) for path in given}
+    empty = [path for path, found in files.items() if not found]
+    if empty:
+        raise UsageError(f"no manifest (*.yaml, *.yml, *.json) in {', '.join(empty)}")
+    return [file for found in files.values() for file in found]
 
 
 def skipped_line(source: str, other_kind: str) -> str:
