@@ -332,16 +332,21 @@ def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
     def write(batch_id: int) -> list:
         return list(target.batch_write(sink, batch_id, 3).write(2, batches(f"b{batch_id}", 2, 3)))
 
-    assert write(0)[0].records > 0  # this worker keeps its producer
+    first = write(0)[0]
+    assert first.records > 0 and first.new_producer  # this worker keeps its producer
     transactional_id = f"{sink.transactional_prefix}/2"
     kept = _Workers.producers.pop(transactional_id)
-    assert not write(1)[0].skipped  # "another worker": a new producer, which fences the kept one
+    taken = write(1)[0]
+    assert not taken.skipped and taken.new_producer  # "another worker": a new producer, which fences the kept one
     _Workers.producers[transactional_id] = kept  # back on the first worker, its producer fenced
-    assert write(1)[0].skipped  # a replay of batch 1 there: fenced, replaced, then finds batch 1 committed
+    replay = write(1)[0]
+    assert replay.skipped and replay.new_producer  # a replay of batch 1 there: fenced, replaced, finds batch 1
     _Workers.producers[transactional_id] = kept
     assert not write(2)[0].skipped
+    again = write(3)[0]  # the producer that replaced the fenced one, kept
+    assert not again.skipped and not again.new_producer
     in_partition_2 = [k for k in KEYS if kafka_partition(k.encode(), 3) == 2]
-    assert target.values() == sum((expected(f"b{b}", in_partition_2) for b in range(3)), Counter())
+    assert target.values() == sum((expected(f"b{b}", in_partition_2) for b in range(4)), Counter())
 
 
 # -------------------------------------------------------------------------------------- partitions

@@ -85,6 +85,15 @@ class ExactlyOnceKafkaSink(KafkaRecords):
             written = self._by_partition(placed, job.partitions).mapInArrow(job.write_task, RESULT_TYPE).collect()
             results = [PartitionResult(*row) for row in written]
         self.last_results = sorted(results)
+        log.debug(
+            "%s: batch %d: %d records to %d partition(s) of %s, %d new producer(s)",
+            self.context.query,
+            batch_id,
+            sum(r.records for r in results),
+            len(results),
+            self.config.topic,
+            sum(r.new_producer for r in results),
+        )
         skipped = [r.partition for r in results if r.skipped]
         if skipped:
             log.info(

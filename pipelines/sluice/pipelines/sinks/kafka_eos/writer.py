@@ -36,9 +36,12 @@ class PartitionResult(NamedTuple):
     partition: int
     records: int
     skipped: bool  # the batch was already committed to this partition
+    new_producer: bool = False  # a producer was started (and fenced its id's older ones) for this write
 
 
-RESULT_SCHEMA = pa.schema([("partition", pa.int32()), ("records", pa.int64()), ("skipped", pa.bool_())])
+RESULT_SCHEMA = pa.schema(
+    [("partition", pa.int32()), ("records", pa.int64()), ("skipped", pa.bool_()), ("new_producer", pa.bool_())]
+)
 RESULT_TYPE = from_arrow_schema(RESULT_SCHEMA)
 
 
@@ -131,12 +134,14 @@ class BatchWrite:
         if not head:
             return iter(())
         owner, fresh = self._owner(partition)
+        started = fresh
         for _ in range(MAX_FENCED):
             if owner.committed is not None and owner.committed.covers(self.marker):
-                return iter([PartitionResult(partition, 0, skipped=True)])
+                return iter([PartitionResult(partition, 0, skipped=True, new_producer=started)])
             if self._began(owner, partition, head, probe=not fresh):
                 break
             owner, fresh = self._owner(partition, replace=True)  # fenced: a newer producer took the id
+            started = True
         else:
             raise RuntimeError(
                 f"{self._transactional_id(partition)}: fenced {MAX_FENCED} times in a row: is "
@@ -149,7 +154,7 @@ class BatchWrite:
             self._forget_on(exc, partition, owner.producer)
             raise
         owner.committed = self.marker
-        return iter([PartitionResult(partition, written, skipped=False)])
+        return iter([PartitionResult(partition, written, skipped=False, new_producer=started)])
 
     def write_again_on_failure(self, partition: int, batches: list[pa.RecordBatch]) -> list[PartitionResult]:
         """`write`, tried again after a Kafka error as Spark tries a failed task again (in the driver nothing
