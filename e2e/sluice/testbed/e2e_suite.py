@@ -1913,10 +1913,7 @@ class E2ESuite:
 
     def patch_pipeline(self, node: str, **fields: Any) -> None:
         """Change one node of the app's pipeline (the whole node list is sent: a merge patch replaces lists)."""
-        nodes = self.app["spec"]["pipeline"]["nodes"]
-        for n in nodes:
-            if n["name"] == node:
-                n.update(fields)
+        nodes = self.app["spec"]["pipeline"]["nodes"] = self.nodes_with(node, **fields)
         self.patch_spec({"pipeline": {"nodes": nodes}})
 
     def rollout_of(self, to_revision: str | None = None) -> dict[str, Any] | None:
