@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from helpers import Harness
 from pyspark.sql import SparkSession
+
+from sluice.testbed.common import REPO_ROOT
+
+# The benchmark's modules (pipelines/bench) are imported by their own names, once for every test: a class loaded
+# twice is two objects, and a spawned process pickles an object by its class's name.
+sys.path.insert(0, str(REPO_ROOT / "pipelines/bench"))
 
 
 @pytest.fixture

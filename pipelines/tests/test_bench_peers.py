@@ -5,17 +5,12 @@ runs sweep."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-
-from sluice.testbed.common import REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "pipelines/bench"))
 from bench_peers import SYSTEMS, OutputWatch
+from confluent_kafka import Producer
 from peer_workloads import FILTER_PROJECTION, FREQUENCY_COUNT, Reference
 
 WORDS = [b"lengthy", b"short", b"streaming", b"kafka", b"exactly", b"once"]

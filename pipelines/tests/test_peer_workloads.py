@@ -3,17 +3,9 @@ and per-record latency. A wrong check would let a wrong engine output pass the b
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
-from sluice.testbed.common import REPO_ROOT
-
-_spec = importlib.util.spec_from_file_location("peer_workloads", REPO_ROOT / "pipelines/bench/peer_workloads.py")
-assert _spec is not None and _spec.loader is not None
-peers = importlib.util.module_from_spec(_spec)
-sys.modules["peer_workloads"] = peers
-_spec.loader.exec_module(peers)
+import peer_workloads as peers
 
 
 def count(word: str, n: int, window_start: int | None = None) -> bytes:

@@ -4,17 +4,9 @@ one side; these checks keep the pairing honest."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from typing import Any
 
-from sluice.testbed.common import REPO_ROOT
-
-_spec = importlib.util.spec_from_file_location("peers_report", REPO_ROOT / "pipelines/bench/peers_report.py")
-assert _spec is not None and _spec.loader is not None
-report = importlib.util.module_from_spec(_spec)
-sys.modules["peers_report"] = report
-_spec.loader.exec_module(report)
+import peers_report as report
 
 EOS, ALO = "exactly-once", "at-least-once"
 
