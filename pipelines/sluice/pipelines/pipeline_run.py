@@ -43,6 +43,7 @@ from sluice.api.validation import (
     validate,
 )
 
+from .callbacks import close_connections
 from .checkpoints import Handover, OutputGrid, committed_batch, delete_folder
 from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
 from .metrics import PipelineMetrics, ProgressListener
@@ -652,6 +653,7 @@ class PipelineRun:
             time.sleep(0.05)
         waited = time.monotonic() - deadline + boundary_timeout
         query.stop()
+        close_connections(str(query.id))  # its stream thread has ended
         log.info(
             "query %s: %.2f s to a batch boundary, stopped %.2f s after",
             query.name,

@@ -18,6 +18,7 @@ from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import ProcessingTime
 from sluice.api.times import duration_to_spark
 
+from .callbacks import noting_connection
 from .checkpoints import OffsetLog, running_query_at
 from .compiler import LateRule, QueryPlan, reach_column
 from .session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER, STATELESS_POOL
@@ -286,7 +287,9 @@ def start_query(
         writer, query_name = sink.stream_writer(sink.records(plan.df)), sink.query_name
     else:
         writer, query_name = (
-            plan.df.writeStream.foreachBatch(_batch_handler(plan, sink, checkpoint_of, on_dead_letters)),
+            plan.df.writeStream.foreachBatch(
+                noting_connection(_batch_handler(plan, sink, checkpoint_of, on_dead_letters))
+            ),
             plan.name,
         )
     writer = writer.queryName(query_name).outputMode(plan.output_mode).option("checkpointLocation", checkpoint)

@@ -11,6 +11,8 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from sluice.api.kafka_clients import KafkaClient
 
+from ..callbacks import noting_connection
+
 
 @dataclass(frozen=True)
 class SinkContext:
@@ -45,7 +47,7 @@ class Sink(ABC):
 
     def stream_writer(self, records: DataFrame) -> DataStreamWriter:
         """The streaming writer; by default every micro-batch goes through write_batch."""
-        return records.writeStream.foreachBatch(self.write_batch)
+        return records.writeStream.foreachBatch(noting_connection(self.write_batch))
 
     @property
     def query_name(self) -> str:
