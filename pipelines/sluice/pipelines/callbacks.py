@@ -44,7 +44,9 @@ def noting_connection(handle: BatchHandler) -> BatchHandler:
 
 def _note(batch: DataFrame) -> None:
     context = batch.sparkSession.sparkContext
-    connection = context._gateway._gateway_client.get_thread_connection()  # type: ignore[union-attr]
+    # Only a ClientServer's client pins connections to threads (PYSPARK_PIN_THREAD=false: a pool py4j cleans).
+    thread_connection = getattr(context._gateway._gateway_client, "get_thread_connection", None)  # type: ignore[union-attr]
+    connection = thread_connection() if thread_connection is not None else None
     if connection is None or id(connection) in _Noted.known:
         return
     # Asked on this connection, so answered by the query's stream thread (the one waiting for this batch).
