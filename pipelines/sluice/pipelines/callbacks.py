@@ -27,8 +27,7 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 class _Noted:
-    by_query: dict[str, set[Any]] = {}  # query id -> py4j ClientServerConnections its batches ran on
-    known: set[int] = set()  # id() of every connection noted (one lookup per batch, no JVM call)
+    queries: dict[Any, str] = {}  # py4j ClientServerConnection -> the id of the query whose batches ran on it
     lock = threading.Lock()
 
 
@@ -47,22 +46,22 @@ def _note(batch: DataFrame) -> None:
     # Only a ClientServer's client pins connections to threads (PYSPARK_PIN_THREAD=false: a pool py4j cleans).
     thread_connection = getattr(context._gateway._gateway_client, "get_thread_connection", None)  # type: ignore[union-attr]
     connection = thread_connection() if thread_connection is not None else None
-    if connection is None or id(connection) in _Noted.known:
+    if connection is None or connection in _Noted.queries:  # noted before: no JVM call
         return
     # Asked on this connection, so answered by the query's stream thread (the one waiting for this batch).
     query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
     if query_id is None:
         return
     with _Noted.lock:
-        _Noted.known.add(id(connection))
-        _Noted.by_query.setdefault(query_id, set()).add(connection)
+        _Noted.queries[connection] = query_id
 
 
 def close_connections(query_id: str) -> int:
     """Close the connections the batches of a query that has stopped ran on; how many."""
     with _Noted.lock:
-        connections = _Noted.by_query.pop(query_id, set())
-        _Noted.known.difference_update(id(connection) for connection in connections)
+        connections = [connection for connection, query in _Noted.queries.items() if query == query_id]
+        for connection in connections:
+            del _Noted.queries[connection]
     for connection in connections:
         # Not connection.close(): closing its stream waits for the lock the thread reading from it holds.
         if connection.socket is not None:
