@@ -108,6 +108,13 @@ def after_the_rollback(
     return back, events, written(bootstrap, out)
 
 
+def to_4s_windows(old: RunnerConfig, source: str, out: str) -> RunnerConfig:
+    """rev-2 of `old`: 4 s windows, its query on a checkpoint of its own."""
+    return old.model_copy(
+        update={"revision": "rev-2", "pipeline": pipeline(source, out, "4s"), "checkpoints": {"counts": "counts@rev-2"}}
+    )
+
+
 def first_revision(spec: PipelineSpec, bootstrap: str, tmp_path: Path) -> RunnerConfig:
     return RunnerConfig(
         app="migrate",
@@ -166,9 +173,7 @@ def test_a_window_change_migrates_and_rolls_back_exactly_once(
     source, out = new_topic(2), new_topic(1)
     base = (int(time.time() * 1000) // 4000 - 30) * 4000  # aligned on both window sizes, within retention
     old = first_revision(pipeline(source, out, "2s"), kafka_bootstrap, tmp_path)
-    new = old.model_copy(
-        update={"revision": "rev-2", "pipeline": pipeline(source, out, "4s"), "checkpoints": {"counts": "counts@rev-2"}}
-    )
+    new = to_4s_windows(old, source, out)
 
     events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
     run = PipelineRun(spark_session, old).start()
@@ -340,9 +345,7 @@ def test_a_change_to_a_larger_window_counts_each_record_once_when_the_cut_is_off
     source, out = new_topic(2), new_topic(1)
     base = (int(time.time() * 1000) // 4000 - 30) * 4000 + 2000  # on the 2 s grid, off the 4 s one
     old = first_revision(pipeline(source, out, "2s"), kafka_bootstrap, tmp_path)
-    new = old.model_copy(
-        update={"revision": "rev-2", "pipeline": pipeline(source, out, "4s"), "checkpoints": {"counts": "counts@rev-2"}}
-    )
+    new = to_4s_windows(old, source, out)
     events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
     run = PipelineRun(spark_session, old).start()
     try:
