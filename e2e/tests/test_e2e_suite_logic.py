@@ -16,6 +16,7 @@ from sluice.testbed.e2e_suite import (
     E2ESuite,
     PacedLoad,
     duplicated_windows,
+    migrated_reference,
     values_the_chart_takes,
     word_counts,
     word_tally,
@@ -38,6 +39,18 @@ def test_duplicated_windows_names_each_result_written_twice():
     records = [row("t0", "alpha", 2), row("t0", "beta", 1), row("t1", "alpha", 3), row("t0", "alpha", 2)]
     assert duplicated_windows(records) == [("t0", "t0+5s", "alpha")]
     assert duplicated_windows(records[:3]) == []
+
+
+def test_a_migrated_reference_counts_each_record_once_across_a_cut_off_the_new_grid() -> None:
+    """5 s -> 10 s windows cut at :45 (the 100-minute soak's): :40-:45 in the old plan's window, the new window
+    :40-:50 with its records from :45 on."""
+    records = [(at, "ant") for at in (41_000, 44_000, 46_000, 49_000, 52_000)]
+    assert migrated_reference(records, 5_000, 10_000, cut=45_000) == {
+        (5_000, 40_000, "ant"): 2,
+        (10_000, 40_000, "ant"): 2,
+        (10_000, 50_000, "ant"): 1,
+    }
+    assert sum(migrated_reference(records, 10_000, 5_000, cut=50_000).values()) == len(records)
 
 
 def test_word_tally_counts_each_record():

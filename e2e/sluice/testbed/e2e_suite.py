@@ -809,14 +809,14 @@ def results_by_window(records: Iterable[str], words: Collection[str]) -> dict[Wi
 
 
 def migrated_reference(records: Iterable[tuple[int, str]], old_ms: int, new_ms: int, cut: int) -> Counter[WindowResult]:
-    """What a window change migrated at `cut` must emit, each once: windows of the old size that closed at or
-    before the cut (the old plan's), and of the new size that close after it (the new plan's)."""
+    """What a change of tumbling windows migrated at `cut` (on the old grid) must emit, each once: each record
+    counted once, in a window of the old size (the old plan's, all closed at or before the cut) when it is
+    before the cut, else in one of the new size (the new plan's; one straddling the cut counts only its records
+    from the cut on)."""
     out: Counter[WindowResult] = Counter()
     for at, word in records:
-        for size in (old_ms, new_ms):
-            start = at - at % size
-            if (size == old_ms) == (start + size <= cut):
-                out[(size, start, word)] += 1
+        size = old_ms if at < cut else new_ms
+        out[(size, at - at % size, word)] += 1
     return out
 
 

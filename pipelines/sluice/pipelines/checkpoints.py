@@ -192,11 +192,15 @@ class Handover:
     window it closed there (its OutputGrid); rows final before it (windows that closed at or before it) were
     written by that query, so this one drops them (the output gate).
     startingOffsets: where this checkpoint's first batch starts, per source node (Spark's startingOffsets JSON);
-    Spark reads them only while the checkpoint has no offsets of its own."""
+    Spark reads them only while the checkpoint has no offsets of its own.
+    countedBeforeMs: the cut, when the other query's windows end on a grid (every record of event time before
+    it is in a window that query wrote); this query's tumbling windows leave those records out, so one that
+    straddles the cut (off its grid) counts only its records from the cut on, and no record is counted twice."""
 
     source: str  # the checkpoint the output came from
     cutMs: int | None
     startingOffsets: dict[str, str] = field(default_factory=dict)
+    countedBeforeMs: int | None = None
 
     @staticmethod
     def folder(checkpoint: str) -> str:

@@ -161,9 +161,12 @@ class Compiler:
         source_frames: SourceFrames | None = None,
         starting_offsets: Mapping[str, str] | None = None,
         since_ms: int | None = None,
+        counted_before_ms: int | None = None,
     ) -> None:
         self.spark = spark
         self.since_ms = since_ms  # streams from the sources' records since then, not from their offsets (a warm-up)
+        # Records of event time before it were counted in another query's windows (a migration's cut).
+        self.counted_before_ms = counted_before_ms
         self.source_frames = source_frames
         self.starting_offsets = dict(starting_offsets or {})  # source node -> startingOffsets, over the spec's
         self.spec = spec
@@ -357,6 +360,9 @@ class Compiler:
                 )
             if window.tumbling:
                 keys.insert(0, F.window(on, duration_to_spark(window.tumbling)).alias("window"))
+                if self.counted_before_ms is not None:  # each record is in one window: counted there or here
+                    since = F.timestamp_millis(F.lit(self.counted_before_ms))
+                    stream = replace(stream, df=stream.df.where(F.col(on) >= since))
             elif window.sliding:
                 keys.insert(
                     0,
@@ -700,9 +706,13 @@ def compile_pipeline(
     source_frames: SourceFrames | None = None,
     starting_offsets: Mapping[str, str] | None = None,
     since_ms: int | None = None,
+    counted_before_ms: int | None = None,
 ) -> CompiledPipeline:
     """`starting_offsets`: source node name -> Spark's startingOffsets, instead of the spec's (a migrated query's
-    first batch). `since_ms`: the Kafka streams start at the records of that time (a standby driver's warm-up)."""
+    first batch). `since_ms`: the Kafka streams start at the records of that time (a standby driver's warm-up).
+    `counted_before_ms`: records of event time before it were counted in another query's windows (a
+    migration's cut): tumbling windows leave them out, so the one straddling the cut counts only its records
+    from the cut on."""
     return Compiler(
         spark,
         spec,
@@ -712,6 +722,7 @@ def compile_pipeline(
         source_frames=source_frames,
         starting_offsets=starting_offsets,
         since_ms=since_ms,
+        counted_before_ms=counted_before_ms,
     ).compile()
 
 

@@ -82,10 +82,12 @@ def described(partitions: list[TopicPartition]) -> str:
     )
 
 
-def gate_cut(source_cut: int | None, existing: Handover | None) -> int | None:
+def gate_cut(source_cut: int | None, existing: Handover | None, counted: bool = False) -> int | None:
     """The output gate: the later of the source query's cut and one the checkpoint was given before (windows
-    closed before either were written by another query)."""
-    cuts = [c for c in (source_cut, existing.cutMs if existing else None) if c is not None]
+    closed before either were written by another query). `counted`: the same for the records counted before
+    the cut (Handover.countedBeforeMs)."""
+    before = None if existing is None else existing.countedBeforeMs if counted else existing.cutMs
+    cuts = [c for c in (source_cut, before) if c is not None]
     return max(cuts) if cuts else None
 
 
@@ -191,6 +193,12 @@ def hand_over(
         # from another may need records that one read before it: its own start is no floor).
         starts = source_starts(spark, source_checkpoint) if Handover.latest(spark, source_checkpoint) is None else {}
         offsets = starting_offsets(ends, found, sources, starts)
-    handover = Handover(source=source_checkpoint, cutMs=gate_cut(cut, existing), startingOffsets=offsets)
+    counted_before = gate_cut(cut if grid is not None else None, existing, counted=True)
+    handover = Handover(
+        source=source_checkpoint,
+        cutMs=gate_cut(cut, existing),
+        startingOffsets=offsets,
+        countedBeforeMs=counted_before,
+    )
     handover.write(spark, target_checkpoint)
     return handover

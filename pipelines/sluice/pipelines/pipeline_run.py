@@ -360,17 +360,22 @@ class PipelineRun:
                 "config",
             )
 
-    def _compile(self, config: RunnerConfig, starting_offsets: dict[str, str] | None = None) -> CompiledPipeline:
+    def _compile(
+        self,
+        config: RunnerConfig,
+        starting_offsets: dict[str, str] | None = None,
+        counted_before_ms: int | None = None,
+    ) -> CompiledPipeline:
         """The pipeline's queries, checked with Spark's parsers first and with Spark's unsupported-operation
         check after (what `sluice validate` checks): PipelineInvalid naming each node, nothing started.
-        `starting_offsets`: per source node, instead of the spec's (a query that took over from another
-        checkpoint)."""
+        `starting_offsets`, `counted_before_ms`: as compile_pipeline takes them (a query that took over from
+        another checkpoint)."""
         problems = semantic_problems(
             config.pipeline, self.pipeline_path, sql=spark_sql_parser(self.spark), ddl=spark_ddl_parser(self.spark)
         )
         if problems:
             raise PipelineInvalid(problems)
-        compiled = self._plans(config, starting_offsets=starting_offsets)
+        compiled = self._plans(config, starting_offsets=starting_offsets, counted_before_ms=counted_before_ms)
         problems = streaming_problems(self.spark, compiled, config.pipeline, self.pipeline_path)
         problems += real_time_slot_problems(self.spark, config.pipeline, self.pipeline_path, self.kafka_of(config))
         if problems:
@@ -378,7 +383,11 @@ class PipelineRun:
         return compiled
 
     def _plans(
-        self, config: RunnerConfig, starting_offsets: dict[str, str] | None = None, since_ms: int | None = None
+        self,
+        config: RunnerConfig,
+        starting_offsets: dict[str, str] | None = None,
+        since_ms: int | None = None,
+        counted_before_ms: int | None = None,
     ) -> CompiledPipeline:
         """The config's pipeline compiled on this run's Spark (compile_pipeline's options), unchecked."""
         return compile_pipeline(
@@ -389,6 +398,7 @@ class PipelineRun:
             app_name=config.app,
             starting_offsets=starting_offsets,
             since_ms=since_ms,
+            counted_before_ms=counted_before_ms,
         )
 
     def checkpoint_of(self, query: str) -> str:
@@ -416,9 +426,12 @@ class PipelineRun:
     def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
         """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it
         was given while it has none of its own, and behind its output gate."""
-        fresh = handover is not None and committed_batch(self.spark, config.checkpoint(plan.name)) is None
-        if handover is not None and handover.startingOffsets and fresh:  # Spark reads them only before batch 0
-            plan = next(p for p in self._compile(config, handover.startingOffsets).queries if p.name == plan.name)
+        if handover is not None:
+            fresh = committed_batch(self.spark, config.checkpoint(plan.name)) is None
+            offsets = handover.startingOffsets if fresh else {}  # Spark reads them only before batch 0
+            if offsets or handover.countedBeforeMs is not None:
+                compiled = self._compile(config, offsets, counted_before_ms=handover.countedBeforeMs)
+                plan = next(p for p in compiled.queries if p.name == plan.name)
         if plan.final_grid_ms:
             OutputGrid(plan.final_grid_ms).write(self.spark, config.checkpoint(plan.name))
         query = start_query(
