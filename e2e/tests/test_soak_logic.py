@@ -26,6 +26,7 @@ from sluice.testbed.soak import (
     pod_figures,
     process_role,
     series_name,
+    settled_rise,
     soak_app_settings,
     summarize,
     transactions_listed,
@@ -62,14 +63,26 @@ def test_disturbances_are_apart_and_leave_the_end_quiet() -> None:
     assert SoakPlan(20).events() == []  # shorter than every interval
 
 
-def test_growth_is_the_fitted_slope_per_hour_in_percent_of_the_mean() -> None:
+def test_growth_is_the_slope_per_hour_in_percent_of_the_median() -> None:
     flat = [(float(m), 100.0) for m in range(60)]
     assert growth_pct_per_hour(flat, after=10) == 0
-    growing = [(float(m), 100.0 + m) for m in range(0, 61)]  # +1 a minute; mean after 30: 145
+    growing = [(float(m), 100.0 + m) for m in range(0, 61)]  # +1 a minute; median after 30: 145
     assert growth_pct_per_hour(growing, after=30) == pytest.approx(60 / 145 * 100, abs=0.01)
     warmup_only = [(0.0, 10.0), (1.0, 500.0), (20.0, 500.0), (21.0, 500.0), (22.0, 500.0)]
     assert growth_pct_per_hour(warmup_only, after=15) == 0  # the warm-up's climb is left out
     assert growth_pct_per_hour([(20.0, 1.0), (21.0, 1.0)], after=15) is None
+
+
+def test_a_burst_is_not_growth() -> None:
+    """The 100-minute soak's operator: 6-7 threads, bursts to 11 during rollouts and at the end. A least-squares
+    fit read +21.7 %/h and a rise of 4 from the first sample to the last; neither is a leak."""
+    threads = [(float(m), 6.0 if m < 60 else 7.0) for m in range(30, 131)]
+    bursty = [(m, 11.0 if m in (55.0, 80.0, 105.0, 128.0, 129.0, 130.0) else v) for m, v in threads]
+    assert growth_pct_per_hour(bursty, after=30) == growth_pct_per_hour(threads, after=30) == 0
+    assert settled_rise(bursty) == 1
+    leaking = [(m, v + (m - 30) // 10) for m, v in bursty]  # one more thread every 10 minutes
+    assert growth_pct_per_hour(leaking, after=30) > GROWTH_BOUND_PCT_PER_HOUR
+    assert settled_rise(leaking) == 10
 
 
 def test_summary_has_the_issues_shape() -> None:
@@ -82,6 +95,7 @@ def test_summary_has_the_issues_shape() -> None:
             "after_warmup": 2.0,
             "end": 2.0,
             "growth_pct_per_hour": 0.0,
+            "rise": 0.0,
             "window": [15, 60.4],
         }
     }  # executors has no sample after the warm-up

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import time
 from collections import Counter, defaultdict
@@ -105,20 +106,30 @@ class SoakPlan:
         return placed
 
 
+SETTLED_MINUTES = 15.0  # a rise is read between the medians of a window's first and last quarter-hour
+
+
 def growth_pct_per_hour(series: Series, after: float) -> float | None:
-    """The least-squares slope of the series after minute `after`, per hour, in percent of its mean there; None
-    with fewer than 3 points or a zero mean."""
+    """The series' slope after minute `after`, per hour, in percent of its median there; None with fewer than 3
+    points or a zero median. The slope is Theil-Sen's (the median of every pair's slope): a burst (threads
+    while a rollout runs, a file while a checkpoint compacts) moves it no more than one point does, where it
+    tilts a least-squares fit when it falls near either end."""
     points = [(m, v) for m, v in series if m >= after]
-    if len(points) < 3:
+    middle = statistics.median(v for _, v in points) if len(points) >= 3 else 0
+    if not middle:
         return None
-    n = len(points)
-    mean_m = sum(m for m, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    spread = sum((m - mean_m) ** 2 for m, _ in points)
-    if spread == 0 or mean_v == 0:
+    slopes = [(v2 - v1) / (m2 - m1) for i, (m1, v1) in enumerate(points) for m2, v2 in points[i + 1 :] if m2 != m1]
+    if not slopes:
         return None
-    slope = sum((m - mean_m) * (v - mean_v) for m, v in points) / spread  # per minute
-    return round(slope * 60 / mean_v * 100, 2)
+    return round(statistics.median(slopes) * 60 / middle * 100, 2)
+
+
+def settled_rise(series: Series, minutes: float = SETTLED_MINUTES) -> float:
+    """From the median of the series' first `minutes` to that of its last: how much it rose, bursts left out."""
+    start, end = series[0][0], series[-1][0]
+    first = [v for m, v in series if m < start + minutes]
+    last = [v for m, v in series if m > end - minutes]
+    return float(statistics.median(last) - statistics.median(first))
 
 
 def unit_of(name: str) -> str:
@@ -179,6 +190,7 @@ def summarize(
             "after_warmup": window[0][1],
             "end": window[-1][1],
             "growth_pct_per_hour": growth_pct_per_hour(window, begin),
+            "rise": settled_rise(window),
             "window": [round(begin, 1), round(until, 1)],
         }
     return {
@@ -196,7 +208,8 @@ def summarize(
 def growth_verdict(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Which summarized series the growth bound applies to, judged over windows of at least JUDGED_MINUTES:
     {"bound_pct_per_hour", "judged": {NAME: growth}, "too_short": [NAME...], "beyond": {NAME: growth}}. Threads and
-    open files are beyond only when they also rose by COUNT_RISE or more."""
+    open files are beyond only when they also rose by COUNT_RISE or more (from the median of the window's first
+    quarter-hour to that of its last)."""
     bounded = {name: figures for name, figures in series.items() if GROWTH_JUDGED.fullmatch(name)}
     judged = {
         name: figures["growth_pct_per_hour"]
@@ -217,7 +230,7 @@ def growth_verdict(series: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def rise(figures: dict[str, Any]) -> float:
-    return float(figures["end"] - figures["after_warmup"])
+    return float(figures.get("rise", figures["end"] - figures["after_warmup"]))
 
 
 # -- what a pod's processes use, from inside it (any image with sh and awk)
