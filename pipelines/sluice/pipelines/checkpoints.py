@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -208,13 +208,19 @@ class Handover:
 
     @classmethod
     def latest(cls, spark: SparkSession, checkpoint: str) -> Handover | None:
+        """The newest handover; fields a later version added are left out (a downgraded driver reads it)."""
         found = BatchFiles(spark, cls.folder(checkpoint)).latest()
-        return None if found is None else cls(**found[1])
+        if found is None:
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in found[1].items() if key in known})
 
     def write(self, spark: SparkSession, checkpoint: str) -> None:
+        """Written with the fields that are set: a driver of a version before countedBeforeMs reads it too."""
         files = BatchFiles(spark, self.folder(checkpoint))
         latest = files.latest()
-        files.write(0 if latest is None else latest[0] + 1, asdict(self))
+        document = {key: value for key, value in asdict(self).items() if value is not None or key == "cutMs"}
+        files.write(0 if latest is None else latest[0] + 1, document)
 
 
 @dataclass(frozen=True)

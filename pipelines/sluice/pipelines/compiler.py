@@ -56,6 +56,7 @@ class Stream:
     watermarked: bool = False
     windowed: bool = False  # output of a windowed aggregation: final rows per window (append mode)
     window_grid_ms: int | None = None  # its windows end on multiples of this (a tumbling size, a sliding step)
+    tumbling: bool = False  # every window upstream is tumbling, over the records themselves: each record in one
     aggregated: bool = False  # a streaming aggregation without a window: needs update/complete mode
     grouped: bool = False  # an aggregation's groups (or fewer rows): a batch holds at most the groups it touched
     stateful: bool = False  # a stateful operation (aggregation, join, dedupe) upstream
@@ -96,6 +97,7 @@ class QueryPlan:
     # window_time, in append mode): what a checkpoint migration's output gate compares with its cut.
     final_time: str | None = None
     final_grid_ms: int | None = None  # the windows behind final_time end on multiples of it (None: unknown)
+    tumbling: bool = False  # final rows of tumbling windows only, each record in one (see Stream.tumbling)
     stateful: bool = False  # state of its own in the checkpoint (aggregation, join, dedupe)
     shuffled: bool = True  # a shuffle upstream (see Stream.shuffled)
 
@@ -381,6 +383,7 @@ class Compiler:
                     watermarked=True,
                     windowed=True,
                     window_grid_ms=stream.window_grid_ms,
+                    tumbling=stream.tumbling,
                     grouped=True,
                     stateful=True,
                     shuffled=True,
@@ -401,6 +404,7 @@ class Compiler:
             watermarked=stream.watermarked,
             windowed=stream.watermarked,
             window_grid_ms=duration_ms(grid) if grid else None,  # session windows end anywhere
+            tumbling=bool(window.tumbling) and (stream.tumbling or not stream.stateful),
             aggregated=not stream.watermarked,
             grouped=True,
             stateful=True,
@@ -578,6 +582,7 @@ class Compiler:
             grouped=stream.grouped and mode != "complete",  # complete mode: every group, every batch
             final_time=stream.event_time if stream.windowed and mode == "append" else None,
             final_grid_ms=stream.window_grid_ms if stream.windowed and mode == "append" else None,
+            tumbling=stream.tumbling and stream.windowed and mode == "append",
             stateful=stream.stateful,
             shuffled=stream.shuffled,
         )
@@ -712,7 +717,8 @@ def compile_pipeline(
     first batch). `since_ms`: the Kafka streams start at the records of that time (a standby driver's warm-up).
     `counted_before_ms`: records of event time before it were counted in another query's windows (a
     migration's cut): tumbling windows leave them out, so the one straddling the cut counts only its records
-    from the cut on."""
+    from the cut on (meant for a query whose plan is QueryPlan.tumbling: in one with a sliding or session window
+    after a tumbling one, that window would miss them)."""
     return Compiler(
         spark,
         spec,

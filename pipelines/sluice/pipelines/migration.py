@@ -11,7 +11,10 @@ an empty checkpoint from those offsets rewound from the cut by
 windows still open at the cut), never past them nor before where the pipeline began reading, and an output
 gate leaves out its rows final before the cut (windows that closed at or before it: the old query wrote their
 results). So windows closed before the cut
-come from the old pipeline, later ones from the new, each once. The exactly-once sink keeps that true across
+come from the old pipeline, later ones from the new, each once. A new tumbling window straddling the cut (off
+its grid: 5 s -> 10 s windows cut at :45) would count again the records the old query counted before it: a
+query of tumbling windows leaves out the records before the cut (Handover.countedBeforeMs), so that window
+counts its records from the cut on. The exactly-once sink keeps that true across
 crashes: its commit markers carry the checkpoint's query id, and its transactional ids fence the old query.
 
 What was decided is written beside the new checkpoint (`Handover`) before the query starts, so a driver that
@@ -82,12 +85,12 @@ def described(partitions: list[TopicPartition]) -> str:
     )
 
 
-def gate_cut(source_cut: int | None, existing: Handover | None, counted: bool = False) -> int | None:
-    """The output gate: the later of the source query's cut and one the checkpoint was given before (windows
-    closed before either were written by another query). `counted`: the same for the records counted before
-    the cut (Handover.countedBeforeMs)."""
-    before = None if existing is None else existing.countedBeforeMs if counted else existing.cutMs
-    cuts = [c for c in (source_cut, before) if c is not None]
+def gate_cut(source_cut: int | None, *given: Handover | None, counted: bool = False) -> int | None:
+    """The output gate: the latest of the source query's cut and those of the handovers `given` (the target's
+    before, the source's own: windows closed before any of them were written by another query). `counted`:
+    the same for the records counted before the cut (Handover.countedBeforeMs)."""
+    before = [(h.countedBeforeMs if counted else h.cutMs) for h in given if h is not None]
+    cuts = [c for c in (source_cut, *before) if c is not None]
     return max(cuts) if cuts else None
 
 
@@ -193,12 +196,13 @@ def hand_over(
         # from another may need records that one read before it: its own start is no floor).
         starts = source_starts(spark, source_checkpoint) if Handover.latest(spark, source_checkpoint) is None else {}
         offsets = starting_offsets(ends, found, sources, starts)
-    counted_before = gate_cut(cut if grid is not None else None, existing, counted=True)
+    # A source that took over from another and was moved on before its watermark passed that cut: the cut holds.
+    given = (existing, Handover.latest(spark, source_checkpoint))
     handover = Handover(
         source=source_checkpoint,
-        cutMs=gate_cut(cut, existing),
+        cutMs=gate_cut(cut, *given),
         startingOffsets=offsets,
-        countedBeforeMs=counted_before,
+        countedBeforeMs=gate_cut(cut if grid is not None else None, *given, counted=True),
     )
     handover.write(spark, target_checkpoint)
     return handover

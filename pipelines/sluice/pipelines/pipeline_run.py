@@ -44,7 +44,7 @@ from sluice.api.validation import (
 )
 
 from .callbacks import close_connections
-from .checkpoints import Handover, OutputGrid, committed_batch, delete_folder
+from .checkpoints import Handover, OffsetLog, OutputGrid, committed_batch, delete_folder
 from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
 from .metrics import PipelineMetrics, ProgressListener
 from .migration import hand_over
@@ -427,10 +427,11 @@ class PipelineRun:
         """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it
         was given while it has none of its own, and behind its output gate."""
         if handover is not None:
-            fresh = committed_batch(self.spark, config.checkpoint(plan.name)) is None
-            offsets = handover.startingOffsets if fresh else {}  # Spark reads them only before batch 0
-            if offsets or handover.countedBeforeMs is not None:
-                compiled = self._compile(config, offsets, counted_before_ms=handover.countedBeforeMs)
+            last = committed_batch(self.spark, config.checkpoint(plan.name))
+            offsets = handover.startingOffsets if last is None else {}  # Spark reads them only before batch 0
+            counted_before = self._counted_before(plan, config.checkpoint(plan.name), last, handover)
+            if offsets or counted_before is not None:
+                compiled = self._compile(config, offsets, counted_before_ms=counted_before)
                 plan = next(p for p in compiled.queries if p.name == plan.name)
         if plan.final_grid_ms:
             OutputGrid(plan.final_grid_ms).write(self.spark, config.checkpoint(plan.name))
@@ -452,6 +453,17 @@ class PipelineRun:
         interval = config.pipeline.trigger.interval_ms or 0
         self.metrics.trigger_interval.labels(app=self.metrics.app, query=plan.name).set(interval / 1000)
         return query
+
+    def _counted_before(self, plan: QueryPlan, checkpoint: str, last: int | None, handover: Handover) -> int | None:
+        """The cut before which the plan leaves records out (Handover.countedBeforeMs) while that can matter: its
+        windows are tumbling, and its watermark has not passed the end of the window straddling the cut (a
+        record before the cut is late after that, and Spark drops it)."""
+        cut = handover.countedBeforeMs
+        if cut is None or not plan.tumbling or not plan.final_grid_ms:
+            return None
+        if last is not None and OffsetLog(self.spark, checkpoint).entry(last)[0] >= cut + plan.final_grid_ms:
+            return None
+        return cut
 
     # ------------------------------------------------------------------------------- hot swap
     def delete_checkpoints(self, folders: Sequence[str]) -> CheckpointsDeleted:
