@@ -30,6 +30,7 @@ from sluice.operator.rollout import (
     SwapQueries,
     Target,
 )
+from sluice.operator.rollout.actions import rollback_folder
 from sluice.operator.rollout.decide import (
     app_driver,
     decide_rollout,
@@ -285,6 +286,47 @@ def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the
     swapped = decide_rollout(APP, done.step.rollout, "r2", target(FILTER, to="r3"), r3, "r1", stable)
     assert swapped.step.rollout is not None and swapped.step.rollout.strategy == "hotSwap"
     assert revision_checkpoints("r3", stable, swapped.step.rollout) == ({"out": "out@r2"}, {})
+
+
+def test_a_migrated_query_that_wrote_output_rolls_back_onto_a_new_checkpoint_rewound_from_its_cut() -> None:
+    """The new query completed batches before it failed: the state of the checkpoint it left does not know what
+    it wrote (a window of it straddling the new query's cut would count records again), so the old plan goes
+    onto out@r1-1, rewound from that cut as a migration is (the old plan's watermark delay + window), and both
+    folders the rollout leaves are retired once it has completed a batch there."""
+    planned = decide_rollout(APP, None, "r1", target(WINDOW), observed(driver()), submitted_revision="r1")
+    rollout = planned.step.rollout
+    assert rollout is not None and rollout.rollbackRewindMs == {"out": 7_000}, "2 s watermark + the 5 s window"
+    wrote = driver(
+        running=(
+            *queries("r2", batches=5, only=("lines-dead-letters",)),
+            *queries("r2", batches=2, only=("out",), error="x"),
+        )
+    )
+    rolling = decide_rollout(APP, rollout, "r1", target(), observed(wrote, at=T0 + 5), submitted_revision="r1")
+    back = rolling.step.rollout
+    assert back is not None and back.phase == "RollingBack" and back.backCheckpoints == {"out": "out@r1-1"}
+    assert revision_checkpoints("r1", {}, back) == (
+        {"out": "out@r1-1"},
+        {"out": Migration(fromCheckpoint="out@r2", rewindMs=7_000)},
+    )
+    back_swap = next(a for a in rolling.step.actions if isinstance(a, SwapQueries))
+    asked = {s.name: s for s in pending_swap(back_swap, wrote) or ()}
+    assert (asked["out"].action, asked["out"].rewindMs) == ("migrate", 7_000)
+
+    on_r1 = driver(running=queries("r1", batches=0, backlog=100))
+    waiting = decide_rollout(APP, back, "r1", target(), observed(on_r1, at=T0 + 6), submitted_revision="r1")
+    assert waiting.step.rollout is not None and waiting.step.rollout.phase == "RollingBack", (
+        "no batch on out@r1-1 yet: a restart would hand over from out@r2 again"
+    )
+    handed_back = driver(running=queries("r1", batches=1))
+    rolled = decide_rollout(APP, back, "r1", target(), observed(handed_back, at=T0 + 7), submitted_revision="r1")
+    assert rolled.step.rollout is not None and rolled.step.rollout.phase == "RolledBack"
+    assert ReleaseRevision("r2", ("out",), ("out@r2", "out")) in rolled.step.actions
+    assert revision_checkpoints("r1", {}, rolled.step.rollout)[0] == {"out": "out@r1-1"}, "status.checkpoints"
+
+    # Rolled back again later from there, the next new folder is out@r1-2.
+    assert rollback_folder("out", "r1", "out@r1-1") == "out@r1-2"
+    assert rollback_folder("out", "r1", "out@r2") == "out@r1-1"
 
 
 def test_pending_swap_asks_only_for_what_the_driver_does_not_run_yet() -> None:

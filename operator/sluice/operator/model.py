@@ -110,6 +110,17 @@ class RolloutStatus(Strict):
         default_factory=dict,
         description="status.checkpoints when planned: where the queries a checkpoint migration moves take over from.",
     )
+    rollbackRewindMs: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per migrated query, the event time a rollback onto a new checkpoint re-reads before the new "
+        "query's cut (the old plan's watermark delay + its longest window); a query not named goes back onto the "
+        "checkpoint it left.",
+    )
+    backCheckpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="Set as a rollback begins: the new checkpoint each migrated query that completed a batch on the "
+        "new revision goes back onto (its old plan, rewound from the new query's cut), instead of the one it left.",
+    )
     deadline: str = Field(
         description="When the current direction (forward, or back) gives up: the start of it "
         "plus rollback.healthTimeout."

@@ -87,6 +87,14 @@ def migrated_folder(query: str, revision: str) -> str:
     return f"{query}@{revision}"
 
 
+def rollback_folder(query: str, revision: str, left: str) -> str:
+    """The new checkpoint subfolder a rollback to `revision` moves a migrated query onto: `<query>@<revision>-<n>`,
+    n one more than that of the folder it left (`left`) when that is one of these, else 1."""
+    prefix = f"{query}@{revision}-"
+    count = left.removeprefix(prefix)
+    return f"{prefix}{int(count) + 1 if left.startswith(prefix) and count.isdigit() else 1}"
+
+
 Action = ApplyRevision | StartDriver | Activate | SwapQueries | Drain | Resume | DeleteDriver | ReleaseRevision
 
 

@@ -159,11 +159,14 @@ def revision_checkpoints(
         return dict(stable_checkpoints), {}
     if rollout.fromRevision == revision and rollout.phase in ("RollingBack", "RolledBack"):
         back = {
-            s.name: Migration(fromCheckpoint=migrated_folder(s.name, rollout.toRevision))
+            s.name: Migration(
+                fromCheckpoint=migrated_folder(s.name, rollout.toRevision),
+                rewindMs=rollout.rollbackRewindMs[s.name] if s.name in rollout.backCheckpoints else None,
+            )
             for s in rollout.queries
             if s.action == "migrate"
         }
-        return dict(rollout.fromCheckpoints), back
+        return {**rollout.fromCheckpoints, **rollout.backCheckpoints}, back
     if rollout.toRevision != revision:
         return dict(stable_checkpoints), {}
     folders = dict(rollout.fromCheckpoints)

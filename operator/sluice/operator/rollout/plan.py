@@ -17,7 +17,7 @@ then repeated until it is recorded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, get_args
@@ -40,6 +40,7 @@ from .actions import (
     Step,
     SwapQueries,
     migrated_folder,
+    rollback_folder,
 )
 from .observed import DriverFacts, Observed, QueryFacts, Target
 from .strategy import deadline_after, plan
@@ -154,6 +155,41 @@ class _View:
     @property
     def steps(self) -> tuple[QueryStep, ...]:
         return tuple(self.rollout.queries)
+
+    @property
+    def back_steps(self) -> tuple[QueryStep, ...]:
+        """The steps that return to the stable revision (reverse_steps), the queries of backCheckpoints moving
+        onto their new checkpoints."""
+        rewinds = {q: self.rollout.rollbackRewindMs[q] for q in self.rollout.backCheckpoints}
+        return reverse_steps(self.steps, rewinds)
+
+    def back_checkpoints(self) -> dict[str, str]:
+        """Where a rollback beginning now moves each migrated query that completed a batch on the new revision:
+        its old checkpoint's state does not know what the new query wrote since (a window of it straddling the
+        new query's cut would count records again), so its old plan goes onto a new checkpoint, rewound from
+        that cut as a migration is. A query with no batch there wrote nothing: it goes back where it was."""
+        rollout = self.rollout
+        forward = self.forward_drivers()
+        return {
+            s.name: rollback_folder(s.name, rollout.fromRevision, rollout.fromCheckpoints.get(s.name, s.name))
+            for s in self.steps
+            if s.action == "migrate"
+            and s.name in rollout.rollbackRewindMs
+            and (query := self.query(forward, s.name, rollout.toRevision)) is not None
+            and query.revision == rollout.toRevision
+            and query.batches >= 1
+        }
+
+    def not_handed_back(self) -> list[str]:
+        """The queries a rollback moved onto new checkpoints that have not completed a batch there (their old
+        checkpoint is still where a restart would hand over from), unless they have nothing to read."""
+        drivers = self.backward_drivers()
+        return [
+            f"{name} completed no batch on checkpoint {folder}"
+            for name, folder in self.rollout.backCheckpoints.items()
+            if (query := self.query(drivers, name, self.rollout.fromRevision)) is None
+            or (query.batches < 1 and query.backlog != 0)
+        ]
 
     @property
     def standby(self) -> bool:
@@ -289,9 +325,8 @@ def _transition(view: _View, update_strategy: UpdateStrategy, abort: str | None)
         return None
     if rollout.phase == "RollingBack":
         drivers = view.backward_drivers()
-        back = reverse_steps(view.steps)
         pinned: Pinned = "none" if rollout.newDriver else "changed"
-        if not view.not_running(drivers, rollout.fromRevision, back, pinned):
+        if not view.not_running(drivers, rollout.fromRevision, view.back_steps, pinned) and not view.not_handed_back():
             return (
                 _moved(rollout, "RolledBack", now, finished=True),
                 Event("Warning", "RolledBack", f"back on revision {rollout.fromRevision}: {rollout.message}"),
@@ -321,7 +356,7 @@ def _transition(view: _View, update_strategy: UpdateStrategy, abort: str | None)
         )
     rolling_back = _moved(
         rollout, "RollingBack", now, message=failure, deadline=deadline_after(view.observed, update_strategy)
-    )
+    ).model_copy(update={"backCheckpoints": view.back_checkpoints()})
     return rolling_back, Event("Warning", "RollingBack", f"to revision {rollout.fromRevision}: {failure}")
 
 
@@ -355,8 +390,10 @@ def _forward_event(view: _View, phase: RolloutPhase) -> Event:
 # ----------------------------------------------------------------------------------------- actions
 
 
-def reverse_steps(steps: Iterable[QueryStep]) -> tuple[QueryStep, ...]:
-    """The steps that return to the stable revision: the same mechanism backwards."""
+def reverse_steps(steps: Iterable[QueryStep], rewinds: Mapping[str, int] | None = None) -> tuple[QueryStep, ...]:
+    """The steps that return to the stable revision: the same mechanism backwards. A migrated query named in
+    `rewinds` migrates again (onto a new checkpoint of the stable revision, rewound by that much), else it is
+    restored onto the checkpoint it left."""
     back: dict[QueryAction, QueryAction] = {
         "keep": "keep",
         "restart": "restart",
@@ -364,7 +401,13 @@ def reverse_steps(steps: Iterable[QueryStep]) -> tuple[QueryStep, ...]:
         "start": "stop",
         "stop": "restore",
     }
-    return tuple(s.model_copy(update={"action": back[s.action], "rewindMs": None}) for s in steps)
+    again = rewinds or {}
+    return tuple(
+        s.model_copy(update={"action": "migrate", "rewindMs": again[s.name]})
+        if s.action == "migrate" and s.name in again
+        else s.model_copy(update={"action": back[s.action], "rewindMs": None})
+        for s in steps
+    )
 
 
 def _ensure(view: _View) -> Iterator[Action]:
@@ -398,7 +441,7 @@ def _ensure(view: _View) -> Iterator[Action]:
 
 def _ensure_back(view: _View) -> Iterator[Action]:
     rollout = view.rollout
-    back = reverse_steps(view.steps)
+    back = view.back_steps
     yield ApplyRevision(rollout.fromRevision)
     if not rollout.newDriver:
         serving = [d for d in view.in_place_drivers() if d.state == "running"]
@@ -413,7 +456,7 @@ def _ensure_back(view: _View) -> Iterator[Action]:
     if processing:
         return  # the stable revision resumes once the new driver wrote its last batch
     old = view.backward_drivers()
-    restores = any(s.action == "restore" for s in back)
+    restores = any(s.action in ("restore", "migrate") for s in back)
     yield from (
         Resume(d.name, rollout.fromRevision if restores else None) for d in old if d.state in ("draining", "drained")
     )
@@ -446,4 +489,5 @@ def _cleanup(view: _View) -> Iterator[Action]:
             yield DeleteDriver(view.new_name)
         made = tuple(s.name for s in view.steps if s.action in ("migrate", "start"))
         moved_to = tuple(migrated_folder(s.name, rollout.toRevision) for s in view.steps if s.action == "migrate")
-        yield ReleaseRevision(rollout.toRevision, made, moved_to)
+        left = tuple(rollout.fromCheckpoints.get(name, name) for name in rollout.backCheckpoints)
+        yield ReleaseRevision(rollout.toRevision, made, moved_to + left)

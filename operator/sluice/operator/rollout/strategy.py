@@ -35,6 +35,8 @@ def plan(
         return strategy
     steps = query_steps(diff, migrate_every_change=update_strategy.type == "checkpointMigration")
     new_driver = needs_new_driver(strategy, diff)
+    migrated = {s.name for s in steps if s.action == "migrate"}
+    back_rewinds = {q.name: q.back_rewind_ms for q in diff.queries if q.name in migrated and q.back_rewind_ms}
     return RolloutStatus(
         fromRevision=from_revision,
         toRevision=to_revision,
@@ -46,6 +48,7 @@ def plan(
         fromDrivers=[DriverRef(name=d.name, restarts=d.restarts) for d in observed.drivers],
         toDriver=_free_driver_name(f"{app}-{to_revision}", observed),
         queries=list(steps),
+        rollbackRewindMs=back_rewinds,
         deadline=deadline_after(observed, update_strategy),
     )
 

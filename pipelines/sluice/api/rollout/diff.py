@@ -65,6 +65,7 @@ class QueryChange:
     # For a new checkpoint: event time re-read before the old query's position (watermark delay + the longest
     # chain of windows and join bounds); None: nothing carries over (unbounded state, another Kafka cluster).
     rewind_ms: int | None = 0
+    back_rewind_ms: int | None = 0  # the same for the old plan, when a rollback moves it onto a new checkpoint
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,8 @@ def _classify_query(name: str, before: _Graph, after: _Graph) -> QueryChange:
     change = max((r.change for r in reasons), default=Change.NONE)
     carry_over = all(r.offsets_carry_over for r in reasons)
     rewind = after.rewind_ms(context.new_members) if carry_over else None
-    return QueryChange(name, change, reasons, rewind_ms=rewind if change else 0)
+    back = before.rewind_ms(context.old_members) if carry_over else None
+    return QueryChange(name, change, reasons, rewind_ms=rewind if change else 0, back_rewind_ms=back if change else 0)
 
 
 def _query_path(graph: _Graph, query: _Query | None) -> str:
