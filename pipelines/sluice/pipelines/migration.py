@@ -32,6 +32,7 @@ watermark delay (producer or broker time, as usual).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 
@@ -42,6 +43,7 @@ from sluice.api.pipeline import FromKafka
 
 from .checkpoints import Handover, OffsetLog, OutputGrid, committed_batch, source_starts
 
+log = logging.getLogger("sluice.runtime")
 TopicPartition = tuple[str, int]
 ANSWER_TIMEOUT_S = 60  # Kafka's listOffsets, as the consumer's offsetsForTimes was given
 
@@ -205,4 +207,12 @@ def hand_over(
         countedBeforeMs=gate_cut(cut if grid is not None else None, *given, counted=True),
     )
     handover.write(spark, target_checkpoint)
+    log.info(
+        "query %s takes over from %s: cut %s, records before %s counted there, starting offsets %s",
+        query,
+        source_checkpoint,
+        handover.cutMs,
+        handover.countedBeforeMs,
+        offsets or "its own",
+    )
     return handover
