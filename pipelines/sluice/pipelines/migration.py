@@ -168,6 +168,7 @@ def hand_over(
     old query read up to. HandoverFailed, naming `query`, the source and its topics, when Kafka does not say
     where the rewind's time is."""
     existing = Handover.latest(spark, target_checkpoint)
+    inherited = Handover.latest(spark, source_checkpoint)  # the source's own, when it took over from another
     last = committed_batch(spark, source_checkpoint)
     cut, ends = OffsetLog(spark, source_checkpoint).entry(last) if last is not None else (None, {})
     grid = OutputGrid.of(spark, source_checkpoint)
@@ -196,10 +197,10 @@ def hand_over(
                     ) from exc
         # Where the pipeline began reading, when the source query is where it began (a query that took over
         # from another may need records that one read before it: its own start is no floor).
-        starts = source_starts(spark, source_checkpoint) if Handover.latest(spark, source_checkpoint) is None else {}
+        starts = source_starts(spark, source_checkpoint) if inherited is None else {}
         offsets = starting_offsets(ends, found, sources, starts)
     # A source that took over from another and was moved on before its watermark passed that cut: the cut holds.
-    given = (existing, Handover.latest(spark, source_checkpoint))
+    given = (existing, inherited)
     handover = Handover(
         source=source_checkpoint,
         cutMs=gate_cut(cut, *given),
