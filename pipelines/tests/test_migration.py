@@ -115,6 +115,25 @@ def to_4s_windows(old: RunnerConfig, source: str, out: str) -> RunnerConfig:
     )
 
 
+def run_until_16s(
+    spark: SparkSession, bootstrap: str, source: str, out: str, config: RunnerConfig, base: int, size: int
+) -> tuple[PipelineRun, list[tuple[int, str]]]:
+    """Events from 0 to 20 s, and `config` running on them until its windows of `size` ms up to 16 s closed (the
+    watermark reaches 17.75 s: the last event less 2 s). The run (to stop) and the events."""
+    events = send(bootstrap, source, [base + i * 250 for i in range(80)])
+    run = PipelineRun(spark, config).start()
+    try:
+        wait_for(
+            lambda: emitted(bootstrap, out, size, base + 16_000),
+            timeout=120,
+            what=f"the {size // 1000} s windows up to 16 s",
+        )
+    except BaseException:
+        run.stop()
+        raise
+    return run, events
+
+
 def first_revision(spec: PipelineSpec, bootstrap: str, tmp_path: Path) -> RunnerConfig:
     return RunnerConfig(
         app="migrate",
@@ -175,13 +194,8 @@ def test_a_window_change_migrates_and_rolls_back_exactly_once(
     old = first_revision(pipeline(source, out, "2s"), kafka_bootstrap, tmp_path)
     new = to_4s_windows(old, source, out)
 
-    events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
-    run = PipelineRun(spark_session, old).start()
+    run, events = run_until_16s(spark_session, kafka_bootstrap, source, out, old, base, 2000)
     try:
-        # The watermark reaches 17.75 s (the last event less 2 s): the windows up to 16 s close.
-        wait_for(
-            lambda: emitted(kafka_bootstrap, out, 2000, base + 16_000), timeout=120, what="the 2 s windows up to 16 s"
-        )
         ends = end_offsets(kafka_bootstrap, source)
         response = run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=WATERMARK_MS + 4000)])
         assert (response.moved, response.restarted) == (["counts"], [])
@@ -343,13 +357,8 @@ def test_a_change_to_a_larger_window_counts_each_record_once_when_the_cut_is_off
     base = (int(time.time() * 1000) // 4000 - 30) * 4000 + 2000  # on the 2 s grid, off the 4 s one
     old = first_revision(pipeline(source, out, "2s"), kafka_bootstrap, tmp_path)
     new = to_4s_windows(old, source, out)
-    events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
-    run = PipelineRun(spark_session, old).start()
+    run, events = run_until_16s(spark_session, kafka_bootstrap, source, out, old, base, 2000)  # 16 s: off the 4 s grid
     try:
-        # The watermark reaches 17.75 s: the 2 s windows up to 16 s close, and 16 s is off the 4 s grid.
-        wait_for(
-            lambda: emitted(kafka_bootstrap, out, 2000, base + 16_000), timeout=120, what="the 2 s windows up to 16 s"
-        )
         run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=WATERMARK_MS + 4000)])
         send(kafka_bootstrap, source, [base + 40_000])  # closes every window before 38 s
         wait_for(
@@ -410,13 +419,9 @@ def test_a_rollback_to_a_longer_window_counts_each_record_once_when_the_cut_is_o
         back_step = QueryStep(name="counts", action="migrate", rewindMs=back_rewind)
     else:
         back, back_step = old, QueryStep(name="counts", action="restore")
-    events = send(kafka_bootstrap, source, [base + i * 250 for i in range(80)])  # 0 .. 20 s
-    run = PipelineRun(spark_session, old).start()
+    run, events = run_until_16s(spark_session, kafka_bootstrap, source, out, old, base, 4000)
     try:
-        wait_for(
-            lambda: emitted(kafka_bootstrap, out, 4000, base + 16_000), timeout=120, what="the 4 s windows up to 16 s"
-        )
-        run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=WATERMARK_MS + 2000)])
+        run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=WATERMARK_MS + 4000)])
         # The new watermark reaches 19.75 s: the 2 s windows up to 18 s close, and 18 s is off the 4 s grid.
         events += send(kafka_bootstrap, source, [base + 20_000 + i * 250 for i in range(8)])
         wait_for(

@@ -32,6 +32,7 @@ watermark delay (producer or broker time, as usual).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 
@@ -42,6 +43,7 @@ from sluice.api.pipeline import FromKafka
 
 from .checkpoints import Handover, OffsetLog, OutputGrid, committed_batch, source_starts
 
+log = logging.getLogger("sluice.runtime")
 TopicPartition = tuple[str, int]
 ANSWER_TIMEOUT_S = 60  # Kafka's listOffsets, as the consumer's offsetsForTimes was given
 
@@ -166,6 +168,7 @@ def hand_over(
     old query read up to. HandoverFailed, naming `query`, the source and its topics, when Kafka does not say
     where the rewind's time is."""
     existing = Handover.latest(spark, target_checkpoint)
+    inherited = Handover.latest(spark, source_checkpoint)  # the source's own, when it took over from another
     last = committed_batch(spark, source_checkpoint)
     cut, ends = OffsetLog(spark, source_checkpoint).entry(last) if last is not None else (None, {})
     grid = OutputGrid.of(spark, source_checkpoint)
@@ -194,10 +197,10 @@ def hand_over(
                     ) from exc
         # Where the pipeline began reading, when the source query is where it began (a query that took over
         # from another may need records that one read before it: its own start is no floor).
-        starts = source_starts(spark, source_checkpoint) if Handover.latest(spark, source_checkpoint) is None else {}
+        starts = source_starts(spark, source_checkpoint) if inherited is None else {}
         offsets = starting_offsets(ends, found, sources, starts)
     # A source that took over from another and was moved on before its watermark passed that cut: the cut holds.
-    given = (existing, Handover.latest(spark, source_checkpoint))
+    given = (existing, inherited)
     handover = Handover(
         source=source_checkpoint,
         cutMs=gate_cut(cut, *given),
@@ -205,4 +208,12 @@ def hand_over(
         countedBeforeMs=gate_cut(cut if grid is not None else None, *given, counted=True),
     )
     handover.write(spark, target_checkpoint)
+    log.info(
+        "query %s takes over from %s: cut %s, records before %s counted there, starting offsets %s",
+        query,
+        source_checkpoint,
+        handover.cutMs,
+        handover.countedBeforeMs,
+        offsets or "its own",
+    )
     return handover
