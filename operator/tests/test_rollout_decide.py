@@ -4,6 +4,7 @@ each phase. Pure."""
 
 from __future__ import annotations
 
+import pytest
 from test_rollout_plan import (
     APP,
     FILTER,
@@ -288,10 +289,16 @@ def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the
     assert revision_checkpoints("r3", stable, swapped.step.rollout) == ({"out": "out@r2"}, {})
 
 
-def test_a_migrated_query_that_wrote_output_rolls_back_onto_a_new_checkpoint_rewound_from_its_cut() -> None:
-    """The new query completed batches before it failed: the state of the checkpoint it left does not know what
-    it wrote (a window of it straddling the new query's cut would count records again), so the old plan goes
-    onto out@r1-1, rewound from that cut as a migration is (the old plan's watermark delay + window), and both
+@pytest.mark.parametrize(
+    ("run_batches", "committed"), [(2, 2), (0, 2)], ids=["in this run", "before its driver restarted"]
+)
+def test_a_migrated_query_that_wrote_output_rolls_back_onto_a_new_checkpoint_rewound_from_its_cut(
+    run_batches: int, committed: int
+) -> None:
+    """The new query completed batches before it failed (in its driver's current run, or before that driver
+    restarted: its checkpoint's commits say so): the state of the checkpoint it left does not know what it
+    wrote (a window of it straddling the new query's cut would count records again), so the old plan goes onto
+    out@r1-1, rewound from that cut as a migration is (the old plan's watermark delay + window), and both
     folders the rollout leaves are retired once it has completed a batch there."""
     planned = decide_rollout(APP, None, "r1", target(WINDOW), observed(driver()), submitted_revision="r1")
     rollout = planned.step.rollout
@@ -299,7 +306,7 @@ def test_a_migrated_query_that_wrote_output_rolls_back_onto_a_new_checkpoint_rew
     wrote = driver(
         running=(
             *queries("r2", batches=5, only=("lines-dead-letters",)),
-            *queries("r2", batches=2, only=("out",), error="x"),
+            *queries("r2", batches=run_batches, committed=committed, only=("out",), error="x"),
         )
     )
     rolling = decide_rollout(APP, rollout, "r1", target(), observed(wrote, at=T0 + 5), submitted_revision="r1")
@@ -365,8 +372,10 @@ def test_driver_facts_count_the_current_runs_batches_and_each_querys_topics_back
         revision="r1",
         observedAt="2026-11-23T00:00:00Z",
         queries=[
-            QueryStatus(name="out", active=True, batches=9, runBatches=2, revision="r2", topics=["a", "b"]),
-            QueryStatus(name=QUERIES[0], active=False, error="boom", topics=[]),
+            QueryStatus(
+                name="out", active=True, batches=9, runBatches=2, checkpointBatches=12, revision="r2", topics=["a", "b"]
+            ),
+            QueryStatus(name=QUERIES[0], active=False, error="boom", runBatches=1, topics=[]),
         ],
         topics=[
             TopicStatus(topic="a", partitions=1, latestOffsets=10, backlog=3),
@@ -376,8 +385,9 @@ def test_driver_facts_count_the_current_runs_batches_and_each_querys_topics_back
     facts = driver_facts(APP, "r1", "RUNNING", 1, status)
     assert (facts.state, facts.revision, facts.restarts) == ("running", "r1", 1)
     out, dead = facts.queries
-    assert (out.revision, out.batches, out.backlog, out.active) == ("r2", 2, 7, True)
+    assert (out.revision, out.batches, out.checkpoint_batches, out.backlog, out.active) == ("r2", 2, 12, 7, True)
     assert (dead.revision, dead.backlog, dead.error) == ("r1", None, "boom")
+    assert dead.checkpoint_batches == 1, "a driver from before checkpointBatches: its current run's"
     assert driver_facts(APP, "r1", "FAILED", 3, None).state == "failed"
     assert driver_facts(APP, "r1", "SUBMITTED", 0, None).state == "pending"
 

@@ -69,9 +69,20 @@ def queries(
     backlog: int | None = 100,
     error: str | None = None,
     only: tuple[str, ...] = QUERIES,
+    committed: int | None = None,
 ) -> tuple[QueryFacts, ...]:
+    """`committed`: the batches on each query's checkpoint over all its runs (default: `batches`, one run)."""
     return tuple(
-        QueryFacts(name, revision, active=error is None, batches=batches, backlog=backlog, error=error) for name in only
+        QueryFacts(
+            name,
+            revision,
+            active=error is None,
+            batches=batches,
+            checkpoint_batches=batches if committed is None else committed,
+            backlog=backlog,
+            error=error,
+        )
+        for name in only
     )
 
 

@@ -385,8 +385,8 @@ RESTORED_WITH_ITS_STATE = pytest.mark.xfail(
     raises=CountedOtherThanOnce,
     reason="defect: restored onto the checkpoint it left, the old query's state still holds the records of the "
     "windows open at the first cut, and its window straddling the new query's cut (off the old grid) counts them "
-    "again: the operator sends this only when the new query completed no batch in its driver's current run "
-    "(docs/rollouts.md)",
+    "again: the operator sends this when the new query committed no batch on its checkpoint, or when its driver "
+    "does not answer as the rollback begins (docs/rollouts.md)",
 )
 
 

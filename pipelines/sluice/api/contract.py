@@ -151,6 +151,11 @@ class QueryStatus(Answer):
     runBatches: int = Field(
         0, description="Batches completed by the query's current run (runId): a restart or a hot swap starts anew."
     )
+    checkpointBatches: int = Field(
+        0,
+        description="Batches committed on the query's checkpoint over all its runs: those it found there as its "
+        "current run started, plus runBatches. 0: it wrote no output from that checkpoint, in this driver or before.",
+    )
     inputRows: int = 0
     busyMs: int = Field(
         0,

@@ -192,6 +192,7 @@ class PipelineRun:
         self.metrics = metrics or PipelineMetrics(config.app, spark=spark)
         self.queries: list[StreamingQuery] = []
         self.query_revisions: dict[str, str] = {}  # query name -> the revision whose plan it runs
+        self.committed_at_start: dict[str, int] = {}  # query name -> batches its checkpoint held as it started
         self._listener: ProgressListener | None = None
         self._stopping = threading.Event()
         self._changing = threading.Lock()  # a hot swap in progress: its queries stop and start
@@ -426,8 +427,8 @@ class PipelineRun:
     def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
         """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it
         was given while it has none of its own, and behind its output gate."""
+        last = committed_batch(self.spark, config.checkpoint(plan.name))
         if handover is not None:
-            last = committed_batch(self.spark, config.checkpoint(plan.name))
             offsets = handover.startingOffsets if last is None else {}  # Spark reads them only before batch 0
             counted_before = self._counted_before(plan, config.checkpoint(plan.name), last, handover)
             if offsets or counted_before is not None:
@@ -448,6 +449,7 @@ class PipelineRun:
         )
         self.queries.append(query)
         self.query_revisions[plan.name] = config.revision
+        self.committed_at_start[plan.name] = 0 if last is None else last + 1
         self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
         self.metrics.query_started(plan.name, config.pipeline)
         interval = config.pipeline.trigger.interval_ms or 0
@@ -689,6 +691,7 @@ class PipelineRun:
         if forget and query in self.queries:
             self.queries.remove(query)
             self.query_revisions.pop(query.name, None)
+            self.committed_at_start.pop(query.name, None)
 
     @staticmethod
     def _stop_all(queries: list[StreamingQuery], stop: Callable[[StreamingQuery], None]) -> None:

@@ -234,6 +234,7 @@ def driver_facts(
             revision=q.revision or status.revision,
             active=q.active,
             batches=q.runBatches,
+            checkpoint_batches=max(q.checkpointBatches, q.runBatches),  # a driver before that field says 0
             backlog=sum(backlog.get(t, 0) for t in q.topics) if q.topics else None,
             error=q.error,
         )

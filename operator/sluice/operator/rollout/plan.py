@@ -177,7 +177,7 @@ class _View:
             and s.name in rollout.rollbackRewindMs
             and (query := self.query(forward, s.name, rollout.toRevision)) is not None
             and query.revision == rollout.toRevision
-            and query.batches >= 1
+            and query.checkpoint_batches >= 1
         }
 
     def not_handed_back(self) -> list[str]:
