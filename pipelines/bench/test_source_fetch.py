@@ -24,7 +24,7 @@ from rich.table import Table
 
 from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, FromKafka
-from sluice.pipelines.compiler import kafka_source_options
+from sluice.pipelines.kafka_source import kafka_source_options
 from sluice.testbed.common import REPO_ROOT
 
 pytestmark = pytest.mark.bench

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.api.pipeline import PipelineSpec
-from sluice.pipelines.compiler import Compiler, LateRule
+from sluice.pipelines.late_rules import LateRule, late_rules
 
 SOURCE = {
     "name": "events",
@@ -23,7 +23,7 @@ def rules(*nodes: dict[str, Any]) -> tuple[LateRule, ...]:
     spec = PipelineSpec.model_validate(
         {"nodes": [SOURCE, *nodes], "deadLetter": {"toConsole": {}, "lateRecords": True}}
     )
-    return Compiler(None, spec, kafka=None)._late_rules("events")  # type: ignore[arg-type]
+    return late_rules(spec, "events")
 
 
 def sink(name: str, upstream: str) -> dict[str, Any]:

@@ -26,8 +26,9 @@ from sluice.pipelines.checkpoints import BatchFiles, Handover, OutputGrid, commi
 from sluice.pipelines.compiler import QueryPlan, compile_pipeline
 from sluice.pipelines.local.kafka_io import end_offsets, produce
 from sluice.pipelines.migration import HandoverFailed, described, gate_cut, java_cause, starting_offsets
-from sluice.pipelines.pipeline_run import PipelineRun, SwapRefused
+from sluice.pipelines.pipeline_run import PipelineRun
 from sluice.pipelines.plancheck import failure_message
+from sluice.pipelines.swap_steps import SwapRefused
 from sluice.testbed.common import wait_for
 
 WATERMARK_MS = 2_000

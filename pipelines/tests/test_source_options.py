@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, FromKafka
-from sluice.pipelines.compiler import kafka_source_options
+from sluice.pipelines.kafka_source import kafka_source_options
 
 
 def test_a_stream_reads_with_a_short_fetch_wait_and_the_nodes_settings() -> None:

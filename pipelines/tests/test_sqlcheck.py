@@ -207,7 +207,7 @@ def test_syntax_errors_are_refused_with_where_they_are() -> None:
 
 @pytest.mark.spark
 def test_no_false_rejection_against_sparks_parser(spark_session) -> None:
-    from sluice.pipelines.pipeline_run import spark_ddl_parser, spark_sql_parser
+    from sluice.pipelines.plancheck import spark_ddl_parser, spark_sql_parser
 
     spark_sql, spark_ddl = spark_sql_parser(spark_session), spark_ddl_parser(spark_session)
     found = corpus()
@@ -229,7 +229,7 @@ def test_no_false_rejection_against_sparks_parser(spark_session) -> None:
 
 @pytest.mark.spark
 def test_the_syntax_errors_users_make_are_refused_by_both(spark_session) -> None:
-    from sluice.pipelines.pipeline_run import spark_ddl_parser, spark_sql_parser
+    from sluice.pipelines.plancheck import spark_ddl_parser, spark_sql_parser
 
     spark_sql, spark_ddl = spark_sql_parser(spark_session), spark_ddl_parser(spark_session)
     assert [e for e in SYNTAX_ERRORS if spark_sql(e) is None] == []  # the reference refuses them

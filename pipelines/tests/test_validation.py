@@ -304,7 +304,7 @@ def test_example_is_valid_and_declares_its_topics(name: str) -> None:
 
 @pytest.fixture
 def parsers(spark_session) -> tuple[SqlParser, DdlParser]:
-    from sluice.pipelines.pipeline_run import spark_ddl_parser, spark_sql_parser
+    from sluice.pipelines.plancheck import spark_ddl_parser, spark_sql_parser
 
     return spark_sql_parser(spark_session), spark_ddl_parser(spark_session)
 

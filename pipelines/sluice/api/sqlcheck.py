@@ -1,7 +1,7 @@
 """Spark SQL syntax checks in pure Python (sqlglot's Spark dialect), for where no JVM runs: the operator,
 its admission webhook and `sluice validate --no-spark`.
 
-They are the validation layer's SqlParser and DdlParser, with Spark's own parsers (pipeline_run.spark_sql_parser,
+They are the validation layer's SqlParser and DdlParser, with Spark's own parsers (plancheck.spark_sql_parser,
 spark_ddl_parser) as the reference: an expression or schema Spark parses must never be refused here
 (pipelines/tests/test_sqlcheck.py measures that over every expression of the examples, tests and docs).
 sqlglot is more lenient than Spark, so what it lets through is still parsed by Spark when the driver starts.

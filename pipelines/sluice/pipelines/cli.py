@@ -66,8 +66,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     spark = None
     plans: PlanChecker | None = None
     if args.spark and _spark_available():
-        from .pipeline_run import spark_ddl_parser, spark_sql_parser
-        from .plancheck import plan_problems
+        from .plancheck import plan_problems, spark_ddl_parser, spark_sql_parser
         from .session import build_session
 
         spark = build_session(
@@ -228,7 +227,8 @@ def run_summary(run) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from .control.server import ControlServer
     from .local.spark import spark_kafka_jars
-    from .pipeline_run import PipelineRun, config_from_document
+    from .local_config import config_from_document
+    from .pipeline_run import PipelineRun
     from .session import local_session
 
     try:

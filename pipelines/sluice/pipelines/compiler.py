@@ -16,12 +16,11 @@ from typing import Any
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, StringType, TimestampNTZType, TimestampType
+from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from sluice.api.kafka_clients import KafkaClient, client_at
 from sluice.api.pipeline import (
     SINK_OPS,
-    SOURCE_FETCH_MAX_WAIT_MS,
     DeadLetter,
     FromKafka,
     Join,
@@ -31,6 +30,8 @@ from sluice.api.pipeline import (
 from sluice.api.times import duration_ms, duration_to_spark, signed_duration_ms
 from sluice.api.validation import PipelineInvalid, Problem, join_path
 
+from .kafka_source import ERROR_COLUMN, SourceRecords, checked_records, kafka_source_options
+from .late_rules import LateRule, late_rules, reach_column
 from .metrics import OBSERVED_QUALITY
 from .sinks.kafka import kafka_record
 
@@ -38,10 +39,6 @@ BatchStep = Callable[[DataFrame], DataFrame]
 # Stands in for a source's Kafka stream (tests: batches of rows): a streaming DataFrame with the Kafka
 # source's columns (key, value, topic, partition, offset, timestamp, and headers when asked for).
 SourceFrames = Callable[[Node], DataFrame]
-ERROR_COLUMN = "_sluice_error"
-CORRUPT_COLUMN = "_sluice_corrupt"
-RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
-ISOLATION_LEVELS = {"readCommitted": "read_committed", "readUncommitted": "read_uncommitted"}
 JOIN_WINDOW = "_sluice_window_start"  # each side's window in a sameWindow join
 DEAD_LETTER_QUERY_SUFFIX = "-dead-letters"  # a source's dead letter query is named <source>-dead-letters
 WINDOW_TIME = "window_time"  # a windowed aggregation's output column holding its event time
@@ -72,16 +69,6 @@ class Stream:
 
 
 @dataclass
-class SourceRecords:
-    """A Kafka source's rows with the parse result, before good and bad rows are split."""
-
-    node: Node
-    checked: DataFrame  # raw Kafka columns + parsed fields + ERROR_COLUMN
-    fields: list[str]
-    parsed: bool  # whether parsing or checks can reject a record that has a value
-
-
-@dataclass
 class QueryPlan:
     name: str
     df: DataFrame
@@ -102,53 +89,10 @@ class QueryPlan:
     shuffled: bool = True  # a shuffle upstream (see Stream.shuffled)
 
 
-@dataclass(frozen=True)
-class LateRule:
-    """How the first stateful operation of query `query` after a source compares a record with the watermark
-    Spark used for the record's batch (read from that query's offset log at run time).
-
-    A windowed aggregation drops a record only once its latest window has closed (window end <= watermark);
-    other stateful operations drop it when its event time is at or before the watermark.
-    """
-
-    query: str  # the sink node whose query drops the rows (its checkpoint is <root>/<query>)
-    window_ms: int = 0  # tumbling/sliding size, or session gap
-    slide_ms: int | None = None  # None: the bound is event time + window_ms
-    filters: tuple[str, ...] = ()  # conditions of the filters right after the source on the way there
-
-
-def reach_column(i: int) -> str:
-    """The dead-letter query's column telling whether a record passes the filters of late_rules[i]."""
-    return f"_reaches_{i}"
-
-
 @dataclass
 class CompiledPipeline:
     queries: list[QueryPlan] = field(default_factory=list)
     sources: dict[str, FromKafka] = field(default_factory=dict)
-
-
-def kafka_source_options(
-    src: FromKafka, kafka: KafkaClient, starting_offsets: str, since_ms: int | None = None
-) -> dict[str, str]:
-    """The Spark Kafka source's options for a fromKafka node: sluice's defaults under the node's own options.
-    since_ms: the stream starts at the records of that time (a standby driver's warm-up), not at its offsets."""
-    options = {
-        **kafka.spark_options(),
-        "kafka.isolation.level": ISOLATION_LEVELS[src.isolationLevel],
-        "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_MAX_WAIT_MS),
-        "includeHeaders": str("headers" in src.metadata).lower(),
-    }
-    if since_ms is not None:  # a partition with no record that late starts at its end
-        options |= {"startingTimestamp": str(since_ms), "startingOffsetsByTimestampStrategy": "latest"}
-    else:
-        options["startingOffsets"] = starting_offsets
-    if src.maxRecordsPerTrigger:
-        options["maxOffsetsPerTrigger"] = str(src.maxRecordsPerTrigger)
-    options |= {"subscribe": src.topic} if src.topic else {"subscribePattern": str(src.pattern)}
-    if src.minPartitions:
-        options["minPartitions"] = str(src.minPartitions)
-    return options | src.options
 
 
 class Compiler:
@@ -258,54 +202,7 @@ class Compiler:
 
     def _read_kafka(self, node: Node, src: FromKafka) -> SourceRecords:
         raw = self.source_frames(node) if self.source_frames is not None else self._kafka_frame(node, src)
-        text = F.col("value").cast("string")
-        if src.format == "text":
-            parsed, fields, malformed = raw.withColumn("value", text), ["value"], F.lit(False)
-        else:
-            schema = f"{src.schema_}, {CORRUPT_COLUMN} STRING"
-            options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
-            if src.format == "json":
-                parse = F.from_json(text, schema, options)
-            else:
-                parse = F.from_csv(text, schema, {**options, "sep": src.csvDelimiter})
-            parsed = raw.withColumn("_sluice_parsed", parse)
-            fields = [f for f in parsed.select("_sluice_parsed.*").columns if f != CORRUPT_COLUMN]
-            parsed = parsed.select(
-                *RAW_COLUMNS, *(["headers"] if "headers" in src.metadata else []), "_sluice_parsed.*"
-            )
-            malformed = F.col(CORRUPT_COLUMN).isNotNull()
-        if src.eventTimeExpr is not None:
-            assert src.eventTime is not None  # validated: 'eventTimeExpr' needs 'eventTime'
-            parsed = parsed.withColumn(src.eventTime, self._event_time_expr(node, src.eventTimeExpr, parsed))
-            fields = [*fields, src.eventTime] if src.eventTime not in fields else fields
-        error = F.when(F.col("value").isNull(), F.lit("record has no value")).when(
-            malformed, F.lit(f"malformed {src.format}: does not match schema ({src.schema_})")
-        )
-        if src.eventTime and src.eventTime != "kafka_timestamp":
-            error = error.when(F.col(src.eventTime).isNull(), F.lit(f"missing or invalid event time '{src.eventTime}'"))
-        checked = parsed.withColumn(ERROR_COLUMN, error)
-        return SourceRecords(
-            node, checked, fields, parsed=src.format != "text" or src.eventTime not in (None, "kafka_timestamp")
-        )
-
-    def _event_time_expr(self, node: Node, expression: str, parsed: DataFrame) -> Column:
-        """The event time computed from the record: a timestamp as is, a string or date cast (null when not
-        parseable: the record is then malformed); any other type is refused."""
-        column = F.expr(expression)
-        try:
-            kind = parsed.select(column).schema.fields[0].dataType
-        except (AnalysisException, ParseException) as exc:
-            raise self.fail(node, str(exc).split("\n")[0].strip(), "eventTimeExpr") from exc
-        if isinstance(kind, TimestampType | TimestampNTZType):
-            return column
-        if isinstance(kind, StringType | DateType):
-            return column.try_cast("timestamp")
-        raise self.fail(
-            node,
-            f"{expression!r} is of type {kind.simpleString()}, not a timestamp: convert it, e.g. "
-            "timestamp_millis(x) or timestamp_seconds(x) for epoch numbers, to_timestamp(x, 'pattern') for text",
-            "eventTimeExpr",
-        )
+        return checked_records(node, src, raw, lambda message, field: self.fail(node, message, field))
 
     # ----------------------------------------------------------------------------- transforms
     def _op_select(self, node: Node, exprs: list[str], stream: Stream) -> Stream:
@@ -590,7 +487,7 @@ class Compiler:
     def _dead_letter_query(self, records: SourceRecords, dead: DeadLetter) -> QueryPlan:
         src, name = records.node.fromKafka, records.node.name
         assert src is not None
-        late = self._late_rules(name) if dead.lateRecords and src.watermark else ()
+        late = late_rules(self.spec, name) if dead.lateRecords and src.watermark else ()
         columns: list[Column | str] = [
             F.lit(name).alias("source"),
             F.col(ERROR_COLUMN).alias("error"),
@@ -627,66 +524,6 @@ class Compiler:
             app=self.app_name,
             shuffled=False,
         )
-
-    def _late_rules(self, source: str) -> tuple[LateRule, ...]:
-        """Per sink query reading the source through a stateful operation, the rule of the first such
-        operation on the way from the source to the sink (queries without one drop nothing)."""
-        consumers: dict[str, list[Node]] = {}
-        for node in self.spec.nodes:
-            for upstream in node.inputs or []:
-                consumers.setdefault(upstream, []).append(node)
-        event_time = self.nodes[source].fromKafka.eventTime  # type: ignore[union-attr]
-        rules = []
-        for sink in self.spec.nodes:
-            if sink.kind == "sink":
-                rule = self._first_stateful(source, event_time, self._ancestors(sink.name), consumers, sink.name)
-                if rule is not None:
-                    rules.append(rule)
-        return tuple(rules)
-
-    def _ancestors(self, name: str) -> set[str]:
-        out, stack = set(), [name]
-        while stack:
-            for upstream in self.nodes[stack.pop()].inputs or []:
-                if upstream not in out:
-                    out.add(upstream)
-                    stack.append(upstream)
-        return out
-
-    @staticmethod
-    def _first_stateful(
-        source: str, event_time: str | None, ancestors: set[str], consumers: dict[str, list[Node]], query: str
-    ) -> LateRule | None:
-        """None when the query drops none of the source's rows as late."""
-        if source not in ancestors:
-            return None
-        # Breadth first, each node with the conditions of the filters met before any other step.
-        queue: list[tuple[str, tuple[str, ...], bool]] = [(source, (), True)]
-        seen = {source}
-        while queue:
-            upstream, filters, only_filters = queue.pop(0)
-            for node in consumers.get(upstream, []):
-                if node.name not in ancestors:
-                    continue
-                rule = LateRule(query, filters=filters)
-                if node.aggregate is not None and node.aggregate.window is not None:
-                    window = node.aggregate.window
-                    if window.tumbling:
-                        size = duration_ms(window.tumbling)
-                        return replace(rule, window_ms=size, slide_ms=size)
-                    if window.sliding:
-                        size, slide = duration_ms(window.sliding.size), duration_ms(window.sliding.slide)
-                        return replace(rule, window_ms=size, slide_ms=slide)
-                    return replace(rule, window_ms=duration_ms(window.session or "0s"))
-                if node.aggregate is not None:  # Spark drops late rows only when the event time is a key
-                    return rule if event_time in node.aggregate.groupBy else None
-                if node.operation in ("join", "dedupe"):
-                    return rule
-                if node.name not in seen:
-                    seen.add(node.name)
-                    more = only_filters and node.filter is not None
-                    queue.append((node.name, (*filters, node.filter) if more else filters, more))  # type: ignore[arg-type]
-        return None
 
 
 def _interval(duration: str) -> Column:

@@ -38,10 +38,12 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from sluice.api.contract import RunnerConfig
 from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import FromKafka
 
 from .checkpoints import Handover, OffsetLog, OutputGrid, committed_batch, source_starts
+from .compiler import QueryPlan
 
 log = logging.getLogger("sluice.runtime")
 TopicPartition = tuple[str, int]
@@ -217,3 +219,52 @@ def hand_over(
         offsets or "its own",
     )
     return handover
+
+
+def taken_over(
+    spark: SparkSession, config: RunnerConfig, query: str, sources: Mapping[str, FromKafka], kafka: KafkaClient
+) -> Handover | None:
+    """How the query's checkpoint in `config` took over another's output, if it did: as `config.migrations`
+    says until it has, and while the checkpoint has no completed batch of its own (decided again: the source
+    may have gone on since), else as decided before. A rollback's migration names a checkpoint with batches
+    (the one the query left): it goes on from its own offsets, behind the other's cut. `sources`: the compiled
+    pipeline's Kafka sources by node."""
+    migration = config.migrations.get(query)
+    if migration is not None and not handed_over(spark, config, query, migration.fromCheckpoint):
+        return hand_over(
+            spark,
+            source_checkpoint=config.checkpoint(query, migration.fromCheckpoint),
+            target_checkpoint=config.checkpoint(query),
+            rewind_ms=migration.rewindMs,
+            sources=sources,
+            kafka=kafka,
+            query=query,
+        )
+    return Handover.latest(spark, config.checkpoint(query))
+
+
+def handed_over(spark: SparkSession, config: RunnerConfig, query: str, source: str) -> bool:
+    """Whether the query's checkpoint in `config` took over from the folder `source` and completed a batch
+    of its own since (else a start hands over from there again)."""
+    checkpoint = config.checkpoint(query)
+    latest = Handover.latest(spark, checkpoint)
+    return (
+        latest is not None
+        and latest.source == config.checkpoint(query, source)
+        and committed_batch(spark, checkpoint) is not None
+    )
+
+
+def counted_before(
+    spark: SparkSession, plan: QueryPlan, checkpoint: str, last: int | None, handover: Handover
+) -> int | None:
+    """The cut before which the plan leaves records out (Handover.countedBeforeMs) while that can matter: its
+    windows are tumbling, and its watermark has not passed the end of the window straddling the cut (a
+    record before the cut is late after that, and Spark drops it). `last`: the checkpoint's last committed
+    batch."""
+    cut = handover.countedBeforeMs
+    if cut is None or not plan.tumbling or not plan.final_grid_ms:
+        return None
+    if last is not None and OffsetLog(spark, checkpoint).entry(last)[0] >= cut + plan.final_grid_ms:
+        return None
+    return cut

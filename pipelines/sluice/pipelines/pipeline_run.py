@@ -6,10 +6,8 @@ or a bare pipeline file for local runs (`config_from_document`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,129 +19,39 @@ from pyspark.errors import AnalysisException, IllegalArgumentException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.api.app import KafkaSpec
 from sluice.api.contract import (
     CheckpointsDeleted,
-    KafkaSecurity,
     QueryStep,
     RunnerConfig,
     RunState,
     StateResponse,
     SwapResponse,
 )
-from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT, KafkaClient, kafka_security, read_credentials, read_file
+from sluice.api.kafka_clients import KafkaClient, read_credentials, read_file
 from sluice.api.pipeline import PipelineSpec
 from sluice.api.validation import (
     PipelineDocument,
     PipelineInvalid,
     Problem,
     join_path,
-    model_problems,
     semantic_problems,
-    validate,
 )
 
 from .callbacks import close_connections
-from .checkpoints import Handover, OffsetLog, OutputGrid, committed_batch, delete_folder
+from .checkpoints import Handover, OutputGrid, committed_batch, delete_folder
 from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
+from .local_config import config_from_document
 from .metrics import PipelineMetrics, ProgressListener
-from .migration import hand_over
-from .plancheck import error_summary, java_message, sink_path, streaming_problems
-from .queries import WARM_UP_QUERY_PREFIX, UnsupportedTrigger, start_query, start_warm_up_query
+from .migration import counted_before, hand_over, handed_over, taken_over
+from .plancheck import error_summary, java_message, sink_path, spark_ddl_parser, spark_sql_parser, streaming_problems
+from .queries import WARM_UP_QUERY_PREFIX, UnsupportedTrigger, start_query, warm_up
 from .realtime import real_time_slot_problems
 from .sinks import release_kept_clients
+from .swap_steps import SwapRefused, steps_by_action, still_to_do
 
 log = logging.getLogger("sluice.runtime")
 
 WARM_UP_SECONDS = 2  # of each source's latest records a standby driver runs its plans over
-WARM_UP_TIMEOUT_S = 60.0  # for all the warm-up queries
-
-
-def _import_sinks(_: int) -> int:
-    """On an executor's Python worker: what the sinks' first batch would import."""
-    import sluice.pipelines.sinks.kafka_eos  # noqa: F401
-
-    return 0
-
-
-LOCAL_REVISION = "local"  # the revision of a run made from a file rather than by the operator
-
-
-def spark_sql_parser(spark: SparkSession):
-    """A validation SqlParser backed by Spark's own expression parser (F.expr parses lazily in Spark 4)."""
-    parser = spark._jsparkSession.sessionState().sqlParser()
-
-    def parse(expression: str) -> str | None:
-        try:
-            parser.parseExpression(expression)
-        except Exception as exc:
-            return java_message(exc)
-        return None
-
-    return parse
-
-
-def spark_ddl_parser(spark: SparkSession):
-    jvm = spark._jvm
-    assert jvm is not None
-    struct_type = jvm.org.apache.spark.sql.types.StructType
-
-    def parse(ddl: str) -> list[str] | str:
-        try:
-            return list(struct_type.fromDDL(ddl).fieldNames())
-        except Exception as exc:
-            return java_message(exc)
-
-    return parse
-
-
-def config_from_document(
-    document: PipelineDocument,
-    *,
-    checkpoint_root: str,
-    bootstrap_servers: str | None = None,
-    control_port: int = 0,
-    control_token_file: str | None = None,
-) -> RunnerConfig:
-    """A manifest or bare pipeline (validated without Spark) as the RunnerConfig a local run runs.
-
-    The Kafka bootstrap is decided here: the flag, else the manifest's spec.kafka.bootstrapServers, else
-    $SLUICE_KAFKA_BOOTSTRAP.
-    """
-    spec = validate(document.pipeline, document.prefix)
-    manifest = document.manifest or {}
-    kafka = (manifest.get("spec") or {}).get("kafka") or {}
-    bootstrap = bootstrap_servers or kafka.get("bootstrapServers") or os.environ.get("SLUICE_KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        raise PipelineInvalid(
-            [
-                Problem(
-                    "spec.kafka.bootstrapServers" if manifest else "--bootstrap-servers",
-                    "no Kafka bootstrap: pass --bootstrap-servers, set "
-                    "spec.kafka.bootstrapServers or $SLUICE_KAFKA_BOOTSTRAP",
-                )
-            ]
-        )
-    return RunnerConfig(
-        app=document.app_name,
-        namespace=(manifest.get("metadata") or {}).get("namespace") or "default",
-        revision=LOCAL_REVISION,
-        kafkaBootstrap=bootstrap,
-        kafkaSecurity=local_kafka_security(kafka) if bootstrap == kafka.get("bootstrapServers") else KafkaSecurity(),
-        pipeline=spec,
-        checkpointRoot=checkpoint_root,
-        controlPort=control_port,
-        controlTokenFile=control_token_file,
-    )
-
-
-def local_kafka_security(kafka: dict[str, Any]) -> KafkaSecurity:
-    """The manifest's spec.kafka login for a local run of its own cluster: the Secrets' keys are read from
-    $SLUICE_KAFKA_SECRETS/<secretName>/<key> (default: where the operator mounts them in the driver pod)."""
-    parsed, problems = model_problems(kafka, "spec.kafka", KafkaSpec)
-    if problems:
-        raise PipelineInvalid(problems)
-    return kafka_security(parsed, os.environ.get("SLUICE_KAFKA_SECRETS", KAFKA_SECRETS_MOUNT))[0]
 
 
 @dataclass
@@ -162,14 +70,6 @@ def _last_batch(query: StreamingQuery) -> Any:
     """The id of the query's last completed batch (None: none yet)."""
     progress = query.lastProgress
     return progress.get("batchId") if progress else None
-
-
-class SwapRefused(Exception):
-    """A hot swap this driver cannot do (nothing was changed): `field` is the request's field at fault."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 class PipelineRun:
@@ -249,37 +149,10 @@ class PipelineRun:
         return self
 
     def _warm_up(self, config: RunnerConfig) -> None:
-        """What a cold driver's first batch pays (class loading, code generation, state stores, the executors'
-        Kafka consumers and Python workers: 18-30 s per query on the local cluster against 4-5 s warm), paid on
-        standby: each query's plan runs as a stream into Spark's noop sink, on a checkpoint of its own (deleted
-        after), over its sources' records of the last WARM_UP_SECONDS; and a task on every executor slot starts
-        a Python worker with the sinks imported. Nothing is written and the app's checkpoints are not touched;
-        a plan that fails here is logged and left to its first batch."""
-        began = time.monotonic()
-        folder = f"{config.checkpointRoot.rstrip('/')}/_warm-up-{config.revision}"
+        """Pay on standby what a cold driver's first batch pays (queries.warm_up), over the sources' records of
+        the last WARM_UP_SECONDS, on a checkpoint folder of its own that is deleted after."""
         compiled = self._plans(config, since_ms=int(time.time() * 1000) - WARM_UP_SECONDS * 1000)
-        warming: list[StreamingQuery] = []
-        for plan in compiled.queries:
-            try:
-                warming.append(start_warm_up_query(plan, f"{folder}/{plan.name}"))
-            except Exception as exc:  # best effort: the query's first batch pays instead
-                log.warning("warm-up of query %s failed: %s", plan.name, error_summary(java_message(exc)))
-        deadline = time.monotonic() + WARM_UP_TIMEOUT_S
-        for query in warming:
-            with contextlib.suppress(Exception):  # a query that failed raises here: told below, as it failed
-                if not query.awaitTermination(max(deadline - time.monotonic(), 0.001)):  # type: ignore[arg-type]  # seconds: a float works
-                    query.stop()
-            failure = query.exception()
-            if failure is not None:
-                name = str(query.name).removeprefix(WARM_UP_QUERY_PREFIX)
-                log.warning("warm-up of query %s failed: %s", name, error_summary(str(failure)))
-        delete_folder(self.spark, folder)
-        slots = max(self.spark.sparkContext.defaultParallelism, 1)
-        try:
-            self.spark.sparkContext.parallelize(range(slots), slots).map(_import_sinks).collect()
-        except Exception as exc:
-            log.warning("warm-up of the executors' Python workers failed: %s", error_summary(java_message(exc)))
-        log.info("warm-up of %d queries in %.1f s", len(compiled.queries), time.monotonic() - began)
+        warm_up(self.spark, compiled.queries, f"{config.checkpointRoot.rstrip('/')}/_warm-up-{config.revision}")
 
     def _start_all(self, compiled: CompiledPipeline) -> list[str]:
         """Start every query of the compiled config (each on its checkpoint, handing over first where its
@@ -287,7 +160,7 @@ class PipelineRun:
         try:
             for plan in compiled.queries:
                 try:
-                    self._start_query(plan, self.config, self._handover(self.config, plan.name, compiled))
+                    self._start_query(plan, self.config, self._taken_over(self.config, plan.name, compiled))
                 except (AnalysisException, IllegalArgumentException) as exc:  # refused by Spark as the query starts
                     problem = Problem(
                         self.query_path(plan.name), f"query {plan.name} did not start: {java_message(exc)}"
@@ -406,23 +279,9 @@ class PipelineRun:
         """Where the query's checkpoint is in the revision that runs (a dead-letter query asks each batch)."""
         return self.config.checkpoint(query)
 
-    def _handover(self, config: RunnerConfig, query: str, compiled: CompiledPipeline) -> Handover | None:
-        """How the query's checkpoint in `config` took over another's output, if it did: as `config.migrations`
-        says until it has, and while the checkpoint has no completed batch of its own (decided again: the source
-        may have gone on since), else as decided before. A rollback's migration names a checkpoint with batches
-        (the one the query left): it goes on from its own offsets, behind the other's cut."""
-        migration = config.migrations.get(query)
-        if migration is not None and not self._handed_over(config, query, migration.fromCheckpoint):
-            return hand_over(
-                self.spark,
-                source_checkpoint=config.checkpoint(query, migration.fromCheckpoint),
-                target_checkpoint=config.checkpoint(query),
-                rewind_ms=migration.rewindMs,
-                sources=compiled.sources,
-                kafka=self.kafka_of(config),
-                query=query,
-            )
-        return Handover.latest(self.spark, config.checkpoint(query))
+    def _taken_over(self, config: RunnerConfig, query: str, compiled: CompiledPipeline) -> Handover | None:
+        """migration.taken_over, with this run's Kafka."""
+        return taken_over(self.spark, config, query, compiled.sources, self.kafka_of(config))
 
     def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
         """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it
@@ -430,9 +289,9 @@ class PipelineRun:
         last = committed_batch(self.spark, config.checkpoint(plan.name))
         if handover is not None:
             offsets = handover.startingOffsets if last is None else {}  # Spark reads them only before batch 0
-            counted_before = self._counted_before(plan, config.checkpoint(plan.name), last, handover)
-            if offsets or counted_before is not None:
-                compiled = self._compile(config, offsets, counted_before_ms=counted_before)
+            counted = counted_before(self.spark, plan, config.checkpoint(plan.name), last, handover)
+            if offsets or counted is not None:
+                compiled = self._compile(config, offsets, counted_before_ms=counted)
                 plan = next(p for p in compiled.queries if p.name == plan.name)
         if plan.final_grid_ms:
             OutputGrid(plan.final_grid_ms).write(self.spark, config.checkpoint(plan.name))
@@ -456,17 +315,6 @@ class PipelineRun:
         self.metrics.trigger_interval.labels(app=self.metrics.app, query=plan.name).set(interval / 1000)
         return query
 
-    def _counted_before(self, plan: QueryPlan, checkpoint: str, last: int | None, handover: Handover) -> int | None:
-        """The cut before which the plan leaves records out (Handover.countedBeforeMs) while that can matter: its
-        windows are tumbling, and its watermark has not passed the end of the window straddling the cut (a
-        record before the cut is late after that, and Spark drops it)."""
-        cut = handover.countedBeforeMs
-        if cut is None or not plan.tumbling or not plan.final_grid_ms:
-            return None
-        if last is not None and OffsetLog(self.spark, checkpoint).entry(last)[0] >= cut + plan.final_grid_ms:
-            return None
-        return cut
-
     # ------------------------------------------------------------------------------- hot swap
     def delete_checkpoints(self, folders: Sequence[str]) -> CheckpointsDeleted:
         """Delete checkpoint subfolders a finished migration left behind (the folder a migrated query moved
@@ -481,7 +329,7 @@ class PipelineRun:
                 if folder in in_use:
                     raise SwapRefused(f"checkpoint {folder}: query {in_use[folder]} runs on it", "checkpoints")
                 for query, migration in config.migrations.items():
-                    if migration.fromCheckpoint == folder and not self._handed_over(config, query, folder):
+                    if migration.fromCheckpoint == folder and not handed_over(self.spark, config, query, folder):
                         raise SwapRefused(
                             f"checkpoint {folder}: query {query} takes over from it and has not completed a "
                             "batch of its own since",
@@ -496,17 +344,6 @@ class PipelineRun:
                 log.info("checkpoints deleted: %s", deleted)
             return CheckpointsDeleted(deleted=deleted, absent=absent)
 
-    def _handed_over(self, config: RunnerConfig, query: str, source: str) -> bool:
-        """Whether the query's checkpoint in `config` took over from the folder `source` and completed a batch
-        of its own since (else a start hands over from there again)."""
-        checkpoint = config.checkpoint(query)
-        latest = Handover.latest(self.spark, checkpoint)
-        return (
-            latest is not None
-            and latest.source == config.checkpoint(query, source)
-            and committed_batch(self.spark, checkpoint) is not None
-        )
-
     def swap(self, config: RunnerConfig, steps: Sequence[QueryStep]) -> SwapResponse:
         """Run `config`'s revision in this driver: the steps' queries stop at a batch boundary and restart
         (on their checkpoints), move to another checkpoint (migrate, restore: see migration.py), start or stop;
@@ -520,8 +357,9 @@ class PipelineRun:
                 raise SwapRefused(f"the driver is {self._state}: its queries run only after PUT /v1/state running")
             compiled = self._compile(config)
             plans = {plan.name: plan for plan in compiled.queries}
-            todo = self._still_to_do(config, steps)
-            by_action = self._check_swap(config, todo, plans)
+            revisions = {q.name: self.query_revisions.get(q.name) if q.isActive else None for q in self.queries}
+            todo = still_to_do(steps, current=self.config, config=config, running=revisions)
+            by_action = steps_by_action(todo, current=self.config, config=config, plans=plans, running=set(revisions))
             rewind = {step.name: step.rewindMs for step in todo}
             running = {query.name: query for query in self.queries}
             old_config, self.config = self.config, config
@@ -536,7 +374,7 @@ class PipelineRun:
                 stopped = time.monotonic()
                 if name in plans and name not in by_action["stop"]:
                     if name not in by_action["move"]:
-                        handover = self._handover(config, name, compiled)  # a gate it was given stays
+                        handover = self._taken_over(config, name, compiled)  # a gate it was given stays
                     else:
                         handover = hand_over(
                             self.spark,
@@ -568,7 +406,7 @@ class PipelineRun:
                 old_compiled = self._compile(old_config)  # compiled before
                 old_plans = {plan.name: plan for plan in old_compiled.queries}
                 for name in by_action["restart"] + by_action["move"] + by_action["stop"]:
-                    self._start_query(old_plans[name], old_config, self._handover(old_config, name, old_compiled))
+                    self._start_query(old_plans[name], old_config, self._taken_over(old_config, name, old_compiled))
                 raise failure
             return SwapResponse(
                 revision=config.revision,
@@ -578,90 +416,6 @@ class PipelineRun:
                 stopped=by_action["stop"],
                 kept=by_action["keep"],
                 tookMs=round((time.monotonic() - started_at) * 1000),
-            )
-
-    def _still_to_do(self, config: RunnerConfig, steps: Sequence[QueryStep]) -> list[QueryStep]:
-        """The same swap asked twice changes nothing the second time: a query that already runs the revision (on
-        its checkpoint) is kept, one already stopped needs no step; a `restore` of a query that does not run is
-        a start on the checkpoint it kept."""
-        running = {query.name: query for query in self.queries}
-        todo = []
-        for step in steps:
-            query = running.get(step.name)
-            there = (
-                query is not None
-                and query.isActive
-                and self.query_revisions.get(step.name) == config.revision
-                and self.config.checkpoint(step.name) == config.checkpoint(step.name)
-            )
-            if step.action == "stop" and query is None:
-                continue
-            if step.action in ("restart", "start", "migrate", "restore") and there:
-                step = step.model_copy(update={"action": "keep"})
-            elif step.action == "restore" and query is None:
-                step = step.model_copy(update={"action": "start"})
-            todo.append(step)
-        return todo
-
-    def _check_swap(
-        self, config: RunnerConfig, steps: Sequence[QueryStep], plans: dict[str, QueryPlan]
-    ) -> dict[str, list[str]]:
-        """The steps' query names by action (migrate and restore: "move"), or SwapRefused."""
-        for field in ("app", "namespace", "kafkaBootstrap", "kafkaSecurity", "checkpointRoot"):
-            if getattr(config, field) != getattr(self.config, field):
-                raise SwapRefused(
-                    f"a hot swap keeps the run's {field} ({getattr(self.config, field)!r})", f"config.{field}"
-                )
-        running = {query.name for query in self.queries}  # a failed query may be restarted on a new plan
-        new = set(plans)
-        names: dict[str, list[str]] = {"restart": [], "move": [], "start": [], "stop": [], "keep": []}
-        for index, step in enumerate(steps):
-            where = f"steps[{index}]"
-            if any(step.name in listed for listed in names.values()):
-                raise SwapRefused(f"query {step.name!r} has two steps", f"{where}.name")
-            if step.action in ("migrate", "restore"):
-                self._check_move(config, step, plans.get(step.name), where)
-            elif step.action in ("restart", "keep") and config.checkpoint(step.name) != self.config.checkpoint(
-                step.name
-            ):
-                raise SwapRefused(
-                    f"{step.action} of query {step.name!r} would move it from its checkpoint "
-                    f"{self.config.checkpoint(step.name)} to {config.checkpoint(step.name)}: moving it takes migrate",
-                    f"{where}.action",
-                )
-            must_run, must_be_new = step.action != "start", step.action != "stop"
-            if must_run != (step.name in running):
-                raise SwapRefused(
-                    f"query {step.name!r} is {'not ' if must_run else ''}one of this driver's", f"{where}.name"
-                )
-            if must_be_new != (step.name in new):
-                raise SwapRefused(
-                    f"query {step.name!r} is {'not ' if must_be_new else ''}in the new pipeline", f"{where}.name"
-                )
-            names["move" if step.action in ("migrate", "restore") else step.action].append(step.name)
-        missing = sorted((running | new) - {name for listed in names.values() for name in listed})
-        if missing:
-            raise SwapRefused(f"no step for the queries {', '.join(missing)}", "steps")
-        return names
-
-    def _check_move(self, config: RunnerConfig, step: QueryStep, plan: QueryPlan | None, where: str) -> None:
-        """A query moves to another checkpoint only with its output kept exactly once: an output gate (rows
-        final by event time) or, for a stateless query, a start exactly where the old one stopped (no rewind)."""
-        if plan is None:
-            return  # refused below: not in the new pipeline
-        if config.checkpoint(step.name) == self.config.checkpoint(step.name):
-            raise SwapRefused(
-                f"{step.action} of query {step.name!r} needs another checkpoint than the one it runs on "
-                f"({self.config.checkpoint(step.name)}): set config.checkpoints[{step.name!r}]",
-                f"{where}.action",
-            )
-        exact_without_gate = not plan.stateful and step.action == "migrate" and step.rewindMs == 0
-        if plan.final_time is None and not exact_without_gate:
-            raise SwapRefused(
-                f"{step.action} of query {step.name!r}: its rows are not final per event-time window (a windowed "
-                "aggregation in append mode), so no output gate can keep what the other checkpoint wrote from "
-                "being written again (a stateless query migrates with rewindMs 0: where the old one stopped)",
-                f"{where}.action",
             )
 
     def _query(self, name: str) -> StreamingQuery:

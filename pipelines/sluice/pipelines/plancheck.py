@@ -120,3 +120,31 @@ def error_summary(error: str) -> str:
     traceback: "An exception was raised by the Python Proxy..."), the exception the traceback ends with."""
     raised = _RAISED.findall(error) if "Traceback (most recent call last)" in error else []
     return ": ".join(raised[-1]) if raised else error.split("\n")[0]
+
+
+def spark_sql_parser(spark: SparkSession):
+    """A validation SqlParser backed by Spark's own expression parser (F.expr parses lazily in Spark 4)."""
+    parser = spark._jsparkSession.sessionState().sqlParser()
+
+    def parse(expression: str) -> str | None:
+        try:
+            parser.parseExpression(expression)
+        except Exception as exc:
+            return java_message(exc)
+        return None
+
+    return parse
+
+
+def spark_ddl_parser(spark: SparkSession):
+    jvm = spark._jvm
+    assert jvm is not None
+    struct_type = jvm.org.apache.spark.sql.types.StructType
+
+    def parse(ddl: str) -> list[str] | str:
+        try:
+            return list(struct_type.fromDDL(ddl).fieldNames())
+        except Exception as exc:
+            return java_message(exc)
+
+    return parse

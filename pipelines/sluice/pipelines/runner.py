@@ -34,8 +34,9 @@ from sluice.api.validation import (
 )
 
 from .control.server import ControlServer
-from .pipeline_run import PipelineRun, config_from_document, error_summary
-from .plancheck import java_message
+from .local_config import config_from_document
+from .pipeline_run import PipelineRun
+from .plancheck import error_summary, java_message
 
 log = logging.getLogger("sluice.runner")
 # Flags for local runs whose values a RunnerConfig carries itself: argparse dest -> flag.

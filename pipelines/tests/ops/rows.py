@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from sluice.api.pipeline import Node, PipelineSpec
 from sluice.api.validation import validate
 from sluice.pipelines.compiler import CompiledPipeline, compile_pipeline
-from sluice.pipelines.pipeline_run import spark_ddl_parser, spark_sql_parser
+from sluice.pipelines.plancheck import spark_ddl_parser, spark_sql_parser
 from sluice.pipelines.queries import start_query
 from sluice.pipelines.sinks import MemoryTables
 

@@ -159,8 +159,8 @@ class ControlApi:
     def put_pipeline(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         """A hot swap: 409 when it does not fit this run (nothing changed), 422 when the new pipeline does not
         compile or a query fails to start on it (the old plan runs on), naming the node."""
-        from ..pipeline_run import SwapRefused
         from ..plancheck import failure_message
+        from ..swap_steps import SwapRefused
 
         request = self._authorized(SwapRequest, environ, '{"config": RunnerConfig, "steps": [...]}')
         try:
@@ -187,7 +187,7 @@ class ControlApi:
         """Answers once the queries started (running) or stopped at a batch boundary (drained); 409 while the
         driver stops (a drain is answered once it stopped its queries), 422 when a query fails to start (the run
         stays as it was), naming it."""
-        from ..pipeline_run import SwapRefused
+        from ..swap_steps import SwapRefused
 
         request = self._authorized(StateRequest, environ, '{"state": "running" | "drained"}')
         try:
@@ -200,7 +200,7 @@ class ControlApi:
 
     def delete_checkpoints(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         """409, nothing deleted, when the running revision still needs one of the folders."""
-        from ..pipeline_run import SwapRefused
+        from ..swap_steps import SwapRefused
 
         request = self._authorized(DeleteCheckpointsRequest, environ, '{"checkpoints": ["<folder>"]}')
         try:
