@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from sluice.api.app import KafkaSpec
 from sluice.api.kafka_clients import KafkaClient, kafka_security, read_credentials
+from sluice.api.kafka_spec import KafkaSpec
 from sluice.pipelines.local import kafka as kafka_mod
 from sluice.pipelines.local.kafka_io import consume_all, create_topic, end_offsets, produce
 from sluice.testbed.common import ProvisionError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.api.app import KafkaSpec, app_problems
+from sluice.api.app import app_problems
 from sluice.api.kafka_clients import (
     CredentialUnreadable,
     KafkaClient,
@@ -13,6 +13,7 @@ from sluice.api.kafka_clients import (
     read_credentials,
     read_file,
 )
+from sluice.api.kafka_spec import KafkaSpec
 from sluice.testbed.kafka_security import scram_over_tls
 
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

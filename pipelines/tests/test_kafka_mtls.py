@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.api.app import KafkaSpec
 from sluice.api.contract import RunnerConfig
 from sluice.api.kafka_clients import kafka_security
+from sluice.api.kafka_spec import KafkaSpec
 from sluice.api.pipeline import PipelineSpec
 from sluice.pipelines.local.kafka_io import consume_all, produce
 from sluice.pipelines.pipeline_run import PipelineRun

@@ -16,9 +16,9 @@ from typing import Any, cast
 
 import kopf
 
-from sluice.api.app import KafkaSpec
 from sluice.api.contract import REVISION_SPEC_FILE, RUNNER_CONFIG_FILE, RunnerConfig, revision_configmap_name
 from sluice.api.kafka_clients import CredentialUnreadable, KafkaClient, kafka_security, read_credentials
+from sluice.api.kafka_spec import KafkaSpec
 
 from . import children as ch
 from . import crd, names

@@ -18,21 +18,18 @@ from sluice.api.app import (  # noqa: F401  (re-exported: the operator's modules
     AutoscalingSpec,
     CheckpointSpec,
     ExecutorsSpec,
-    KafkaSpec,
-    PodTemplate,
-    Quantity,
     Resources,
     RollbackSpec,
     SparkSpec,
     Strategy,
     StreamingAppSpec,
-    StrimziCluster,
-    TopicName,
     TopicSpec,
     UpdateStrategy,
 )
 from sluice.api.contract import QueryStep
-from sluice.api.pipeline import Strict, list_map
+from sluice.api.kafka_spec import KafkaSpec, StrimziCluster  # noqa: F401  (re-exported)
+from sluice.api.pods import PodTemplate  # noqa: F401  (re-exported)
+from sluice.api.spec_types import Quantity, Strict, TopicName, list_map  # noqa: F401  (re-exported)
 
 ConditionType = Literal["Ready", "Valid", "TopicsReady", "CheckpointReady", "DriverSubmitted", "Running", "Rollout"]
 

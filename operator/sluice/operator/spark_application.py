@@ -11,16 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.api.app import (
-    CHECKPOINT_VOLUME,
-    CONTROL_VOLUME,
-    KAFKA_SECRET_VOLUME_PREFIX,
-    PIPELINE_VOLUME,
     S3A_SCHEME,
     S3Spec,
     revision,
 )
 from sluice.api.contract import RUNNER_CONFIG_FILE
 from sluice.api.kafka_clients import KAFKA_SECRETS_MOUNT, SPARK_REDACTED_OPTIONS, kafka_security
+from sluice.api.pods import CHECKPOINT_VOLUME, CONTROL_VOLUME, KAFKA_SECRET_VOLUME_PREFIX, PIPELINE_VOLUME
 
 from .model import StreamingAppSpec
 from .names import (

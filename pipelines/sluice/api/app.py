@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    ConfigDict,
     Field,
-    StringConstraints,
     ValidationError,
     ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
 
-from .pipeline import DNS_LABEL, PipelineSpec, Strict, cel, list_map
+from .kafka_spec import KafkaSpec
+from .pipeline import PipelineSpec
+from .pods import PodTemplate
+from .spec_types import ObjectName, Quantity, SecretKey, Strict, TopicName, cel, list_map
 from .times import Duration
 from .validation import DdlParser, PipelineInvalid, Problem, SqlParser, join_path, model_problems, natural_key, validate
 
@@ -32,137 +33,6 @@ PLURAL = "streamingapps"
 SINGULAR = "streamingapp"
 SHORT_NAMES = ["sapp"]
 API_VERSION = f"{GROUP}/{VERSION}"
-
-Quantity = Annotated[
-    str,
-    StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?([kmgtpKMGTP]i?|[kmgtp]b)?$"),
-    Field(description="An amount in Spark or Kubernetes notation: 500m, 2, 1g, 512Mi."),
-]
-TopicName = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9._-]{1,249}$")]
-ObjectName = Annotated[
-    str,
-    StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253),
-    Field(description="A Kubernetes object's name (DNS subdomain)."),
-]
-
-
-class StrimziCluster(Strict):
-    """A Kafka cluster Strimzi manages: its bootstrap Service, and KafkaTopic resources for the app's topics."""
-
-    name: str = Field(description="Name of the Strimzi Kafka resource.")
-    namespace: str | None = Field(None, description="Default: the app's namespace.")
-    listener: str = Field("plain", description="Listener whose bootstrap address the app uses.")
-
-
-SecretKey = Annotated[
-    str, StringConstraints(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253), Field(description="A key of the Secret.")
-]
-
-
-class PasswordSecretSource(Strict):
-    secretName: ObjectName = Field(description="A Secret in the app's namespace.")
-    password: SecretKey
-
-
-class CertSecretSource(Strict):
-    secretName: ObjectName = Field(description="A Secret in the app's namespace.")
-    certificate: SecretKey = Field(description="Its key holding PEM certificates, e.g. ca.crt.")
-
-
-class CertAndKeySecretSource(Strict):
-    secretName: ObjectName = Field(description="A Secret in the app's namespace (a Strimzi KafkaUser's).")
-    certificate: SecretKey = Field(description="Its key holding the PEM client certificate, e.g. user.crt.")
-    key: SecretKey = Field(description="Its key holding the PEM private key (PKCS#8), e.g. user.key.")
-
-
-class KafkaTls(Strict):
-    """TLS to the brokers, as Strimzi's KafkaConnect writes it."""
-
-    trustedCertificates: list[CertSecretSource] = Field(
-        default_factory=list,
-        max_length=20,
-        description="CA certificates the brokers' certificates are checked against. Default: with strimziCluster, "
-        "the cluster CA (Secret <cluster>-cluster-ca-cert, key ca.crt); otherwise the image's system CAs.",
-    )
-
-
-class KafkaAuthentication(Strict):
-    """How every Kafka client of the app logs in (the operator's, the driver's, Spark's), as Strimzi's
-    KafkaConnect writes it. Secrets are mounted into the driver pod and read by the operator; their values are
-    never copied into the app's objects."""
-
-    model_config = cel(
-        (
-            "self.type == 'tls' ? has(self.certificateAndKey) : has(self.username) && has(self.passwordSecret)",
-            "type tls needs certificateAndKey; scram-sha-512, scram-sha-256 and plain need username and passwordSecret",
-        ),
-    )
-
-    type: Literal["tls", "scram-sha-512", "scram-sha-256", "plain"] = Field(
-        description="tls: a client certificate (mTLS); scram-sha-512, scram-sha-256, plain: SASL with a password."
-    )
-    username: str | None = Field(None, min_length=1, max_length=1024, description="The SASL user.")
-    passwordSecret: PasswordSecretSource | None = Field(None, description="The SASL user's password.")
-    certificateAndKey: CertAndKeySecretSource | None = Field(None, description="The client certificate (type tls).")
-
-    @model_validator(mode="after")
-    def _credentials_of_type(self) -> KafkaAuthentication:
-        if self.type == "tls":
-            if self.certificateAndKey is None:
-                raise ValueError("type tls needs certificateAndKey (the client certificate and its key)")
-            if self.username or self.passwordSecret:
-                raise ValueError("type tls logs in with certificateAndKey: username and passwordSecret are not used")
-        else:
-            missing = [name for name in ("username", "passwordSecret") if getattr(self, name) is None]
-            if missing:
-                raise ValueError(f"type {self.type} needs {' and '.join(missing)}")
-            if self.certificateAndKey:
-                raise ValueError(f"type {self.type} logs in with a password: certificateAndKey is for type tls")
-        return self
-
-    @property
-    def sasl_mechanism(self) -> str | None:
-        return None if self.type == "tls" else self.type.upper()
-
-
-class KafkaSpec(Strict):
-    """Which Kafka the app uses: an external cluster, or a Strimzi-managed one; and how its clients reach it."""
-
-    model_config = cel(
-        (
-            "has(self.bootstrapServers) != has(self.strimziCluster)",
-            "set exactly one of 'bootstrapServers' or 'strimziCluster'",
-        ),
-        (
-            "!has(self.authentication) || self.authentication.type != 'tls' || has(self.tls)",
-            "authentication type tls (mTLS) needs tls",
-        ),
-    )
-
-    bootstrapServers: str | None = Field(None, description="host:port[,host:port] of an external cluster.")
-    strimziCluster: StrimziCluster | None = None
-    tls: KafkaTls | None = Field(None, description="Connect over TLS. Default: plaintext.")
-    authentication: KafkaAuthentication | None = Field(None, description="Default: none.")
-
-    @model_validator(mode="after")
-    def _one(self) -> KafkaSpec:
-        if (self.bootstrapServers is None) == (self.strimziCluster is None):
-            raise ValueError("set exactly one of 'bootstrapServers' or 'strimziCluster'")
-        if self.authentication and self.authentication.type == "tls" and self.tls is None:
-            raise ValueError("authentication type tls (mTLS) needs tls")
-        return self
-
-    def trusted_certificates(self) -> list[CertSecretSource]:
-        """The CAs the brokers are checked against: the spec's, else a Strimzi cluster's CA."""
-        if self.tls is None:
-            return []
-        if self.tls.trustedCertificates or self.strimziCluster is None:
-            return list(self.tls.trustedCertificates)
-        return [CertSecretSource(secretName=f"{self.strimziCluster.name}-cluster-ca-cert", certificate="ca.crt")]
-
-    def address(self) -> dict[str, Any]:
-        """Where the cluster is, as written (not how its clients log in)."""
-        return self.model_dump(mode="json", exclude_none=True, include={"bootstrapServers", "strimziCluster"})
 
 
 class TopicSpec(Strict):
@@ -195,151 +65,6 @@ class Resources(Strict):
     memory: Quantity = "1g"
     coreLimit: Quantity | None = None
     memoryOverhead: Quantity | None = None
-
-
-VolumeName = Annotated[str, DNS_LABEL, Field(description="A volume's name (DNS label).")]
-# The pods' own volumes (sluice's, which the operator mounts, and Spark's): an app's volumes take other names.
-CHECKPOINT_VOLUME, PIPELINE_VOLUME, CONTROL_VOLUME = "checkpoints", "pipeline", "control"
-RESERVED_VOLUMES = (CHECKPOINT_VOLUME, PIPELINE_VOLUME, CONTROL_VOLUME)
-KAFKA_SECRET_VOLUME_PREFIX = "sluice-kafka-"  # the driver's mounts of spec.kafka's Secrets
-RESERVED_VOLUME_PREFIXES = ("spark-", "sluice-")
-# The volume sources Pod Security "restricted" admits: no hostPath, no other node or network storage drivers.
-VOLUME_SOURCES = (
-    "configMap",
-    "secret",
-    "emptyDir",
-    "persistentVolumeClaim",
-    "projected",
-    "downwardAPI",
-    "csi",
-    "ephemeral",
-)
-
-
-class Toleration(Strict):
-    """Kubernetes' Toleration: the pods may run on nodes with a matching taint."""
-
-    key: str | None = Field(None, description="The taint's key (none: every taint, with operator Exists).")
-    operator: Literal["Exists", "Equal"] = Field("Equal", description="Equal: the taint's value is `value`.")
-    value: str | None = Field(None, description="The taint's value (operator Equal).")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="The taint's effect (none: every effect)."
-    )
-    tolerationSeconds: int | None = Field(None, ge=0, description="NoExecute: how long the pods stay once tainted.")
-
-
-class LocalObjectReference(Strict):
-    """An object of the app's namespace, by name."""
-
-    name: ObjectName
-
-
-class EnvFromSource(Strict):
-    """Every key of a Secret or a ConfigMap as environment variables (Kubernetes' EnvFromSource)."""
-
-    model_config = cel(
-        "has(self.secretRef) != has(self.configMapRef)", "set exactly one of 'secretRef' or 'configMapRef'"
-    )
-
-    secretRef: LocalObjectReference | None = Field(None, description="A Secret of the app's namespace.")
-    configMapRef: LocalObjectReference | None = Field(None, description="A ConfigMap of the app's namespace.")
-    prefix: str | None = Field(None, description="Put before each key's variable name.")
-
-    @model_validator(mode="after")
-    def _one(self) -> EnvFromSource:
-        if (self.secretRef is None) == (self.configMapRef is None):
-            raise ValueError("set exactly one of 'secretRef' or 'configMapRef'")
-        return self
-
-
-class Volume(Strict):
-    """A volume of Spark's pods (Kubernetes' Volume, one of the sources Pod Security "restricted" admits)."""
-
-    model_config = ConfigDict(extra="allow")  # the source: its key is checked below, its body by the API server
-
-    name: VolumeName
-
-    @model_validator(mode="after")
-    def _one_admitted_source(self) -> Volume:
-        sources = sorted((self.model_extra or {}).keys())
-        if len(sources) != 1 or sources[0] not in VOLUME_SOURCES:
-            raise ValueError(
-                f"volume {self.name!r} needs exactly one source of {', '.join(VOLUME_SOURCES)}"
-                + (f" (has {', '.join(sources)})" if sources else "")
-            )
-        if self.name in RESERVED_VOLUMES or self.name.startswith(RESERVED_VOLUME_PREFIXES):
-            raise ValueError(f"volume name {self.name!r} is the pods' own: choose another")
-        if not isinstance((self.model_extra or {})[sources[0]], dict):
-            raise ValueError(f"volume {self.name!r}: {sources[0]} is an object")
-        return self
-
-
-class VolumeMount(Strict):
-    name: VolumeName
-    mountPath: str = Field(pattern=r"^/", description="An absolute path in the Spark container.")
-    readOnly: bool = Field(False, description="Mounted read-only.")
-    subPath: str | None = Field(None, description="A path inside the volume to mount instead of its root.")
-
-
-class PodTemplate(Strict):
-    labels: dict[str, str] = Field(default_factory=dict, description="Added to the driver's and executors' pods.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Added to the pods.")
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Nodes the pods may run on.")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment variables (no secrets: envFrom).")
-    envFrom: list[EnvFromSource] = Field(default_factory=list, description="Env from Secrets and ConfigMaps.")
-    tolerations: list[Toleration] = Field(default_factory=list, description="Kubernetes tolerations of the pods.")
-    affinity: dict[str, Any] | None = Field(None, description="Kubernetes Affinity: nodeAffinity, podAffinity, ...")
-    topologySpreadConstraints: list[dict[str, Any]] = Field(
-        default_factory=list, description="Kubernetes TopologySpreadConstraints of the pods."
-    )
-    priorityClassName: ObjectName | None = None
-    imagePullSecrets: list[ObjectName] = Field(
-        default_factory=list, description="Names of Secrets in the app's namespace."
-    )
-    volumes: list[Volume] = Field(default_factory=list, description="Extra volumes of the pods.")
-    volumeMounts: list[VolumeMount] = Field(
-        default_factory=list, description="Mounts of `volumes` in Spark's container."
-    )
-    runAsUser: int = Field(
-        185,
-        ge=1,
-        description="The uid (and gid) Spark's pods run as: never root (the apache/spark images' spark user is 185).",
-    )
-    fsGroup: int = Field(185, ge=1, description="The group volumes (the checkpoint claim) are writable by.")
-    readOnlyRootFilesystem: bool = Field(
-        True,
-        description="Spark's container cannot write its image's files; /tmp and the working directory are "
-        "emptyDir volumes (false: for an image that writes elsewhere).",
-    )
-
-    @field_validator("affinity")
-    @classmethod
-    def _affinity_kinds(cls, affinity: dict[str, Any] | None) -> dict[str, Any] | None:
-        unknown = sorted(set(affinity or {}) - {"nodeAffinity", "podAffinity", "podAntiAffinity"})
-        if unknown:
-            raise ValueError(f"unknown affinity {', '.join(unknown)}: nodeAffinity, podAffinity or podAntiAffinity")
-        return affinity
-
-    @field_validator("topologySpreadConstraints")
-    @classmethod
-    def _spread_fields(cls, constraints: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for index, constraint in enumerate(constraints):
-            missing = [k for k in ("maxSkew", "topologyKey", "whenUnsatisfiable") if k not in constraint]
-            if missing:
-                raise ValueError(f"[{index}] needs {', '.join(missing)}")
-        return constraints
-
-    @model_validator(mode="after")
-    def _mounts_name_volumes(self) -> PodTemplate:
-        names = [v.name for v in self.volumes]
-        if len(set(names)) != len(names):
-            raise ValueError(
-                f"volumes: a name used twice ({', '.join(sorted({n for n in names if names.count(n) > 1}))})"
-            )
-        for index, mount in enumerate(self.volumeMounts):
-            if mount.name not in names:
-                raise ValueError(f"volumeMounts[{index}]: no volume named {mount.name!r} in volumes")
-        return self
 
 
 SPARK_VERSION = "4.2.0"  # the Spark of sluice's image (images/spark), the operator's default spark.version

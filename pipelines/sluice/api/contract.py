@@ -13,7 +13,8 @@ from typing import Annotated, Final, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from .pipeline import PipelineSpec, Strict
+from .pipeline import PipelineSpec
+from .spec_types import Strict
 
 API_VERSION: Final = "sluice.dev/v1alpha1"
 RUNNER_CONFIG_FILE = "runner.json"

@@ -17,8 +17,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .app import KafkaSpec
 from .contract import KafkaSecurity
+from .kafka_spec import KafkaSpec
 
 KAFKA_SECRETS_MOUNT = "/etc/sluice-kafka"  # the driver pod's mount of each Secret spec.kafka names: <mount>/<name>/
 

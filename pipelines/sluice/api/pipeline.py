@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from .spec_types import DNS_LABEL, Strict, cel, list_map
 from .times import Duration, SignedDuration, duration_ms, signed_duration_ms
 
 SqlExpr = Annotated[
@@ -20,35 +21,7 @@ SqlExpr = Annotated[
 ]
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN)]
-DNS_LABEL = StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
 NodeName = Annotated[str, DNS_LABEL, Field(description="Unique node name (DNS label: lower case, digits, '-').")]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-def list_map(*keys: str) -> dict[str, Any]:
-    """A list the API server (and server-side apply) treats as a map keyed by `keys` (its items' unique names)."""
-    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
-
-
-def cel(*rules: str | tuple[str, str], message: str | None = None) -> ConfigDict:
-    """Model config carrying CEL rules for the CRD (x-kubernetes-validations) beside the Python checks.
-
-    cel(rule, message) for one rule, or cel((rule, message), ...) for several.
-    """
-    if rules and isinstance(rules[0], str):
-        text = rules[1] if len(rules) > 1 else message or rules[0]
-        assert isinstance(text, str), "cel(rule, message): the message is a string"
-        pairs = [(rules[0], text)]
-    else:
-        pairs = list(rules)  # type: ignore[arg-type]
-    return ConfigDict(
-        extra="forbid",
-        populate_by_name=True,
-        json_schema_extra={"x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in pairs]},
-    )
 
 
 def _one_of(*fields: str) -> str:
