@@ -112,11 +112,12 @@ def test_a_restart_asked_for_restarts_the_driver_through_spark_operator() -> Non
     assert [e.reason for e in result.step.events] == ["RolloutPlanned", "RolloutRestart"]
 
 
-def test_a_stateful_change_with_an_image_change_migrates_in_a_new_driver_and_rolls_back_by_restoring() -> None:
+def test_a_stateful_change_with_an_image_change_migrates_in_a_new_driver_and_rolls_back_onto_a_new_folder() -> None:
     """The new driver starts on standby with the migrated query on a checkpoint of r2 that takes over from the
     stable one; the old driver drains, the new one is activated, and once healthy it is the app's driver and
     the old folder is retired. Rolled back, the drained driver resumes on r1's config as the rollback places
-    it: the query takes its output back from the folder the migration made."""
+    it: the old plan on a new folder takes the query's output back from the one the migration made (or from
+    the one it left, if the new query wrote nothing there)."""
     for type_ in ("checkpointMigration", "auto"):  # an explicit one migrates the compatible changes too
         planned = decide_rollout(APP, None, "r1", target(WINDOW, IMAGE, type_=type_), observed(driver()), "r1")
         assert planned.step.refusal is None, planned.step.refusal
@@ -156,12 +157,16 @@ def test_a_stateful_change_with_an_image_change_migrates_in_a_new_driver_and_rol
     stopped = observed(driver(state="drained", running=()), driver(new, "r2", state="drained", running=()))
     resumed = decide_rollout(APP, rolling_back, "r1", target(), stopped, submitted_revision="r1")
     assert Resume(APP, "r1") in resumed.step.actions, "resumed on r1 as the rollback places its checkpoints"
-    assert revision_checkpoints("r1", {}, rolling_back) == ({}, {"out": Migration(fromCheckpoint="out@r2")})
+    assert revision_checkpoints("r1", {}, rolling_back) == (
+        {"out": "out@r1-1"},
+        {"out": Migration(fromCheckpoint="out@r2", rewindMs=7_000, fallbackCheckpoint="out")},
+    )
+    back_on_r1 = driver(running=queries("r1", batches=1))
     rolled = decide_rollout(
-        APP, rolling_back, "r1", target(), observed(driver(), driver(new, "r2", "drained", running=())), "r1"
+        APP, rolling_back, "r1", target(), observed(back_on_r1, driver(new, "r2", "drained", running=())), "r1"
     )
     assert rolled.step.rollout is not None and rolled.step.rollout.phase == "RolledBack"
-    assert ReleaseRevision("r2", ("out",), ("out@r2",)) in rolled.step.actions
+    assert ReleaseRevision("r2", ("out",), ("out@r2", "out")) in rolled.step.actions
     assert app_driver(rolled.step.rollout, APP) == APP and rolled.runner_revision == "r1"
 
 
@@ -263,18 +268,22 @@ def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the
     stable = revision_checkpoints("r2", {}, done.step.rollout)[0]
     assert stable == {"out": "out@r2"}, "what status.checkpoints keeps"
 
-    # Rolled back instead: the query goes back onto the checkpoint it left, behind the new one's cut.
+    # Rolled back instead: the old plan goes onto a new checkpoint, taking over from r2's (or, when r2's query
+    # wrote nothing there, from the one it left: the driver tells from the checkpoint).
     failing = driver(running=(*queries("r2", only=("lines-dead-letters",)), *queries("r2", only=("out",), error="x")))
     rolling = decide_rollout(APP, rollout, "r1", target(), observed(failing, at=T0 + 5), submitted_revision="r1")
     assert rolling.step.rollout is not None and rolling.step.rollout.phase == "RollingBack"
     back_swap = next(a for a in rolling.step.actions if isinstance(a, SwapQueries))
     assert back_swap.revision == "r1"
-    # A driver that starts r1 now takes the query's output back from r2's checkpoint, as the restore step does.
-    assert revision_checkpoints("r1", {}, rolling.step.rollout) == ({}, {"out": Migration(fromCheckpoint="out@r2")})
+    # A driver that starts r1 now takes the query's output over as the migrate step does.
+    assert revision_checkpoints("r1", {}, rolling.step.rollout) == (
+        {"out": "out@r1-1"},
+        {"out": Migration(fromCheckpoint="out@r2", rewindMs=7_000, fallbackCheckpoint="out")},
+    )
     assert revision_checkpoints("r2", {}, rolling.step.rollout)[0] == {"out": "out@r2"}
     assert [(s.name, s.action) for s in pending_swap(back_swap, migrated) or ()] == [
         ("lines-dead-letters", "restart"),
-        ("out", "restore"),
+        ("out", "migrate"),
     ]
 
     # The next migration of the same query moves it from the checkpoint r2 gave it.
@@ -289,33 +298,33 @@ def test_a_window_change_migrates_in_the_running_driver_onto_a_checkpoint_of_the
     assert revision_checkpoints("r3", stable, swapped.step.rollout) == ({"out": "out@r2"}, {})
 
 
-@pytest.mark.parametrize(
-    ("run_batches", "committed"), [(2, 2), (0, 2)], ids=["in this run", "before its driver restarted"]
-)
-def test_a_migrated_query_that_wrote_output_rolls_back_onto_a_new_checkpoint_rewound_from_its_cut(
-    run_batches: int, committed: int
-) -> None:
-    """The new query completed batches before it failed (in its driver's current run, or before that driver
-    restarted: its checkpoint's commits say so): the state of the checkpoint it left does not know what it
-    wrote (a window of it straddling the new query's cut would count records again), so the old plan goes onto
-    out@r1-1, rewound from that cut as a migration is (the old plan's watermark delay + window), and both
-    folders the rollout leaves are retired once it has completed a batch there."""
+@pytest.mark.parametrize("answers", ["it wrote", "it restarts"])
+def test_a_migrated_query_rolls_back_onto_a_new_checkpoint_rewound_from_its_cut(answers: str) -> None:
+    """The new query may have written output before it failed: the state of the checkpoint it left does not
+    know what (a window of it straddling the new query's cut would count records again), so the old plan goes
+    onto out@r1-1, rewound from that cut as a migration is (the old plan's watermark delay + window), and both
+    folders the rollout leaves are retired once it has completed a batch there. The same whether the driver
+    answers (its query completed batches) or is restarting past the deadline: whether the new query wrote
+    anything, the driver tells from its checkpoint (fallbackCheckpoint: where to take over from if not)."""
     planned = decide_rollout(APP, None, "r1", target(WINDOW), observed(driver()), submitted_revision="r1")
     rollout = planned.step.rollout
     assert rollout is not None and rollout.rollbackRewindMs == {"out": 7_000}, "2 s watermark + the 5 s window"
     wrote = driver(
         running=(
             *queries("r2", batches=5, only=("lines-dead-letters",)),
-            *queries("r2", batches=run_batches, committed=committed, only=("out",), error="x"),
+            *queries("r2", batches=2, only=("out",), error="x"),
         )
     )
-    rolling = decide_rollout(APP, rollout, "r1", target(), observed(wrote, at=T0 + 5), submitted_revision="r1")
+    facts = observed(wrote, at=T0 + 5) if answers == "it wrote" else observed(driver(state="pending"), at=T0 + 3600)
+    rolling = decide_rollout(APP, rollout, "r1", target(), facts, submitted_revision="r1")
     back = rolling.step.rollout
     assert back is not None and back.phase == "RollingBack" and back.backCheckpoints == {"out": "out@r1-1"}
     assert revision_checkpoints("r1", {}, back) == (
         {"out": "out@r1-1"},
-        {"out": Migration(fromCheckpoint="out@r2", rewindMs=7_000)},
+        {"out": Migration(fromCheckpoint="out@r2", rewindMs=7_000, fallbackCheckpoint="out")},
     )
+    if answers == "it restarts":
+        return
     back_swap = next(a for a in rolling.step.actions if isinstance(a, SwapQueries))
     asked = {s.name: s for s in pending_swap(back_swap, wrote) or ()}
     assert (asked["out"].action, asked["out"].rewindMs) == ("migrate", 7_000)
@@ -372,10 +381,8 @@ def test_driver_facts_count_the_current_runs_batches_and_each_querys_topics_back
         revision="r1",
         observedAt="2026-11-23T00:00:00Z",
         queries=[
-            QueryStatus(
-                name="out", active=True, batches=9, runBatches=2, checkpointBatches=12, revision="r2", topics=["a", "b"]
-            ),
-            QueryStatus(name=QUERIES[0], active=False, error="boom", runBatches=1, topics=[]),
+            QueryStatus(name="out", active=True, batches=9, runBatches=2, revision="r2", topics=["a", "b"]),
+            QueryStatus(name=QUERIES[0], active=False, error="boom", topics=[]),
         ],
         topics=[
             TopicStatus(topic="a", partitions=1, latestOffsets=10, backlog=3),
@@ -385,9 +392,8 @@ def test_driver_facts_count_the_current_runs_batches_and_each_querys_topics_back
     facts = driver_facts(APP, "r1", "RUNNING", 1, status)
     assert (facts.state, facts.revision, facts.restarts) == ("running", "r1", 1)
     out, dead = facts.queries
-    assert (out.revision, out.batches, out.checkpoint_batches, out.backlog, out.active) == ("r2", 2, 12, 7, True)
+    assert (out.revision, out.batches, out.backlog, out.active) == ("r2", 2, 7, True)
     assert (dead.revision, dead.backlog, dead.error) == ("r1", None, "boom")
-    assert dead.checkpoint_batches == 1, "a driver from before checkpointBatches: its current run's"
     assert driver_facts(APP, "r1", "FAILED", 3, None).state == "failed"
     assert driver_facts(APP, "r1", "SUBMITTED", 0, None).state == "pending"
 

@@ -69,20 +69,9 @@ def queries(
     backlog: int | None = 100,
     error: str | None = None,
     only: tuple[str, ...] = QUERIES,
-    committed: int | None = None,
 ) -> tuple[QueryFacts, ...]:
-    """`committed`: the batches on each query's checkpoint over all its runs (default: `batches`, one run)."""
     return tuple(
-        QueryFacts(
-            name,
-            revision,
-            active=error is None,
-            batches=batches,
-            checkpoint_batches=batches if committed is None else committed,
-            backlog=backlog,
-            error=error,
-        )
-        for name in only
+        QueryFacts(name, revision, active=error is None, batches=batches, backlog=backlog, error=error) for name in only
     )
 
 
@@ -285,14 +274,17 @@ def test_a_second_migration_retires_the_folder_the_first_one_made():
     assert complete.actions == (ReleaseRevision("r1", ("out",), retired_folders=("out@r1",)),)
 
 
-def test_a_rolled_back_migration_retires_the_folder_it_made_and_keeps_the_stable_one():
+def test_a_rolled_back_migration_retires_both_folders_it_leaves_once_back_on_a_new_one():
+    """The old plan goes onto out@r1-1: the folder the rollout made (out@r2) and the one the query left (out)
+    are retired once it completed a batch there (before that, a restart hands over from them again)."""
     planned = start(diff_for(WINDOW), observed(driver()))
     failing = driver(running=queries("r2", only=("out",), error="boom") + queries("r2", only=QUERIES[:1]))
     rolling_back = proceed(planned, observed(failing, at=T0 + 5))
     assert phase(rolling_back) == "RollingBack"
-    rolled_back = proceed(rolling_back, observed(driver(), at=T0 + 20))
+    assert phase(proceed(rolling_back, observed(driver(), at=T0 + 20))) == "RollingBack", "no batch on out@r1-1 yet"
+    rolled_back = proceed(rolling_back, observed(driver(running=queries("r1", batches=1)), at=T0 + 20))
     assert phase(rolled_back) == "RolledBack"
-    assert rolled_back.actions == (ReleaseRevision("r2", ("out",), retired_folders=("out@r2",)),)
+    assert rolled_back.actions == (ReleaseRevision("r2", ("out",), retired_folders=("out@r2", "out")),)
 
 
 # ---------------------------------------------------------------------------------- fenced handover

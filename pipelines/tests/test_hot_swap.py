@@ -142,8 +142,6 @@ def test_a_filter_change_restarts_only_its_query(
         by_name = {q.name: q for q in driver_status(base).queries}
         assert by_name["picked"].runBatches < by_name["picked"].batches, "a new run counts its own batches"
         assert by_name["everything"].runBatches == by_name["everything"].batches
-        assert by_name["picked"].checkpointBatches > by_name["picked"].runBatches, "its checkpoint's earlier batches"
-        assert by_name["everything"].checkpointBatches == by_name["everything"].runBatches
     finally:
         server.stop()
         run.stop()

@@ -135,6 +135,18 @@ def run_until_16s(
     return run, events
 
 
+def fed_to_40s(
+    bootstrap: str, source: str, out: str, base: int, start_ms: int
+) -> tuple[list[tuple[int, str]], dict[Window, list[int]]]:
+    """Events from `start_ms` to 40 s, then every window before 98 s closed: the events, and what was written
+    once the 4 s windows up to 36 s were (and 3 s more: a window written twice would show)."""
+    events = send(bootstrap, source, [base + start_ms + i * 250 for i in range((40_000 - start_ms) // 250)])
+    send(bootstrap, source, [base + 100_000])
+    wait_for(lambda: emitted(bootstrap, out, 4000, base + 36_000), timeout=120, what="the 4 s windows up to 36 s")
+    time.sleep(3)
+    return events, written(bootstrap, out)
+
+
 def first_revision(spec: PipelineSpec, bootstrap: str, tmp_path: Path) -> RunnerConfig:
     return RunnerConfig(
         app="migrate",
@@ -386,8 +398,8 @@ RESTORED_WITH_ITS_STATE = pytest.mark.xfail(
     raises=CountedOtherThanOnce,
     reason="defect: restored onto the checkpoint it left, the old query's state still holds the records of the "
     "windows open at the first cut, and its window straddling the new query's cut (off the old grid) counts them "
-    "again: the operator sends this when the new query committed no batch on its checkpoint, or when its driver "
-    "does not answer as the rollback begins (docs/rollouts.md)",
+    "again: the operator sends this only for a migrated query whose old plan cannot be rewound (its source's "
+    "offsets do not carry over: another Kafka cluster) (docs/rollouts.md)",
 )
 
 
@@ -401,8 +413,7 @@ def test_a_rollback_to_a_longer_window_counts_each_record_once_when_the_cut_is_o
 ) -> None:
     """4 s -> 2 s windows, rolled back once the 2 s query closed its windows up to 18 s (off the 4 s grid). The
     operator moves the old plan onto a new checkpoint (`<query>@<revision>-1`), rewound from that cut as a
-    migration is, when the new query completed a batch; restoring it onto the checkpoint it left is exact only
-    when the new one wrote nothing."""
+    migration is; restoring it onto the checkpoint it left is exact only when the new one wrote nothing."""
     source, out = new_topic(2), new_topic(1)
     base = (int(time.time() * 1000) // 4000 - 30) * 4000  # on both grids
     old = first_revision(pipeline(source, out, "4s"), kafka_bootstrap, tmp_path)
@@ -414,7 +425,7 @@ def test_a_rollback_to_a_longer_window_counts_each_record_once_when_the_cut_is_o
         back = old.model_copy(
             update={
                 "checkpoints": {"counts": "counts@rev-1-1"},
-                "migrations": {"counts": Migration(fromCheckpoint="counts@rev-2", rewindMs=back_rewind)},
+                "migrations": {"counts": back_migration(back_rewind)},
             }
         )
         back_step = QueryStep(name="counts", action="migrate", rewindMs=back_rewind)
@@ -430,13 +441,8 @@ def test_a_rollback_to_a_longer_window_counts_each_record_once_when_the_cut_is_o
         )
         run.swap(back, [back_step])
         handover = Handover.latest(spark_session, back.checkpoint("counts"))
-        events += send(kafka_bootstrap, source, [base + 22_000 + i * 250 for i in range(72)])  # 22 .. 40 s
-        send(kafka_bootstrap, source, [base + 100_000])  # closes every window before 98 s
-        wait_for(
-            lambda: emitted(kafka_bootstrap, out, 4000, base + 36_000), timeout=120, what="the 4 s windows up to 36 s"
-        )
-        time.sleep(3)
-        got = written(kafka_bootstrap, out)
+        later, got = fed_to_40s(kafka_bootstrap, source, out, base, 22_000)
+        events += later
     finally:
         run.stop()
     assert handover is not None and handover.cutMs == base + 18_000
@@ -452,15 +458,79 @@ def test_a_rollback_to_a_longer_window_counts_each_record_once_when_the_cut_is_o
         raise CountedOtherThanOnce(str(exc)) from exc
 
 
-def test_a_migration_names_another_checkpoint() -> None:
-    with pytest.raises(ValueError, match=r"migrations\.counts\.fromCheckpoint"):
+def back_migration(rewind_ms: int) -> Migration:
+    """What the operator's rollback of `counts`' migration to rev-2 names: rev-2's checkpoint, or the one the
+    query left while rev-2's holds no completed batch."""
+    return Migration(fromCheckpoint="counts@rev-2", rewindMs=rewind_ms, fallbackCheckpoint="counts")
+
+
+def failing(spec: PipelineSpec) -> PipelineSpec:
+    """The pipeline with a filter before its aggregation that fails every batch with data (it compiles)."""
+    document = spec.model_dump(exclude_none=True, by_alias=True)
+    check = {"name": "checked", "inputs": ["events"], "filter": "raise_error(concat('fails by design ', word)) IS NULL"}
+    for node in document["nodes"]:
+        if node["name"] == "counted":
+            node["inputs"] = ["checked"]
+    document["nodes"].insert(1, check)
+    return PipelineSpec.model_validate(document)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_rollback_of_a_migration_that_wrote_nothing_takes_over_from_the_checkpoint_it_left(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic, tmp_path: Path
+) -> None:
+    """4 s -> 2 s windows whose new query fails its first batch: its checkpoint has no completed batch, so the
+    rollback's new checkpoint takes over from the one the query left (the fallback), behind its cut (16 s), and
+    every 4 s window is written once with its exact count."""
+    source, out = new_topic(2), new_topic(1)
+    base = (int(time.time() * 1000) // 4000 - 30) * 4000
+    old = first_revision(pipeline(source, out, "4s"), kafka_bootstrap, tmp_path)
+    new = old.model_copy(
+        update={
+            "revision": "rev-2",
+            "pipeline": failing(pipeline(source, out, "2s")),
+            "checkpoints": {"counts": "counts@rev-2"},
+        }
+    )
+    back_rewind = WATERMARK_MS + 4000
+    back = old.model_copy(
+        update={"checkpoints": {"counts": "counts@rev-1-1"}, "migrations": {"counts": back_migration(back_rewind)}}
+    )
+    run, events = run_until_16s(spark_session, kafka_bootstrap, source, out, old, base, 4000)
+    try:
+        run.swap(new, [QueryStep(name="counts", action="migrate", rewindMs=WATERMARK_MS + 2000)])
+        failed = wait_for(lambda: run.failed() or None, timeout=120, what="the new query failing its first batch")
+        assert "fails by design" in (failed[0].error or ""), failed
+        assert committed_batch(spark_session, new.checkpoint("counts")) is None, "rev-2's query wrote nothing"
+        run.swap(back, [QueryStep(name="counts", action="migrate", rewindMs=back_rewind)])
+        handover = Handover.latest(spark_session, back.checkpoint("counts"))
+        later, got = fed_to_40s(kafka_bootstrap, source, out, base, 20_000)
+        events += later
+    finally:
+        run.stop()
+    assert handover is not None and handover.source == old.checkpoint("counts"), handover
+    assert handover.cutMs == base + 16_000, "the cut of the query it left: its last closed 4 s window"
+    assert_each_window_once(got, dict(windows(events, 4000)), handover.cutMs - base)
+
+
+@pytest.mark.parametrize(
+    ("checkpoints", "migration", "field"),
+    [
+        ({}, Migration(fromCheckpoint="counts"), "fromCheckpoint"),
+        ({"counts": "counts@r-1"}, Migration(fromCheckpoint="counts@r2", fallbackCheckpoint="counts@r-1"), "fallback"),
+    ],
+)
+def test_a_migration_names_other_checkpoints(checkpoints: dict[str, str], migration: Migration, field: str) -> None:
+    with pytest.raises(ValueError, match=rf"migrations\.counts\.{field}"):
         RunnerConfig(
             app="a",
             revision="r",
             kafkaBootstrap="k:9092",
             pipeline=pipeline("in", "out", "2s"),
             checkpointRoot="/chk",
-            migrations={"counts": Migration(fromCheckpoint="counts")},
+            checkpoints=checkpoints,
+            migrations={"counts": migration},
         )
 
 

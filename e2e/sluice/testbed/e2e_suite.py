@@ -2115,9 +2115,10 @@ class E2ESuite:
         """An image change with a new window (a checkpoint migration in a new driver) and a filter that fails
         every batch with data (it compiles, so the new driver starts on standby and is activated): its queries
         fail, the operator drains or deletes the new driver and the drained one resumes on the stable revision's
-        checkpoints, `out` restored behind the cut the new checkpoint started from (RolledBack, the status says
-        why). Every count exact and every window once, every streamed word once in the stateless output. The
-        operator is killed right after the change: its replacement carries the handover and its rollback out."""
+        plan, `out` on a new checkpoint (`out@<stable>-1`) behind the cut of the one it left, as the new query
+        completed no batch (RolledBack, the status says why). Every count exact and every window once, every
+        streamed word once in the stateless output. The operator is killed right after the change: its
+        replacement carries the handover and its rollback out."""
         old_driver, stable = self.driver_name(), self.status()["stableRevision"]
         old_uid = self.driver_pod()["metadata"]["uid"]
         stable_spec = {"spark": {"image": self.app["spec"]["spark"]["image"]}, "pipeline": self.app["spec"]["pipeline"]}
@@ -2145,6 +2146,7 @@ class E2ESuite:
         new_driver = rolled["toDriver"]
         status = self.status()
         assert (status["stableRevision"], self.driver_name()) == (stable, old_driver), status
+        assert status.get("checkpoints") == {"out": f"out@{stable}-1"}, "the old plan on a new checkpoint"
         self.wait_spark_application_deleted(new_driver, "the new driver")
         wait_for(lambda: len(self.driver_pods()) == 1, timeout=180, what="the new driver pod gone")
         assert self.driver_pod()["metadata"]["uid"] == old_uid, "the drained driver resumes: it is not restarted"
@@ -2192,7 +2194,7 @@ class E2ESuite:
         offsets rewound by the watermark delay and the new window. Each 5 s window that closed by the cut comes
         from the old plan, each later 10 s window from the new one: once each, with the exact count. The
         operator is killed right after the change: its replacement carries the migration out."""
-        before = self.driver_identity()
+        before, moved_from = self.driver_identity(), self.status().get("checkpoints", {}).get("out", "out")
         done = self.migrate_window(("kappa", "lambda", "sigma"), 5_000, 10_000, "checkpointMigration")
         after = self.driver_identity()
         for key in ("driver_uid", "submissions", "submission_id", "spec_generation"):
@@ -2203,7 +2205,7 @@ class E2ESuite:
         assert after["queries"][dead_letters][0] == before["queries"][dead_letters][0]
         assert after["queries"]["out"][0] != before["queries"]["out"][0], "out runs on a checkpoint of its own"
         assert self.status().get("checkpoints") == {"out": f"out@{done['toRevision']}"}
-        self.assert_folder_deleted("out")
+        self.assert_folder_deleted(moved_from)
         self.assert_no_executor_killed()
 
     def migration_in_new_driver(self) -> None:

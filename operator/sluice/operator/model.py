@@ -115,8 +115,9 @@ class RolloutStatus(Strict):
     )
     backCheckpoints: dict[str, str] = Field(
         default_factory=dict,
-        description="Set as a rollback begins: the new checkpoint each migrated query that completed a batch on the "
-        "new revision goes back onto (its old plan, rewound from the new query's cut), instead of the one it left.",
+        description="Set as a rollback begins: the new checkpoint each migrated query goes back onto (its old plan, "
+        "rewound from the new query's cut, or from the one it left when the new query completed no batch), instead "
+        "of the one it left.",
     )
     deadline: str = Field(
         description="When the current direction (forward, or back) gives up: the start of it "

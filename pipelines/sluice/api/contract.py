@@ -38,6 +38,11 @@ class Migration(Strict):
 
     fromCheckpoint: CheckpointFolder = Field(description="The subfolder of checkpointRoot the query ran on before.")
     rewindMs: int | None = Field(None, ge=0, description="As a migrate step's (QueryStep.rewindMs).")
+    fallbackCheckpoint: CheckpointFolder | None = Field(
+        None,
+        description="Where to take over from instead while fromCheckpoint holds no completed batch (its query "
+        "wrote nothing): the checkpoint that query took over from. A rollback's migration names it.",
+    )
 
 
 class KafkaSecurity(Strict):
@@ -99,11 +104,12 @@ class RunnerConfig(Strict):
     @model_validator(mode="after")
     def _migrations_move(self) -> RunnerConfig:
         for query, migration in self.migrations.items():
-            if migration.fromCheckpoint == self.checkpoints.get(query, query):
-                raise ValueError(
-                    f"migrations.{query}.fromCheckpoint: {migration.fromCheckpoint!r} is the checkpoint the query "
-                    "runs on; a migration moves it to another (checkpoints)"
-                )
+            for field in ("fromCheckpoint", "fallbackCheckpoint"):
+                if getattr(migration, field) == self.checkpoints.get(query, query):
+                    raise ValueError(
+                        f"migrations.{query}.{field}: {getattr(migration, field)!r} is the checkpoint the query "
+                        "runs on; a migration moves it to another (checkpoints)"
+                    )
         return self
 
 
@@ -151,11 +157,6 @@ class QueryStatus(Answer):
     batches: int = 0
     runBatches: int = Field(
         0, description="Batches completed by the query's current run (runId): a restart or a hot swap starts anew."
-    )
-    checkpointBatches: int = Field(
-        0,
-        description="Batches committed on the query's checkpoint over all its runs: those it found there as its "
-        "current run started, plus runBatches. 0: it wrote no output from that checkpoint, in this driver or before.",
     )
     inputRows: int = 0
     busyMs: int = Field(

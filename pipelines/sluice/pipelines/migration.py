@@ -38,7 +38,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from sluice.api.contract import RunnerConfig
+from sluice.api.contract import Migration, RunnerConfig
 from sluice.api.kafka_clients import KafkaClient
 from sluice.api.pipeline import FromKafka
 
@@ -161,14 +161,25 @@ def hand_over(
     sources: Mapping[str, FromKafka],
     kafka: KafkaClient,
     query: str,
+    fallback_checkpoint: str | None = None,
 ) -> Handover:
     """Decide how the query on `target_checkpoint` takes over the output of the one on `source_checkpoint`
     (stopped), and write it beside the target. A target with batches of its own (a rollback onto the
     checkpoint a query left) goes on from its offsets; an empty one starts from the source's, rewound by
     `rewind_ms` (None: from the sources' startingOffsets). An idle input is no special case: a partition
     without a record at or after the rewind's time (none ever, none that recent, all deleted) starts where the
-    old query read up to. HandoverFailed, naming `query`, the source and its topics, when Kafka does not say
-    where the rewind's time is."""
+    old query read up to. A source with no completed batch wrote nothing: `fallback_checkpoint`, the one it
+    took over from, is the source then (a rollback of a migration whose new query never completed a batch).
+    HandoverFailed, naming `query`, the source and its topics, when Kafka does not say where the rewind's time
+    is."""
+    if fallback_checkpoint is not None and committed_batch(spark, source_checkpoint) is None:
+        log.info(
+            "query %s: %s has no completed batch (nothing written there): taking over from %s",
+            query,
+            source_checkpoint,
+            fallback_checkpoint,
+        )
+        source_checkpoint = fallback_checkpoint
     existing = Handover.latest(spark, target_checkpoint)
     inherited = Handover.latest(spark, source_checkpoint)  # the source's own, when it took over from another
     last = committed_batch(spark, source_checkpoint)
@@ -230,7 +241,7 @@ def taken_over(
     (the one the query left): it goes on from its own offsets, behind the other's cut. `sources`: the compiled
     pipeline's Kafka sources by node."""
     migration = config.migrations.get(query)
-    if migration is not None and not handed_over(spark, config, query, migration.fromCheckpoint):
+    if migration is not None and not handed_over(spark, config, query, migration):
         return hand_over(
             spark,
             source_checkpoint=config.checkpoint(query, migration.fromCheckpoint),
@@ -239,20 +250,26 @@ def taken_over(
             sources=sources,
             kafka=kafka,
             query=query,
+            fallback_checkpoint=fallback_of(config, query),
         )
     return Handover.latest(spark, config.checkpoint(query))
 
 
-def handed_over(spark: SparkSession, config: RunnerConfig, query: str, source: str) -> bool:
-    """Whether the query's checkpoint in `config` took over from the folder `source` and completed a batch
-    of its own since (else a start hands over from there again)."""
+def fallback_of(config: RunnerConfig, query: str) -> str | None:
+    """The path of the query's migration's fallbackCheckpoint in `config`, if it names one."""
+    migration = config.migrations.get(query)
+    if migration is None or migration.fallbackCheckpoint is None:
+        return None
+    return config.checkpoint(query, migration.fallbackCheckpoint)
+
+
+def handed_over(spark: SparkSession, config: RunnerConfig, query: str, migration: Migration) -> bool:
+    """Whether the query's checkpoint in `config` took over as `migration` says (from its fromCheckpoint, or
+    its fallbackCheckpoint) and completed a batch of its own since (else a start hands over again)."""
     checkpoint = config.checkpoint(query)
     latest = Handover.latest(spark, checkpoint)
-    return (
-        latest is not None
-        and latest.source == config.checkpoint(query, source)
-        and committed_batch(spark, checkpoint) is not None
-    )
+    sources = {config.checkpoint(query, f) for f in (migration.fromCheckpoint, migration.fallbackCheckpoint) if f}
+    return latest is not None and latest.source in sources and committed_batch(spark, checkpoint) is not None
 
 
 def counted_before(

@@ -42,7 +42,7 @@ from .checkpoints import Handover, OutputGrid, committed_batch, delete_folder
 from .compiler import DEAD_LETTER_QUERY_SUFFIX, CompiledPipeline, QueryPlan, compile_pipeline
 from .local_config import config_from_document
 from .metrics import PipelineMetrics, ProgressListener
-from .migration import counted_before, hand_over, handed_over, taken_over
+from .migration import counted_before, fallback_of, hand_over, handed_over, taken_over
 from .plancheck import error_summary, java_message, sink_path, spark_ddl_parser, spark_sql_parser, streaming_problems
 from .queries import WARM_UP_QUERY_PREFIX, UnsupportedTrigger, start_query, warm_up
 from .realtime import real_time_slot_problems
@@ -92,7 +92,6 @@ class PipelineRun:
         self.metrics = metrics or PipelineMetrics(config.app, spark=spark)
         self.queries: list[StreamingQuery] = []
         self.query_revisions: dict[str, str] = {}  # query name -> the revision whose plan it runs
-        self.committed_at_start: dict[str, int] = {}  # query name -> batches its checkpoint held as it started
         self._listener: ProgressListener | None = None
         self._stopping = threading.Event()
         self._changing = threading.Lock()  # a hot swap in progress: its queries stop and start
@@ -286,8 +285,8 @@ class PipelineRun:
     def _start_query(self, plan: QueryPlan, config: RunnerConfig, handover: Handover | None = None) -> StreamingQuery:
         """Start the plan; on a checkpoint that took over another's output (`handover`), from the offsets it
         was given while it has none of its own, and behind its output gate."""
-        last = committed_batch(self.spark, config.checkpoint(plan.name))
         if handover is not None:
+            last = committed_batch(self.spark, config.checkpoint(plan.name))
             offsets = handover.startingOffsets if last is None else {}  # Spark reads them only before batch 0
             counted = counted_before(self.spark, plan, config.checkpoint(plan.name), last, handover)
             if offsets or counted is not None:
@@ -308,7 +307,6 @@ class PipelineRun:
         )
         self.queries.append(query)
         self.query_revisions[plan.name] = config.revision
-        self.committed_at_start[plan.name] = 0 if last is None else last + 1
         self.metrics.up.labels(app=self.metrics.app, query=plan.name).set(1)
         self.metrics.query_started(plan.name, config.pipeline)
         interval = config.pipeline.trigger.interval_ms or 0
@@ -329,7 +327,8 @@ class PipelineRun:
                 if folder in in_use:
                     raise SwapRefused(f"checkpoint {folder}: query {in_use[folder]} runs on it", "checkpoints")
                 for query, migration in config.migrations.items():
-                    if migration.fromCheckpoint == folder and not handed_over(self.spark, config, query, folder):
+                    taken_from = (migration.fromCheckpoint, migration.fallbackCheckpoint)
+                    if folder in taken_from and not handed_over(self.spark, config, query, migration):
                         raise SwapRefused(
                             f"checkpoint {folder}: query {query} takes over from it and has not completed a "
                             "batch of its own since",
@@ -384,6 +383,7 @@ class PipelineRun:
                             sources=compiled.sources,
                             kafka=self.kafka_of(config),
                             query=name,
+                            fallback_checkpoint=fallback_of(config, name),
                         )
                     self._start_query(plans[name], config, handover)
                     started.append(name)
@@ -445,7 +445,6 @@ class PipelineRun:
         if forget and query in self.queries:
             self.queries.remove(query)
             self.query_revisions.pop(query.name, None)
-            self.committed_at_start.pop(query.name, None)
 
     @staticmethod
     def _stop_all(queries: list[StreamingQuery], stop: Callable[[StreamingQuery], None]) -> None:

@@ -161,8 +161,11 @@ def revision_checkpoints(
         back = {
             s.name: Migration(
                 fromCheckpoint=migrated_folder(s.name, rollout.toRevision),
-                rewindMs=rollout.rollbackRewindMs[s.name] if s.name in rollout.backCheckpoints else None,
+                rewindMs=rollout.rollbackRewindMs[s.name],
+                fallbackCheckpoint=rollout.fromCheckpoints.get(s.name, s.name),
             )
+            if s.name in rollout.backCheckpoints
+            else Migration(fromCheckpoint=migrated_folder(s.name, rollout.toRevision))
             for s in rollout.queries
             if s.action == "migrate"
         }
@@ -234,7 +237,6 @@ def driver_facts(
             revision=q.revision or status.revision,
             active=q.active,
             batches=q.runBatches,
-            checkpoint_batches=max(q.checkpointBatches, q.runBatches),  # a driver before that field says 0
             backlog=sum(backlog.get(t, 0) for t in q.topics) if q.topics else None,
             error=q.error,
         )

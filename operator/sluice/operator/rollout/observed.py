@@ -21,7 +21,6 @@ class QueryFacts:
     revision: str  # the revision whose plan the query was started with
     active: bool
     batches: int = 0  # completed since the query started on that plan
-    checkpoint_batches: int = 0  # committed on its checkpoint over all its runs (in earlier drivers too)
     backlog: int | None = None  # records it has not read yet; 0: caught up
     error: str | None = None  # why it stopped (an analysis error, an exception)
 

@@ -164,20 +164,16 @@ class _View:
         return reverse_steps(self.steps, rewinds)
 
     def back_checkpoints(self) -> dict[str, str]:
-        """Where a rollback beginning now moves each migrated query that completed a batch on the new revision:
-        its old checkpoint's state does not know what the new query wrote since (a window of it straddling the
-        new query's cut would count records again), so its old plan goes onto a new checkpoint, rewound from
-        that cut as a migration is. A query with no batch there wrote nothing: it goes back where it was."""
+        """Where a rollback moves each migrated query: its old checkpoint's state does not know what the new
+        query wrote since the cut (a window of it straddling the new query's cut would count records again), so
+        its old plan goes onto a new checkpoint, rewound from that cut as a migration is. Whether the new query
+        wrote anything is the driver's to tell, from that query's checkpoint (Migration.fallbackCheckpoint): the
+        operator may not hear from it (a driver restarting) as the rollback begins."""
         rollout = self.rollout
-        forward = self.forward_drivers()
         return {
             s.name: rollback_folder(s.name, rollout.fromRevision, rollout.fromCheckpoints.get(s.name, s.name))
             for s in self.steps
-            if s.action == "migrate"
-            and s.name in rollout.rollbackRewindMs
-            and (query := self.query(forward, s.name, rollout.toRevision)) is not None
-            and query.revision == rollout.toRevision
-            and query.checkpoint_batches >= 1
+            if s.action == "migrate" and s.name in rollout.rollbackRewindMs
         }
 
     def not_handed_back(self) -> list[str]:

@@ -62,13 +62,10 @@ def query_status(
     now: float,
     revision: str | None = None,
     path: str | None = None,
-    committed_before: int = 0,
 ) -> QueryStatus:
-    """`path`: where the query's sink is in the StreamingApp, which its error names first; `committed_before`:
-    the batches its checkpoint held as its current run started."""
+    """`path`: where the query's sink is in the StreamingApp, which its error names first."""
     error = query.exception()
     progress = record.last_progress if record else {}
-    run_batches = record.run_batches if record and record.last_progress.get("runId") == query.runId else 0
     duration = progress.get("batchDuration", (progress.get("durationMs") or {}).get("triggerExecution"))
     busy_ms, running_ms = running.busy_ms(query.name, record, now)
     return QueryStatus(
@@ -79,8 +76,7 @@ def query_status(
         error=(f"{in_app(path)}: " if path else "") + error_summary(str(error)) if error else None,
         batchId=progress.get("batchId"),
         batches=record.batches if record else 0,
-        runBatches=run_batches,
-        checkpointBatches=committed_before + run_batches,
+        runBatches=record.run_batches if record and record.last_progress.get("runId") == query.runId else 0,
         inputRows=record.input_rows if record else 0,
         busyMs=busy_ms,
         completedBusyMs=record.busy_ms if record else 0,
@@ -159,7 +155,6 @@ def driver_status(run: PipelineRun, executors: Executors, latest: LatestOffsets 
                 now,
                 run.query_revisions.get(q.name),
                 run.query_path(q.name),
-                run.committed_at_start.get(q.name, 0),
             )
             for q in list(run.queries)
         ],
