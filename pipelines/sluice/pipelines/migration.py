@@ -152,6 +152,14 @@ def java_cause(exc: BaseException) -> str:
     return f"{name}: {first}" if first else name
 
 
+def _source_that_wrote(spark: SparkSession, source: str, fallback: str | None, query: str) -> str:
+    """`source`, or `fallback` when there is one and `source` holds no completed batch (it wrote nothing)."""
+    if fallback is None or committed_batch(spark, source) is not None:
+        return source
+    log.info("query %s: %s has no completed batch (it wrote nothing): taking over from %s", query, source, fallback)
+    return fallback
+
+
 def hand_over(
     spark: SparkSession,
     *,
@@ -172,14 +180,7 @@ def hand_over(
     took over from, is the source then (a rollback of a migration whose new query never completed a batch).
     HandoverFailed, naming `query`, the source and its topics, when Kafka does not say where the rewind's time
     is."""
-    if fallback_checkpoint is not None and committed_batch(spark, source_checkpoint) is None:
-        log.info(
-            "query %s: %s has no completed batch (nothing written there): taking over from %s",
-            query,
-            source_checkpoint,
-            fallback_checkpoint,
-        )
-        source_checkpoint = fallback_checkpoint
+    source_checkpoint = _source_that_wrote(spark, source_checkpoint, fallback_checkpoint, query)
     existing = Handover.latest(spark, target_checkpoint)
     inherited = Handover.latest(spark, source_checkpoint)  # the source's own, when it took over from another
     last = committed_batch(spark, source_checkpoint)
