@@ -152,12 +152,14 @@ def java_cause(exc: BaseException) -> str:
     return f"{name}: {first}" if first else name
 
 
-def _source_that_wrote(spark: SparkSession, source: str, fallback: str | None, query: str) -> str:
-    """`source`, or `fallback` when there is one and `source` holds no completed batch (it wrote nothing)."""
-    if fallback is None or committed_batch(spark, source) is not None:
-        return source
+def _source_that_wrote(spark: SparkSession, source: str, fallback: str | None, query: str) -> tuple[str, int | None]:
+    """`source`, or `fallback` when there is one and `source` holds no completed batch (it wrote nothing), with
+    the chosen one's last completed batch."""
+    last = committed_batch(spark, source)
+    if fallback is None or last is not None:
+        return source, last
     log.info("query %s: %s has no completed batch (it wrote nothing): taking over from %s", query, source, fallback)
-    return fallback
+    return fallback, committed_batch(spark, fallback)
 
 
 def hand_over(
@@ -180,10 +182,9 @@ def hand_over(
     took over from, is the source then (a rollback of a migration whose new query never completed a batch).
     HandoverFailed, naming `query`, the source and its topics, when Kafka does not say where the rewind's time
     is."""
-    source_checkpoint = _source_that_wrote(spark, source_checkpoint, fallback_checkpoint, query)
+    source_checkpoint, last = _source_that_wrote(spark, source_checkpoint, fallback_checkpoint, query)
     existing = Handover.latest(spark, target_checkpoint)
     inherited = Handover.latest(spark, source_checkpoint)  # the source's own, when it took over from another
-    last = committed_batch(spark, source_checkpoint)
     cut, ends = OffsetLog(spark, source_checkpoint).entry(last) if last is not None else (None, {})
     grid = OutputGrid.of(spark, source_checkpoint)
     if cut is not None and grid is not None:
