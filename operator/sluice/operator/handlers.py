@@ -47,6 +47,12 @@ TICK_SECONDS = SETTINGS.tick_seconds
 # timers, outside the limit, still reconcile every app.
 WORKER_IDLE_SECONDS = 0.2
 KOPF_WORKER_LIMIT = 8 * SETTINGS.workers
+# The resyncs of apps created together come due together (a burst of 1,000 apps: 14 full passes a second for a
+# minute). In the handlers' pool they queued ahead of every new app's and changed spec's pass; on threads of their
+# own (a quarter of the SLUICE_WORKERS passes at once, the handlers the rest) they wait for each other, and each
+# app's next resync waits for its last.
+RESYNC_WORKERS = max(1, SETTINGS.workers // 4)
+HANDLER_WORKERS = max(1, SETTINGS.workers - RESYNC_WORKERS)
 CHILD_KINDS = [
     ("", "v1", "configmaps"),
     ("", "v1", "services"),
@@ -68,7 +74,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS  # kopf's default: 5 s
-    settings.execution.max_workers = SETTINGS.workers
+    settings.execution.max_workers = HANDLER_WORKERS
     settings.queueing.worker_limit = KOPF_WORKER_LIMIT
     for kind in CHILD_KINDS:  # only ours: the API server filters, so kopf keeps nothing of the others
         settings.watching.label_selectors[kind] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
@@ -147,10 +153,7 @@ def tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _periodic("tick", body, memo, full=False)
 
 
-# The resyncs of apps created together come due together (a burst of 1,000 apps: 14 full passes a second for a
-# minute). In the handlers' pool they queued ahead of every new app's and changed spec's pass; in a pool of their
-# own they wait for each other, and each app's next resync waits for its last.
-RESYNC_POOL = ThreadPoolExecutor(max_workers=max(1, SETTINGS.workers // 4), thread_name_prefix="sluice-resync")
+RESYNC_POOL = ThreadPoolExecutor(max_workers=RESYNC_WORKERS, thread_name_prefix="sluice-resync")
 
 
 @kopf.timer(*RESOURCE, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, when=_not_suspended)
