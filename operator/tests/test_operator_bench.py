@@ -247,6 +247,24 @@ def wait_at_rest(pid: int, timeout: float = 600) -> float:
     return time.monotonic() - started
 
 
+def body_sizes(apps: list[dict[str, Any]]) -> dict[str, float]:
+    """Median JSON bytes of an app as listed, and of its parts."""
+
+    def size(value: Any) -> int:
+        return len(json.dumps(value, separators=(",", ":")))
+
+    return {
+        part: statistics.median(size(pick(app)) for app in apps)
+        for part, pick in {
+            "whole": lambda app: app,
+            "spec": lambda app: app.get("spec"),
+            "status": lambda app: app.get("status"),
+            "annotations": lambda app: app["metadata"].get("annotations"),
+            "managed_fields": lambda app: app["metadata"].get("managedFields"),
+        }.items()
+    }
+
+
 def percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
@@ -316,6 +334,7 @@ def test_operator_at_scale(crds_installed, tmp_path):
         rss_peak = max(rss.samples)
         apps = created.api.list_namespaced_custom_object("sluice.dev", "v1alpha1", namespace, "streamingapps")
         phases = Counter(app.get("status", {}).get("phase") for app in apps["items"])
+        body_bytes = body_sizes(apps["items"])
         failed = {
             app["metadata"]["name"]: app["status"].get("message")
             for app in apps["items"]
@@ -365,6 +384,7 @@ def test_operator_at_scale(crds_installed, tmp_path):
             "api_requests_by_verb_resource": {f"{v} {r}": n for (v, r), n in sorted(requests.items()) if n},
         },
         "app_phases": dict(phases),
+        "app_body_bytes": body_bytes,  # what kopf holds of each app (JSON): its RSS grows with it
         "operator_rss_mb": {"idle": rss_idle / 2**20, "peak": rss_peak / 2**20, "at_rest": rss_rest / 2**20},
         "operator_settings": {"resync_s": RESYNC_S, "tick_s": TICK_S, "status_figures_s": FIGURES_S},
         "targets": {"p99_s": 1.0, "rss_mb": 150},
@@ -388,7 +408,8 @@ def test_operator_at_scale(crds_installed, tmp_path):
         f"\nat rest ({quiet_s:.0f} s): {rest['reconciles_per_s']:.1f} reconciles/s, "
         f"{per_app_minute:.2f} API requests per app per minute"
         f"\noperator RSS: idle {rss_idle / 2**20:.0f} MB, peak {rss_peak / 2**20:.0f} MB, "
-        f"at rest {rss_rest / 2**20:.0f} MB (target <= 150 MB)\napps by phase: {dict(phases)}\nwritten to {OUTPUT}"
+        f"at rest {rss_rest / 2**20:.0f} MB (target <= 150 MB)\napps by phase: {dict(phases)}\n"
+        f"an app's JSON (median bytes): {body_bytes}\nwritten to {OUTPUT}"
     )
     assert set(names) <= set(created.seen)
     assert not failed, f"{len(failed)} apps failed, e.g. {next(iter(failed.items()))}"
