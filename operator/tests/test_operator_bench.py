@@ -99,8 +99,6 @@ class CreationWatch:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            # A loaded API server may end a watch early: it resumes from the last event seen, missing none.
-            resumed_from = {"resource_version": self._watch.resource_version} if self._watch.resource_version else {}
             try:
                 for event in self._watch.stream(
                     self.api.list_namespaced_custom_object,
@@ -109,7 +107,9 @@ class CreationWatch:
                     self.namespace,
                     "sparkapplications",
                     timeout_seconds=3600,
-                    **resumed_from,
+                    # A loaded API server may end a watch early: it resumes from the last event seen (None at
+                    # first: the client leaves it out), missing none.
+                    resource_version=self._watch.resource_version,
                 ):
                     if event["type"] == "ADDED":
                         self.seen.setdefault(event["object"]["metadata"]["name"], time.monotonic())
