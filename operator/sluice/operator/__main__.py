@@ -65,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.webhook_port and not args.webhook_cert_dir:
         parser.error("--webhook-port needs --webhook-cert-dir")
 
-    from . import handlers  # noqa: F401  (registers the handlers)
+    from . import handlers, watch_transform  # noqa: F401  (importing handlers registers them)
+
+    watch_transform.install()
 
     settings = kopf.OperatorSettings()
     if args.webhook_port:
