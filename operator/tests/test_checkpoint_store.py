@@ -223,3 +223,35 @@ def test_a_tick_reads_a_pending_claim_again_until_it_binds(world) -> None:
     bound = next(c for c in outcome.status["conditions"] if c["type"] == "CheckpointReady")
     assert (bound["status"], bound["reason"]) == ("True", "ClaimBound"), bound
     assert "run on one node" in bound["message"]
+
+
+def test_a_full_pass_reads_the_claim_once_and_changes_only_its_owner(world, monkeypatch) -> None:
+    """The claim the pass observed is the one it makes or re-owns: one read a pass (a resync's requests), and a
+    deletionPolicy change moves only its owner."""
+    from fakes import NAMESPACE, app_manifest, reconcile
+
+    reconciler, kube, _ = world
+    reads: list[str] = []
+    get = kube.get
+
+    def counting_get(api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        if kind == "PersistentVolumeClaim":
+            reads.append(name)
+        return get(api_version, kind, namespace, name)
+
+    monkeypatch.setattr(kube, "get", counting_get)
+    key = ("PersistentVolumeClaim", NAMESPACE, "wordcount-checkpoints")
+    app = reconcile(reconciler, app_manifest("word != ''"), clock=1000.0)
+    assert reads == ["wordcount-checkpoints"], "observed once, then made from that observation"
+    assert not kube.objects[key]["metadata"].get("ownerReferences"), "retained by default: not owned"
+
+    app["spec"]["checkpoint"]["deletionPolicy"] = "delete"
+    reconcile(reconciler, app, clock=1300.0)
+    assert reads == ["wordcount-checkpoints"] * 2
+    assert [o["uid"] for o in kube.objects[key]["metadata"]["ownerReferences"]] == ["u-1"]
+    assert [p[:3] for p in kube.patches if p[0] == "PersistentVolumeClaim"] == [
+        ("PersistentVolumeClaim", "wordcount-checkpoints", None)
+    ]
+
+    reconcile(reconciler, app, clock=1600.0)
+    assert len([p for p in kube.patches if p[0] == "PersistentVolumeClaim"]) == 1, "owned already: left as it is"

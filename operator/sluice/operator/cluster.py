@@ -235,7 +235,7 @@ class Cluster:
                 adopt(child, owner)
             try:
                 if child["kind"] == "PersistentVolumeClaim":
-                    self._ensure_claim(child)
+                    self._ensure_claim(child, obs.checkpoint_claim)
                 elif child["kind"] == "RoleBinding":
                     self._apply_binding(child)
                 elif child["kind"] == "SparkApplication" and sparkapp.kept_as_submitted(driver_app, child):
@@ -267,16 +267,18 @@ class Cluster:
         if patch:  # a merge patch: the keys named change, the others stay
             self.kube.patch(child["apiVersion"], child["kind"], meta["namespace"], meta["name"], {"metadata": patch})
 
-    def _ensure_claim(self, claim: dict[str, Any]) -> None:
+    def _ensure_claim(self, claim: dict[str, Any], found: sparkapp.ClaimFacts | None) -> None:
         """Created once (a claim's spec is mostly immutable); afterwards only its owner changes with the
-        app's deletionPolicy (owned: deleted with the app; not owned: retained)."""
+        app's deletionPolicy (owned: deleted with the app; not owned: retained). `found`: the claim as this pass
+        observed it (read here when it observed none of that name)."""
         meta = claim["metadata"]
-        current = self.get("v1", "PersistentVolumeClaim", meta["namespace"], meta["name"])
-        if current is None:
+        if found is None or found.name != meta["name"]:
+            found = self.checkpoint_claim(meta["namespace"], meta["name"])
+        if not found.exists:
             self.apply(claim)
             return
         owners = meta.get("ownerReferences") or []
-        if (current["metadata"].get("ownerReferences") or []) != owners:
+        if found.owner_uids != tuple(owner["uid"] for owner in owners):
             self.kube.patch(
                 "v1",
                 "PersistentVolumeClaim",

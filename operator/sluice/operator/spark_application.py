@@ -59,13 +59,15 @@ class ClaimFacts:
     exists: bool
     phase: str | None = None
     access_modes: tuple[str, ...] = ()
+    owner_uids: tuple[str, ...] = ()  # its ownerReferences: the app's when deleted with it
 
 
 def claim_facts(name: str, claim: dict[str, Any] | None) -> ClaimFacts:
     if claim is None:
         return ClaimFacts(name, exists=False)
     modes = tuple((claim.get("spec") or {}).get("accessModes") or ())
-    return ClaimFacts(name, True, (claim.get("status") or {}).get("phase"), modes)
+    owners = tuple(owner["uid"] for owner in (claim.get("metadata") or {}).get("ownerReferences") or [])
+    return ClaimFacts(name, True, (claim.get("status") or {}).get("phase"), modes, owners)
 
 
 def pods_kept_together(spec: StreamingAppSpec, claims: ClaimDefaults, claim: ClaimFacts | None) -> bool:
