@@ -384,7 +384,7 @@ def test_operator_at_scale(crds_installed, tmp_path):
             "api_requests_by_verb_resource": {f"{v} {r}": n for (v, r), n in sorted(requests.items()) if n},
         },
         "app_phases": dict(phases),
-        "app_body_bytes": body_bytes,  # what kopf holds of each app (JSON): its RSS grows with it
+        "app_body_bytes": body_bytes,  # as the API server sends it; kopf keeps it without managedFields
         "operator_rss_mb": {"idle": rss_idle / 2**20, "peak": rss_peak / 2**20, "at_rest": rss_rest / 2**20},
         "operator_settings": {"resync_s": RESYNC_S, "tick_s": TICK_S, "status_figures_s": FIGURES_S},
         "targets": {"p99_s": 1.0, "rss_mb": 150},
