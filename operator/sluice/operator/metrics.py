@@ -54,7 +54,8 @@ class _AppSeries:
     desired_executors: int | None = None
     ready: int | None = None  # None while the app is suspended
     rollout_failed: int = 0
-    rollouts: dict[str, int] = field(default_factory=dict)  # by result; each result's series from the start
+    # by result, each result's series from the start
+    rollouts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROLLOUT_RESULTS.values(), 0))
 
 
 class AppCollector(Collector):
@@ -77,8 +78,6 @@ class AppCollector(Collector):
             suspended = status.get("phase") == "Suspended"
             series.ready = None if suspended else int(conditions.get("Ready", {}).get("status") == "True")
             series.rollout_failed = int(conditions.get("Rollout", {}).get("status") == "False")
-            for result in ROLLOUT_RESULTS.values():
-                series.rollouts.setdefault(result, 0)
             for result in ended:
                 series.rollouts[result] += 1
 
