@@ -1,6 +1,5 @@
 """The exactly-once Kafka sink, batch by batch, on real Kafka and Spark: replays, zombies, fenced producers,
-partition changes, the partitions it gives keys (the same as the Java client's), and both ledgers: the driver's
-marker per partition, the executors' tasks' ledger each."""
+partition changes, and the partitions it gives keys (the same as the Java client's)."""
 
 from __future__ import annotations
 
@@ -9,12 +8,11 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka_output import read_committed
 from pydantic import ValidationError
@@ -43,7 +41,6 @@ from sluice.pipelines.sinks.kafka_eos.writer import _Workers
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 KEYS = [f"key-{i}" for i in range(60)]
-TASKS = 3  # a batch's tasks: Target.rows slices KEYS in 3, 20 keys each
 
 
 class Target:
@@ -71,9 +68,8 @@ class Target:
         )
 
     def rows(self, sink: ExactlyOnceKafkaSink, tag: str, keys: list[str] = KEYS) -> DataFrame:
-        """A batch of TASKS Spark partitions (slices of `keys` in order), as a stateless query's scan gives them."""
-        pairs = self.spark.sparkContext.parallelize([(k, f"{tag}:{k}") for k in keys], TASKS)
-        return sink.records(self.spark.createDataFrame(pairs, "k STRING, v STRING"))
+        frame = self.spark.createDataFrame([(k, f"{tag}:{k}") for k in keys], "k STRING, v STRING")
+        return sink.records(frame)
 
     def partitions(self) -> int:
         topic = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(self.topic, timeout=30).topics
@@ -97,24 +93,6 @@ class Target:
             sink.client_config,
             sink.transactional_prefix,
             60_000,
-            sink.ledger,
-        )
-
-    def share(self, tag: str, index: int, partitions: int) -> list[pa.RecordBatch]:
-        """What writer `index` of a batch writes: partition `index`'s records (partition ledger, the driver's), or
-        task `index`'s (task ledger: the executors')."""
-        if self.writers == "driver":
-            return batches(tag, index, partitions)
-        keys = KEYS[index * len(KEYS) // TASKS : (index + 1) * len(KEYS) // TASKS]
-        return batches(
-            tag, index, partitions, [(f"{tag}:{k}", k, kafka_partition(k.encode(), partitions)) for k in keys]
-        )
-
-    def transactional_id(self, sink: ExactlyOnceKafkaSink, index: int) -> str:
-        return (
-            f"{sink.transactional_prefix}/{index}"
-            if self.writers == "driver"
-            else f"{sink.transactional_prefix}/task/{index}"
         )
 
 
@@ -149,12 +127,10 @@ def rows(tag: str, partition: int, partitions: int) -> list[tuple[str, str, int]
     return [(f"{tag}:{k}", k, partition) for k in KEYS if kafka_partition(k.encode(), partitions) == partition]
 
 
-def batches(
-    tag: str, partition: int, partitions: int, placed: list[tuple[str, str, int]] | None = None
-) -> list[pa.RecordBatch]:
-    """rows() (or `placed`) as the Arrow batch a task's write reads."""
+def batches(tag: str, partition: int, partitions: int) -> list[pa.RecordBatch]:
+    """rows() as the Arrow batch a task's write reads."""
     names = ["value", "key", PARTITION_COLUMN]
-    columns = zip(*(placed or rows(tag, partition, partitions)), strict=True)
+    columns = zip(*rows(tag, partition, partitions), strict=True)
     return [pa.RecordBatch.from_arrays([pa.array(c) for c in columns], names=names)]
 
 
@@ -208,45 +184,18 @@ def test_a_topic_of_one_partition_takes_every_record_without_hashing(spark_sessi
     assert in_driver.schema.field(PARTITION_COLUMN).type == pa.int32()
 
 
-def test_the_executors_tasks_write_what_they_read_without_a_shuffle(
-    spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
-) -> None:
-    """Task ledger: each task of the batch's last stage writes its own records in one transaction, to whichever
-    partitions they go: one stage a batch, no shuffle. Every record once, where the Java client puts its key, and
-    each transaction's last record carries the batch's marker."""
-    target = Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path, "executors")
-    sink = target.sink()
-    context = spark_session.sparkContext
-    context.setJobGroup("the-write", "the exactly-once write of one batch")
-    try:
-        sink.write_batch(target.rows(sink, "b0"), 0)
-    finally:
-        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    tracker = context.statusTracker()
-    stages = [len(info.stageIds) for job in tracker.getJobIdsForGroup("the-write") if (info := tracker.getJobInfo(job))]
-    assert stages == [1]
-    assert [(r.partition, r.records, r.skipped) for r in sink.last_results] == [(t, 20, False) for t in range(TASKS)]
-    out = target.output()
-    assert target.values() == expected("b0")
-    assert all(r.partition == kafka_partition(r.key or b"", 3) for r in out)
-    markers = [Marker.of(r.headers) for r in out if dict(r.headers).get(COMMIT_HEADER)]
-    assert markers == [Marker(sink.writer, sink._query_id or "", 0)] * TASKS
-
-
 def test_a_query_without_a_shuffle_writes_a_topic_of_one_partition_from_the_stage_that_reads(
     spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
-    """Partition ledger, from the executors: one task a batch and no shuffle for the records bound for one
-    partition of a query without a shuffle (a shuffle took a task per source partition and one more to write);
-    after a shuffle the last stage keeps its tasks (they may hold state stores). Either way every record is
-    written once, with its batch's marker."""
+    """One task a batch and no shuffle for the records bound for one partition of a query without a shuffle (a
+    shuffle took a task per source partition and one more to write); after a shuffle the last stage keeps its
+    tasks (they may hold state stores). Either way every record is written once, with its batch's marker."""
     frame = spark_session.createDataFrame([(k, f"b0:{k}") for k in KEYS], "k STRING, v STRING").repartition(4)
     for shuffled in (False, True):
         target = Target(spark_session, kafka_bootstrap, new_topic(partitions=1), tmp_path / str(shuffled), "executors")
         config = ToKafka(topic=target.topic, key="k", value="v", writers="executors")
         context = SinkContext("out", target.checkpoint, KafkaClient(target.bootstrap), target.app_id, shuffled=shuffled)
         sink = ExactlyOnceKafkaSink(config, context)
-        sink.ledger = "partition"  # as after an upgrade, or a batch too large for a driver writer
         placed = sink._by_partition(with_kafka_partition(sink.records(frame), 1), 1)
         plan = placed._jdf.queryExecution().executedPlan().toString()
         assert placed.rdd.getNumPartitions() == 1
@@ -281,7 +230,7 @@ def test_a_replayed_batch_is_not_written_again(target: Target) -> None:
     assert not any(r.skipped for r in sink.last_results)
     replay = target.sink()  # a restarted driver replays batch 0
     replay.write_batch(target.rows(replay, "b0"), 0)
-    assert [r.skipped for r in replay.last_results] == [True, True, True]  # 3 partitions, or 3 tasks
+    assert [r.skipped for r in replay.last_results] == [True, True, True]
     replay.write_batch(target.rows(replay, "b1"), 1)
     assert target.values() == expected("b0") + expected("b1")
     markers = [Marker.of(r.headers) for r in target.output() if dict(r.headers).get(COMMIT_HEADER)]
@@ -302,7 +251,7 @@ def test_binary_keys_string_values_and_headers_reach_kafka_as_given(target: Targ
     assert sorted((r.key, r.value, [h for h in r.headers if h[0] != COMMIT_HEADER]) for r in out) == sorted(
         (k.encode(), f"b0:{k}".encode(), [("origin", k.upper().encode())]) for k in KEYS
     )
-    assert sum(1 for r in out if dict(r.headers).get(COMMIT_HEADER)) == len(sink.last_results)  # one a transaction
+    assert sum(1 for r in out if dict(r.headers).get(COMMIT_HEADER)) == 3  # one transaction per partition
 
 
 def test_values_alone_without_key_or_headers(target: Target) -> None:
@@ -320,14 +269,9 @@ def test_values_alone_without_key_or_headers(target: Target) -> None:
 
 
 def test_a_record_routed_to_another_partitions_writer_is_refused() -> None:
-    """Partition ledger: Spark partition p must hold Kafka partition p's records only, anything else stops the
-    batch. Task ledger: a task's records go to any partition."""
-    write = BatchWrite("out", "app/out", "query", 0, 3, {}, "sluice/app/out", 60_000)
+    """Spark partition p must hold Kafka partition p's records only: anything else stops the batch."""
     with pytest.raises(RuntimeError, match=r"records of partitions 2\.\.2 reached the writer of partition 1"):
-        list(write._records(1, batches("b0", 2, 3)))
-    mixed = batches("b0", 0, 3, [(f"b0:{k}", k, kafka_partition(k.encode(), 3)) for k in KEYS])
-    by_task = list(replace(write, ledger="task")._records(1, mixed))
-    assert [(key, to) for key, _, _, to in by_task] == [(k, kafka_partition(k.encode(), 3)) for k in KEYS]
+        list(BatchWrite._records(1, batches("b0", 2, 3)))
 
 
 def test_a_new_checkpoint_counts_batches_from_zero_again(target: Target, tmp_path: Path) -> None:
@@ -354,22 +298,14 @@ def test_records_of_other_writers_after_the_last_commit(target: Target) -> None:
 
 
 def test_an_open_transaction_of_a_dead_driver_is_aborted(target: Target) -> None:
-    """A task of the old driver sent its records (a task's also its ledger entry) but did not commit: the new
-    driver's task fences it (its transaction is aborted, its commit fails) and writes the batch once."""
+    """A task of the old driver sent its records but did not commit: the new driver's task fences it (its
+    transaction is aborted, its commit fails) and writes the batch once."""
     sink = target.sink()
-    transactional_id = target.transactional_id(sink, 1)
-    zombie = Producer({"bootstrap.servers": target.bootstrap, "transactional.id": transactional_id})
+    zombie = Producer({"bootstrap.servers": target.bootstrap, "transactional.id": f"{sink.transactional_prefix}/1"})
     zombie.init_transactions(30)
     zombie.begin_transaction()
     for value, key, _ in rows("b0", 1, 3):
         zombie.produce(target.topic, value=value, key=key, partition=1)
-    if target.writers == "executors":  # the ledger's group is the id: its offsets are pending until the abort
-        group = Consumer({"bootstrap.servers": target.bootstrap, "group.id": transactional_id})
-        entry = Marker(sink.writer, json.loads(Path(target.checkpoint, "metadata").read_text())["id"], 0)
-        zombie.send_offsets_to_transaction(
-            [TopicPartition(target.topic, 0, 0, metadata=entry.json())], group.consumer_group_metadata(), 30
-        )
-        group.close()
     zombie.flush(30)
     sink.write_batch(target.rows(sink, "b0"), 0)
     with pytest.raises(KafkaException):
@@ -378,42 +314,14 @@ def test_an_open_transaction_of_a_dead_driver_is_aborted(target: Target) -> None
 
 
 def test_a_batch_committed_by_a_dead_driver_is_skipped(target: Target) -> None:
-    """The old driver's writer of partition 1 (or its task 1) committed, then the driver died before Spark
-    recorded the batch."""
+    """The old driver's task committed partition 1, then the driver died before Spark recorded the batch."""
     sink = target.sink()
     old_task = target.batch_write(sink, 0, 3)
-    list(old_task.write(1, target.share("b0", 1, 3)))
+    list(old_task.write(1, batches("b0", 1, 3)))
     _Workers.producers.clear()  # gone with the old driver
     sink.write_batch(target.rows(sink, "b0"), 0)
     assert [(r.partition, r.skipped) for r in sink.last_results] == [(0, False), (1, True), (2, False)]
     assert target.values() == expected("b0")
-
-
-def test_the_first_batch_after_an_upgrade_checks_the_partitions_markers(
-    spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
-) -> None:
-    """A checkpoint whose executors wrote with the partition ledger (its pin has no ledger: written before the
-    task ledger). The first batch of a run, maybe a replay, checks the partitions' markers and is shuffled as
-    then; the batches after write with the task ledger, pinned from there, and a replay of one of them checks
-    the tasks' ledgers."""
-    target = Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path, "executors")
-    before = target.sink()
-    before.ledger = "partition"
-    before.write_batch(target.rows(before, "b0"), 0)
-    pins = Path(target.checkpoint, "sluice", "kafka-partitions")
-    for written in pins.iterdir():  # the pin and the checksum the local file system kept beside it
-        written.unlink()
-    (pins / "0").write_text(json.dumps({"partitions": 3}))
-    upgraded = target.sink()
-    upgraded.write_batch(target.rows(upgraded, "b0"), 0)  # a replay of batch 0
-    assert [(r.partition, r.skipped) for r in upgraded.last_results] == [(0, True), (1, True), (2, True)]
-    upgraded.write_batch(target.rows(upgraded, "b1"), 1)
-    assert [(r.partition, r.records, r.skipped) for r in upgraded.last_results] == [(t, 20, False) for t in range(3)]
-    assert json.loads((pins / "1").read_text()) == {"partitions": 3, "ledger": "task"}
-    restarted = target.sink()
-    restarted.write_batch(target.rows(restarted, "b1"), 1)  # a replay of batch 1
-    assert [r.skipped for r in restarted.last_results] == [True] * TASKS
-    assert target.values() == expected("b0") + expected("b1")
 
 
 def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
@@ -422,11 +330,11 @@ def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
     sink = target.sink()
 
     def write(batch_id: int) -> list:
-        return list(target.batch_write(sink, batch_id, 3).write(2, target.share(f"b{batch_id}", 2, 3)))
+        return list(target.batch_write(sink, batch_id, 3).write(2, batches(f"b{batch_id}", 2, 3)))
 
     first = write(0)[0]
     assert first.records > 0 and first.new_producer  # this worker keeps its producer
-    transactional_id = target.transactional_id(sink, 2)
+    transactional_id = f"{sink.transactional_prefix}/2"
     kept = _Workers.producers.pop(transactional_id)
     taken = write(1)[0]
     assert not taken.skipped and taken.new_producer  # "another worker": a new producer, which fences the kept one
@@ -437,8 +345,8 @@ def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
     assert not write(2)[0].skipped
     again = write(3)[0]  # the producer that replaced the fenced one, kept
     assert not again.skipped and not again.new_producer
-    written = [key for batch in target.share("b", 2, 3) for key in batch.column("key").to_pylist()]
-    assert target.values() == sum((expected(f"b{b}", written) for b in range(4)), Counter())
+    in_partition_2 = [k for k in KEYS if kafka_partition(k.encode(), 3) == 2]
+    assert target.values() == sum((expected(f"b{b}", in_partition_2) for b in range(4)), Counter())
 
 
 # -------------------------------------------------------------------------------------- partitions

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,19 +30,11 @@ from .settings import (
     CLIENT_TIMEOUT_S,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     MAX_DRIVER_WRITERS,
+    QUIET,
     STREAM_PLACEMENT_TIMEOUT_S,
     log,
 )
-from .writer import RESULT_TYPE, BatchWrite, Ledger, PartitionResult, sink_admin
-
-
-@dataclass(frozen=True)
-class Pin:
-    """How the sink wrote from `batch` on, kept beside the checkpoint: a replayed batch writes the same way."""
-
-    batch: int
-    partitions: int
-    ledger: Ledger
+from .writer import RESULT_TYPE, BatchWrite, PartitionResult, kept_admin
 
 
 class ExactlyOnceKafkaSink(KafkaRecords):
@@ -64,11 +55,9 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         }
         self._query_id: str | None = None
         self._transaction_timeout_ms: int | None = None
-        self._pinned: Pin | None = None  # last pinned in this run
+        self._pinned: tuple[int, int] | None = None  # (from batch, partitions) last pinned in this run
         self._lock = threading.Lock()
         self.from_driver = config.writers == "driver" or (config.writers == "auto" and context.grouped)
-        # The driver keeps a marker per partition; the executors' tasks a ledger each, and write no shuffle.
-        self.ledger: Ledger = "partition" if self.from_driver else "task"
         self.last_results: list[PartitionResult] = []
         self._placed_in_stream: int | None = None  # the partition count the streaming plan places records for
 
@@ -88,14 +77,12 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         spark = records.sparkSession
         with self._lock:
             job = self._batch_write(spark, batch_id)
-        table = self._collected(records, batch_id) if self.from_driver and job.ledger == "partition" else None
+        table = self._collected(records, batch_id) if self.from_driver else None
         if table is not None:
             results = self._write_from_driver(job, with_kafka_partition_in_driver(table, job.partitions))
         else:
             placed = self._placed(records, job.partitions)
-            if job.ledger == "partition":
-                placed = self._by_partition(placed, job.partitions)
-            written = placed.mapInArrow(job.write_task, RESULT_TYPE).collect()
+            written = self._by_partition(placed, job.partitions).mapInArrow(job.write_task, RESULT_TYPE).collect()
             results = [PartitionResult(*row) for row in written]
         self.last_results = sorted(results)
         log.debug(
@@ -110,11 +97,10 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         skipped = [r.partition for r in results if r.skipped]
         if skipped:
             log.info(
-                "%s: batch %d was already committed to %s by %s %s: not written again",
+                "%s: batch %d was already committed to %s partition(s) %s: not written again",
                 self.context.query,
                 batch_id,
                 self.config.topic,
-                "the writers of partition(s)" if job.ledger == "partition" else "task(s)",
                 skipped,
             )
 
@@ -168,41 +154,36 @@ class ExactlyOnceKafkaSink(KafkaRecords):
                 raise ValueError(f"sink {self.context.query}: delivery exactlyOnce needs spark.speculation=false")
             self._query_id = checkpoint_query_id(spark, self.context.checkpoint)
             self._transaction_timeout_ms = self._transaction_timeout()
-        pin = self._pin(spark, batch_id)
         return BatchWrite(
             topic=self.config.topic,
             writer=self.writer,
             query_id=self._query_id,
             batch_id=batch_id,
-            partitions=pin.partitions,
+            partitions=self._partitions(spark, batch_id),
             client_config=self.client_config,
             transactional_prefix=self.transactional_prefix,
             transaction_timeout_ms=self._transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS,
-            ledger=pin.ledger,
         )
 
-    # ------------------------------------------------------------------- how each batch writes
-    def _pin(self, spark: SparkSession, batch_id: int) -> Pin:
-        """The batch's partition count and ledger: the first batch of a run (the only one that can replay one
-        that ran before) keeps the last pinned ones; the batches after use the topic's count and the sink's
-        ledger, pinned when they change. A pin without a ledger was written before the task ledger: partition."""
+    # ------------------------------------------------------------------- partitions per batch
+    def _partitions(self, spark: SparkSession, batch_id: int) -> int:
         history = BatchFiles(spark, f"{self.context.checkpoint.rstrip('/')}/sluice/kafka-partitions")
         if self._pinned is None:
+            # Only the first batch of a run can replay one that ran before: it keeps that attempt's count.
             latest = history.latest(before=batch_id + 1)
             if latest is not None:
-                batch, pinned = latest
-                self._pinned = Pin(batch, int(pinned["partitions"]), pinned.get("ledger", "partition"))
-                return self._pinned
+                self._pinned = (latest[0], int(latest[1]["partitions"]))
+                return self._pinned[1]
         current = self._topic_partitions()
-        if self._pinned is not None and current < self._pinned.partitions:
+        if self._pinned is not None and current < self._pinned[1]:
             raise RuntimeError(
                 f"topic {self.config.topic} has {current} partitions, fewer than the "
-                f"{self._pinned.partitions} this sink wrote to: was it re-created?"
+                f"{self._pinned[1]} this sink wrote to: was it re-created?"
             )
-        if self._pinned is None or (current, self.ledger) != (self._pinned.partitions, self._pinned.ledger):
-            history.write(batch_id, {"partitions": current, "ledger": self.ledger})
-            self._pinned = Pin(batch_id, current, self.ledger)
-        return self._pinned
+        if self._pinned is None or current != self._pinned[1]:
+            history.write(batch_id, {"partitions": current})
+            self._pinned = (batch_id, current)
+        return current
 
     def _topic_partitions(self, timeout: float = CLIENT_TIMEOUT_S) -> int:
         """The topic's partition count as its brokers say now (a metadata request each batch: a topic that grew
@@ -216,9 +197,10 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         return len(metadata.partitions)
 
     def _admin(self) -> AdminClient:
-        """The process's admin client for this Kafka (released with the driver's other clients when its queries
-        stop)."""
-        return sink_admin(self.client_config)
+        """The process's admin client for this Kafka (kept_admin: released with the driver's other clients when its
+        queries stop). It logs errors only: its info line when it goes (a purged queue) would land in `sluice
+        run`'s terminal."""
+        return kept_admin({"log_level": QUIET, **self.client_config, "allow.auto.create.topics": False})
 
     def _transaction_timeout(self) -> int:
         """The option when set, else the default capped at the brokers' transaction.max.timeout.ms."""

@@ -22,4 +22,4 @@ DRIVER_WRITE_ATTEMPTS = 4  # per partition and batch, as spark.task.maxFailures 
 MAX_FENCED = 5  # new producers in a row fenced by another one before a task gives up
 
 Header = tuple[str, str | bytes | None]  # as confluent_kafka takes and gives them (it reads bytes)
-KafkaRecord = tuple[str | bytes | None, str | bytes | None, list[Header] | None, int]  # key, value, headers, partition
+KafkaRecord = tuple[str | bytes | None, str | bytes | None, list[Header] | None]  # key, value, headers

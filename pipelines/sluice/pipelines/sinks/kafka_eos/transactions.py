@@ -1,5 +1,5 @@
-"""Kafka client plumbing for the transactions: transient errors retried with backoff, fresh metadata, the last
-commit marker read back from a partition (read_committed) or from a task's ledger (a consumer group's offset)."""
+"""Kafka client plumbing for the transactions: transient errors retried with backoff, fresh metadata, and
+the last commit marker read back from a partition (read_committed)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import (
-    Consumer,
-    ConsumerGroupTopicPartitions,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -39,22 +31,17 @@ class Marker:
     query_id: str
     batch_id: int
 
-    def json(self) -> str:
-        return json.dumps({"writer": self.writer, "query": self.query_id, "batch": self.batch_id})
-
     def header(self) -> Header:
-        return COMMIT_HEADER, self.json().encode()
-
-    @classmethod
-    def parsed(cls, text: str | bytes) -> Marker:
-        data = json.loads(text)
-        return cls(data["writer"], data["query"], int(data["batch"]))
+        return COMMIT_HEADER, json.dumps(
+            {"writer": self.writer, "query": self.query_id, "batch": self.batch_id}
+        ).encode()
 
     @classmethod
     def of(cls, headers: Iterable[Header] | Mapping[str, str | bytes | None] | None) -> Marker | None:
         for name, value in headers.items() if isinstance(headers, Mapping) else headers or ():
             if name == COMMIT_HEADER and value:
-                return cls.parsed(value)
+                data = json.loads(value)
+                return cls(data["writer"], data["query"], int(data["batch"]))
         return None
 
     def covers(self, other: Marker) -> bool:
@@ -189,36 +176,6 @@ def _last_marker_between(
                     found = marker
     finally:
         consumer.unassign()
-
-
-def last_ledger_entry(admin: AdminClient, group: str, topic: str) -> Marker | None:
-    """The marker a task's last committed transaction left in its ledger (the consumer group `group`'s offset
-    for partition 0 of `topic`, its metadata the marker), None if it has none. Read stable: while a
-    transaction that wrote to the ledger is open or its markers are being written the broker answers
-    UNSTABLE_OFFSET_COMMIT, and this asks again."""
-    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
-
-    def read() -> TopicPartition:
-        answer = admin.list_consumer_group_offsets(request, require_stable=True, request_timeout=CLIENT_TIMEOUT_S)
-        entry = answer[group].result(CLIENT_TIMEOUT_S).topic_partitions[0]
-        if entry.error is not None:
-            raise KafkaException(entry.error)
-        return entry
-
-    entry = Retrying(
-        retry=retry_if_exception(_transient_or_unstable),
-        stop=stop_after_delay(CLIENT_TIMEOUT_S),
-        wait=wait_exponential(multiplier=0.005, max=0.5),
-        before_sleep=_trying_again(f"the ledger {group}", level=logging.DEBUG),
-        reraise=True,
-    )(read)
-    return Marker.parsed(entry.metadata) if entry.offset >= 0 and entry.metadata else None
-
-
-def _transient_or_unstable(exc: BaseException) -> bool:
-    return _transient(exc) or (
-        isinstance(exc, KafkaException) and exc.args[0].code() == KafkaError.UNSTABLE_OFFSET_COMMIT
-    )
 
 
 def tried_again(attempts: int, call: Callable[[], T], name: str) -> T:

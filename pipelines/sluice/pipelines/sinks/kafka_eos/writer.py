@@ -1,7 +1,6 @@
-"""A share of a micro-batch written in one transaction (BatchWrite): one partition's records, by a task after the
-shuffle or by the driver (the partition ledger), or one Spark task's records across the partitions they go to
-(the task ledger). The share's producer is kept between batches, fenced, and checked against the share's last
-commit: the marker in its partition, or the entry in its task's ledger."""
+"""One partition's share of a micro-batch written in one transaction (BatchWrite), by a task on an executor or
+by the driver: the owned partition's producer, kept between batches, fenced and checked against the last
+commit marker."""
 
 from __future__ import annotations
 
@@ -12,11 +11,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from pyspark import TaskContext
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -30,19 +29,13 @@ from .settings import (
     QUIET,
     KafkaRecord,
 )
-from .transactions import Marker, last_ledger_entry, last_marker, retried, tried_again, with_fresh_metadata
-
-# Where a share's last commit is kept. "partition": a share is one output partition's records, and the marker is
-# the header of the last record of its transaction in that partition. "task": a share is one Spark task's records
-# (any partitions), and the marker is also committed, in the same transaction, as the offset metadata of the
-# task's consumer group (its ledger: no topic of its own, read back stable).
-Ledger = Literal["partition", "task"]
+from .transactions import Marker, last_marker, retried, tried_again, with_fresh_metadata
 
 
 class PartitionResult(NamedTuple):
-    partition: int  # the output partition written (partition ledger), or the Spark task's partition (task ledger)
+    partition: int
     records: int
-    skipped: bool  # the batch was already committed by this share
+    skipped: bool  # the batch was already committed to this partition
     new_producer: bool = False  # a producer was started (and fenced its id's older ones) for this write
 
 
@@ -65,7 +58,6 @@ class _Workers:
     producers: OrderedDict[str, OwnedPartition] = OrderedDict()
     consumers: dict[str, Consumer] = {}
     admins: dict[str, AdminClient] = {}
-    group_metadata: dict[str, object] = {}  # a ledger's consumer group metadata (serialised), by group
     lock = threading.Lock()
     reading = threading.Lock()
 
@@ -81,12 +73,6 @@ def kept_admin(config: Mapping[str, str | bool | int]) -> AdminClient:
         if key not in _Workers.admins:
             _Workers.admins[key] = AdminClient(dict(config))
         return _Workers.admins[key]
-
-
-def sink_admin(client_config: Mapping[str, str | bool]) -> AdminClient:
-    """The process's admin client for a sink's Kafka (kept_admin). It logs errors only: its info line when it
-    goes (a purged queue) would land in `sluice run`'s terminal."""
-    return kept_admin({"log_level": QUIET, **client_config, "allow.auto.create.topics": False})
 
 
 def release_kept_clients(timeout: float = 10.0) -> None:
@@ -127,26 +113,22 @@ class BatchWrite:
     client_config: dict[str, str | bool]
     transactional_prefix: str
     transaction_timeout_ms: int
-    ledger: Ledger = "partition"
 
     @property
     def marker(self) -> Marker:
         return Marker(self.writer, self.query_id, self.batch_id)
 
     def write_task(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """A Spark task's write (mapInArrow). Partition ledger: Spark partition p holds Kafka partition p's records
-        (routed by routes(), or the one partition of a batch written where it is read). Task ledger: the task's
-        own records, wherever they go; a replayed batch gives the task the same records (the same input offsets
-        and, after a shuffle, the same keys: its partitioning is Spark's hash of them)."""
+        """A Spark task's write (mapInArrow): Spark partition p holds Kafka partition p's records (routed by
+        routes(), or the one partition of a batch written where it is read)."""
         context = TaskContext.get()
         assert context is not None  # in a Spark task
         for result in self.write(context.partitionId(), batches):
             yield pa.RecordBatch.from_pylist([result._asdict()], schema=RESULT_SCHEMA)
 
     def write(self, partition: int, batches: Iterable[pa.RecordBatch]) -> Iterator[PartitionResult]:
-        """Write the share's records (value, key?, headers?, PARTITION_COLUMN) in one transaction, unless the
-        batch is committed there already. `partition`: the output partition (partition ledger) or the Spark
-        task's partition (task ledger)."""
+        """Write the partition's records (value, key?, headers?, PARTITION_COLUMN) in one transaction, unless the
+        batch is committed there already."""
         records = self._records(partition, batches)
         head = [r for r in (next(records, None), next(records, None)) if r is not None]
         if not head:
@@ -167,12 +149,6 @@ class BatchWrite:
             )
         written = self._send_all(owner.producer, partition, head, records, probed=not fresh)
         try:
-            if self.ledger == "task":
-                owner.producer.send_offsets_to_transaction(
-                    [TopicPartition(self.topic, 0, self.batch_id, metadata=self.marker.json())],
-                    self._group_metadata(partition),
-                    CLIENT_TIMEOUT_S,
-                )
             retried(owner.producer.commit_transaction)
         except KafkaException as exc:
             self._forget_on(exc, partition, owner.producer)
@@ -186,54 +162,26 @@ class BatchWrite:
         name = f"{self.topic}[{partition}], batch {self.batch_id}"
         return tried_again(DRIVER_WRITE_ATTEMPTS, lambda: list(self.write(partition, batches)), name)
 
-    def _records(self, partition: int, batches: Iterable[pa.RecordBatch]) -> Iterator[KafkaRecord]:
+    @staticmethod
+    def _records(partition: int, batches: Iterable[pa.RecordBatch]) -> Iterator[KafkaRecord]:
         """The records of Arrow batches, column by column (no Row per record). Strings stay str: the producer
         encodes them as UTF-8."""
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            placed = batch.column(PARTITION_COLUMN)
-            if self.ledger == "partition":
-                lowest, highest = (v.as_py() for v in pc.min_max(placed).values())
-                if lowest != partition or highest != partition:
-                    raise RuntimeError(
-                        f"records of partitions {lowest}..{highest} reached the writer of partition "
-                        f"{partition}: Spark's hash partitioning is not what routes() found"
-                    )
+            lowest, highest = (v.as_py() for v in pc.min_max(batch.column(PARTITION_COLUMN)).values())
+            if lowest != partition or highest != partition:
+                raise RuntimeError(
+                    f"records of partitions {lowest}..{highest} reached the writer of partition "
+                    f"{partition}: Spark's hash partitioning is not what routes() found"
+                )
             keys, values, headers = (_values(batch, name) for name in ("key", "value", "headers"))
-            for key, value, pairs, to in zip(keys, values, headers, placed.to_pylist(), strict=True):
-                yield key, value, [(h["key"], h["value"]) for h in pairs] if pairs else None, to
+            for key, value, pairs in zip(keys, values, headers, strict=True):
+                yield key, value, [(h["key"], h["value"]) for h in pairs] if pairs else None
 
     # ---------------------------------------------------------------------- ownership
     def _transactional_id(self, partition: int) -> str:
-        """The share's producer id; a task's is also its ledger's consumer group."""
-        return f"{self.transactional_prefix}/{partition}" if self.ledger == "partition" else self._ledger(partition)
-
-    def _ledger(self, task: int) -> str:
-        return f"{self.transactional_prefix}/task/{task}"
-
-    def _group_metadata(self, task: int) -> object:
-        """What send_offsets_to_transaction takes for the task's ledger: a consumer's group metadata, that of one
-        which never joins the group (generation -1: the broker takes the offsets of a group without members).
-        Kept per group: the consumer is only made to produce it."""
-        group = self._ledger(task)
-        with _Workers.lock:
-            kept = _Workers.group_metadata.get(group)
-        if kept is None:
-            consumer = Consumer({"log_level": QUIET, **self.client_config, "group.id": group})
-            try:
-                kept = consumer.consumer_group_metadata()
-            finally:
-                consumer.close()
-            with _Workers.lock:
-                _Workers.group_metadata[group] = kept
-        return kept
-
-    def _last_commit(self, partition: int) -> Marker | None:
-        if self.ledger == "task":
-            return last_ledger_entry(sink_admin(self.client_config), self._ledger(partition), self.topic)
-        with _Workers.reading:  # one consumer per process: the driver writes partitions side by side
-            return last_marker(self._consumer(), self.topic, partition, self.writer)
+        return f"{self.transactional_prefix}/{partition}"
 
     def _owner(self, partition: int, replace: bool = False) -> tuple[OwnedPartition, bool]:
         """The kept producer for the partition, or a new one (True) that has fenced every older one."""
@@ -256,7 +204,8 @@ class BatchWrite:
         # fails and is retried only 500 ms later.
         producer.list_topics(self.topic, timeout=CLIENT_TIMEOUT_S)
         retried(producer.init_transactions)
-        owner = OwnedPartition(producer, self._last_commit(partition))
+        with _Workers.reading:  # one consumer per process: the driver writes partitions side by side
+            owner = OwnedPartition(producer, last_marker(self._consumer(), self.topic, partition, self.writer))
         with _Workers.lock:
             _Workers.producers[transactional_id] = owner
             while len(_Workers.producers) > MAX_KEPT_PRODUCERS:
@@ -269,7 +218,7 @@ class BatchWrite:
         try:
             owner.producer.begin_transaction()
             if probe:
-                self._send(owner.producer, head[0], last=len(head) == 1)
+                self._send(owner.producer, partition, head[0], last=len(head) == 1)
                 owner.producer.flush(CLIENT_TIMEOUT_S)
         except KafkaException as exc:
             if exc.args[0].fatal():
@@ -308,10 +257,9 @@ class BatchWrite:
     def _send_all(
         self, producer: Producer, partition: int, head: list[KafkaRecord], rest: Iterator[KafkaRecord], probed: bool
     ) -> int:
-        """Send the records (the first one already, when probed), each to its PARTITION_COLUMN; the last one
-        carries the marker. Each record is handed to the producer directly, `_send`'s waits and metadata
-        refreshes only when that fails: per record they took 0.5 us of this loop's 1.6 us (without the
-        producer's own time)."""
+        """Send the records (the first one already, when probed); the last one carries the marker. Each record
+        is handed to the producer directly, `_send`'s waits and metadata refreshes only when that fails: per
+        record they took 0.5 us of this loop's 1.6 us (without the producer's own time)."""
         records = itertools.chain(head[1:] if probed else head, rest)
         produce, topic = producer.produce, self.topic
         count = 1 if probed else 0
@@ -320,21 +268,21 @@ class BatchWrite:
             if held is None:
                 return count
             for record in records:
-                key, value, headers, to = held
+                key, value, headers = held
                 try:
-                    produce(topic, value, key, partition=to, headers=headers)
+                    produce(topic, value, key, partition=partition, headers=headers)
                 except (BufferError, KafkaException):  # the queue is full, or the metadata behind
-                    self._send(producer, held, last=False)
+                    self._send(producer, partition, held, last=False)
                 held = record
                 count += 1
-            self._send(producer, held, last=True)
+            self._send(producer, partition, held, last=True)
         except KafkaException as exc:
             self._forget_on(exc, partition, producer)
             raise
         return count + 1
 
-    def _send(self, producer: Producer, record: KafkaRecord, last: bool) -> None:
-        key, value, headers, partition = record
+    def _send(self, producer: Producer, partition: int, record: KafkaRecord, last: bool) -> None:
+        key, value, headers = record
         if last:
             headers = [*(headers or []), self.marker.header()]
         while True:
