@@ -10,7 +10,7 @@ Check. The output, read as a read_committed consumer reads it, against the refer
 the producer wrote: every (window, word) exactly once with the right count and sum (lost: missing or
 wrong; duplicated: written more than once), every malformed record once in the dead letters.
 
-Faults (`make faults` runs the long ones; CI runs the driver case with 2 kills):
+Faults (`make faults` runs the long ones; CI runs the driver case with 2 kills, for either writer):
 - the driver (`sluice run`, Spark in local mode) killed with SIGKILL at random moments in its batches and
   started again on its checkpoint;
 - an executor of a Spark standalone cluster killed while a task holds an uncommitted transaction, or right
@@ -437,6 +437,7 @@ def kill_driver_repeatedly(driver: Driver, kills: int, rng: random.Random) -> tu
     ("kills", "writers"),
     [
         pytest.param(2, "auto", id="ci"),
+        pytest.param(2, "executors", id="ci-executor-writes"),
         pytest.param(20, "auto", id="long-driver-writes", marks=pytest.mark.faults),
         pytest.param(20, "executors", id="long-executor-writes", marks=pytest.mark.faults),
     ],
