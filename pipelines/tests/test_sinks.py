@@ -36,6 +36,7 @@ from sluice.pipelines.sinks.kafka_eos import (
     with_kafka_partition_in_driver,
     with_kafka_partition_in_stream,
 )
+from sluice.pipelines.sinks.kafka_eos import driver as eos_driver
 from sluice.pipelines.sinks.kafka_eos.writer import _Workers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -292,6 +293,45 @@ def test_records_of_other_writers_after_the_last_commit(target: Target) -> None:
     replay.write_batch(target.rows(replay, "b0"), 0)
     assert all(r.skipped for r in replay.last_results)
     assert +(target.values() - Counter(f"other-{i}" for i in range(300) for _ in range(3))) == expected("b0")
+
+
+def test_auto_writes_a_batch_of_other_rows_from_the_driver_after_a_small_one(
+    spark_session: SparkSession,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """writers auto on rows that are not an aggregation's groups: the first batch of a run (often a backlog) and a
+    batch after one of more than SMALL_BATCH_RECORDS records go to the executors; a batch after a small one is
+    written by the driver, with the producers it keeps (here, in this process). Every record once either way."""
+    monkeypatch.setattr(eos_driver, "SMALL_BATCH_RECORDS", 30)
+    target = Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path, "auto")
+    sink = target.sink()
+    assert not sink.from_driver
+    few, tags = KEYS[:20], ["b0", "b1", "b2", "b3"]
+    written_by_driver = []
+    for batch_id, (tag, keys) in enumerate(zip(tags, [few, few, KEYS, KEYS], strict=True)):
+        _Workers.producers.clear()
+        sink.write_batch(target.rows(sink, tag, keys), batch_id)
+        written_by_driver.append(bool(_Workers.producers))
+    assert written_by_driver == [False, True, True, False]
+    assert target.values() == expected("b0", few) + expected("b1", few) + expected("b2") + expected("b3")
+
+
+def test_a_batch_the_stream_placed_is_placed_again_in_the_driver_only_for_another_count(
+    spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A batch the driver writes for `auto` comes placed by the streaming plan: kept as it is for the count the
+    plan placed it for, placed again (once) for another."""
+    sink = Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path, "auto").sink()
+    sink._placed_in_stream = 3
+    keys = [k.encode() for k in KEYS]
+    placed = pa.table({"key": keys, "value": keys, PARTITION_COLUMN: [kafka_partition(k, 3) for k in keys]})
+    assert sink._placed_in_driver(placed, 3) is placed
+    again = sink._placed_in_driver(placed, 5)
+    assert again.column(PARTITION_COLUMN).to_pylist() == [kafka_partition(k, 5) for k in keys]
+    assert again.column_names.count(PARTITION_COLUMN) == 1
 
 
 # ------------------------------------------------------------------------------ zombies and fencing

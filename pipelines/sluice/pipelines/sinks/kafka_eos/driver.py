@@ -31,6 +31,7 @@ from .settings import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     MAX_DRIVER_WRITERS,
     QUIET,
+    SMALL_BATCH_RECORDS,
     STREAM_PLACEMENT_TIMEOUT_S,
     log,
 )
@@ -58,6 +59,9 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         self._pinned: tuple[int, int] | None = None  # (from batch, partitions) last pinned in this run
         self._lock = threading.Lock()
         self.from_driver = config.writers == "driver" or (config.writers == "auto" and context.grouped)
+        # auto, rows that are not groups: the driver writes a batch while the one before was small
+        self.small_from_driver = config.writers == "auto" and not self.from_driver
+        self._last_records: int | None = None  # written (or found written) by the last batch of this run
         self.last_results: list[PartitionResult] = []
         self._placed_in_stream: int | None = None  # the partition count the streaming plan places records for
 
@@ -77,14 +81,15 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         spark = records.sparkSession
         with self._lock:
             job = self._batch_write(spark, batch_id)
-        table = self._collected(records, batch_id) if self.from_driver else None
+        table = self._collected(records, batch_id) if self._driver_writes() else None
         if table is not None:
-            results = self._write_from_driver(job, with_kafka_partition_in_driver(table, job.partitions))
+            results = self._write_from_driver(job, self._placed_in_driver(table, job.partitions))
         else:
             placed = self._placed(records, job.partitions)
             written = self._by_partition(placed, job.partitions).mapInArrow(job.write_task, RESULT_TYPE).collect()
             results = [PartitionResult(*row) for row in written]
         self.last_results = sorted(results)
+        self._last_records = sum(r.records for r in results)
         log.debug(
             "%s: batch %d: %d records to %d partition(s) of %s, %d new producer(s)",
             self.context.query,
@@ -103,6 +108,26 @@ class ExactlyOnceKafkaSink(KafkaRecords):
                 self.config.topic,
                 skipped,
             )
+
+    def _driver_writes(self) -> bool:
+        """Whether the driver writes this batch: always for `driver` (and `auto` on an aggregation's groups); for
+        `auto` on other rows, while the batch before held at most SMALL_BATCH_RECORDS records. A small batch then
+        costs what the driver's kept producers take, not a Spark stage and its tasks' producers (a task on
+        another Python worker than last time needs a new one, which fences the old one and reads the
+        partition's last commit); the first batch of a run, often a backlog, and the batch after a large one
+        go to the executors."""
+        if self.from_driver:
+            return True
+        return self.small_from_driver and self._last_records is not None and self._last_records <= SMALL_BATCH_RECORDS
+
+    def _placed_in_driver(self, table: pa.Table, partitions: int) -> pa.Table:
+        """The collected batch with each record's partition: as the streaming plan placed it when that was for
+        this count, else placed here."""
+        if PARTITION_COLUMN in table.column_names:
+            if partitions == self._placed_in_stream:
+                return table
+            table = table.drop_columns([PARTITION_COLUMN])
+        return with_kafka_partition_in_driver(table, partitions)
 
     def _placed(self, records: DataFrame, partitions: int) -> DataFrame:
         if self._placed_in_stream is None or PARTITION_COLUMN not in records.columns:

@@ -18,6 +18,9 @@ MAX_KEPT_PRODUCERS = 256  # per Python worker or driver
 # new broker loads its transaction log), and what fails reaches the sink as an exception.
 QUIET = 3
 MAX_DRIVER_WRITERS = 8  # partitions a driver writes at once
+# writers auto, rows that are not an aggregation's groups: the driver writes a batch after one of at most this many
+# records (the filter + projection at 50k records/s: 0.35 s a batch, against 1.8 s from the executors)
+SMALL_BATCH_RECORDS = 100_000
 DRIVER_WRITE_ATTEMPTS = 4  # per partition and batch, as spark.task.maxFailures for a task
 MAX_FENCED = 5  # new producers in a row fenced by another one before a task gives up
 
