@@ -315,7 +315,8 @@ class ToKafka(SinkBase):
         description="exactlyOnce: where the transactions are written. driver: the micro-batch's records are "
         "collected and written by the driver, whose producers live as long as the query (the output must fit in "
         "the driver's memory); executors: one Spark task per Kafka partition. auto: driver when the rows are "
-        "an aggregation's groups (a batch holds the groups it changed), executors otherwise.",
+        "an aggregation's groups (a batch holds the groups it changed); for other rows, the driver after a batch "
+        "of at most 100,000 records, the executors for a run's first batch and after a larger one.",
     )
     bootstrapServers: str | None = Field(None, description="Overrides the app's Kafka for this sink.")
     options: dict[str, str] = Field(

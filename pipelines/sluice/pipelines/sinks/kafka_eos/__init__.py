@@ -26,8 +26,9 @@ batch holds the same records; non-deterministic pipelines (rand(), now()) are ou
 Where the transactions are written (`writers`): by default, when the rows are an aggregation's groups (a
 batch holds only the groups it changed or closed), the driver collects the batch, places its records itself (in
 Python, not in Spark SQL) and writes each partition's transaction, the partitions side by side; its producers
-live as long as the query. Otherwise Spark task p writes partition p, as above. Both use the same ids, markers
-and fencing.
+live as long as the query. Other rows: the driver writes a batch after one of at most SMALL_BATCH_RECORDS
+records (placed by the streaming plan), Spark task p writes partition p, as above, after a larger one and in
+the first batch of a run. Both use the same ids, markers and fencing.
 
 Producers are kept in the Python worker (or the driver) between batches, with the partition's last commit:
 what they read when they took the partition, then their own commits. That stays true until another producer takes the id
