@@ -30,6 +30,7 @@ from sluice.pipelines.sinks.kafka_eos import (
     ExactlyOnceKafkaSink,
     Marker,
     kafka_partition,
+    kafka_partitions,
     routes,
     spark_hash_int,
     with_kafka_partition,
@@ -166,6 +167,8 @@ def test_keys_go_to_the_java_clients_partition(spark_session, kafka_bootstrap, n
     assert {r["key"]: r[PARTITION_COLUMN] for r in in_driver[2]} == {t: kafka_partition(t.encode(), 7) for t in texts}
     nothing = with_kafka_partition_in_driver(pa.table({"value": [None]}), 7)
     assert nothing.column(PARTITION_COLUMN).to_pylist() == [0]
+    sliced = pa.chunked_array([pa.array(keys[:10], pa.binary()), pa.array(keys, pa.binary()).slice(10)])
+    assert kafka_partitions(sliced, 7).tolist() == [by_java[k] for k in keys]
 
 
 def test_a_topic_of_one_partition_takes_every_record_without_hashing(spark_session: SparkSession) -> None:
@@ -317,21 +320,6 @@ def test_auto_writes_a_batch_of_other_rows_from_the_driver_after_a_small_one(
         written_by_driver.append(bool(_Workers.producers))
     assert written_by_driver == [False, True, True, False]
     assert target.values() == expected("b0", few) + expected("b1", few) + expected("b2") + expected("b3")
-
-
-def test_a_batch_the_stream_placed_is_placed_again_in_the_driver_only_for_another_count(
-    spark_session: SparkSession, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
-) -> None:
-    """A batch the driver writes for `auto` comes placed by the streaming plan: kept as it is for the count the
-    plan placed it for, placed again (once) for another."""
-    sink = Target(spark_session, kafka_bootstrap, new_topic(partitions=3), tmp_path, "auto").sink()
-    sink._placed_in_stream = 3
-    keys = [k.encode() for k in KEYS]
-    placed = pa.table({"key": keys, "value": keys, PARTITION_COLUMN: [kafka_partition(k, 3) for k in keys]})
-    assert sink._placed_in_driver(placed, 3) is placed
-    again = sink._placed_in_driver(placed, 5)
-    assert again.column(PARTITION_COLUMN).to_pylist() == [kafka_partition(k, 5) for k in keys]
-    assert again.column_names.count(PARTITION_COLUMN) == 1
 
 
 # ------------------------------------------------------------------------------ zombies and fencing

@@ -24,10 +24,10 @@ Spark replays a batch with the offsets recorded for it and the state of the batc
 batch holds the same records; non-deterministic pipelines (rand(), now()) are outside this promise.
 
 Where the transactions are written (`writers`): by default, when the rows are an aggregation's groups (a
-batch holds only the groups it changed or closed), the driver collects the batch, places its records itself (in
-Python, not in Spark SQL) and writes each partition's transaction, the partitions side by side; its producers
+batch holds only the groups it changed or closed), the driver collects the batch, places its records itself (with
+numpy, not in Spark SQL) and writes each partition's transaction, the partitions side by side; its producers
 live as long as the query. Other rows: the driver writes a batch after one of at most SMALL_BATCH_RECORDS
-records (placed by the streaming plan), Spark task p writes partition p, as above, after a larger one and in
+records, Spark task p writes partition p, as above, after a larger one and in
 the first batch of a run. Both use the same ids, markers and fencing.
 
 Producers are kept in the Python worker (or the driver) between batches, with the partition's last commit:
@@ -46,6 +46,7 @@ from .partitioner import (
     PARTITION_COLUMN,
     UNROLLED_BLOCKS,
     kafka_partition,
+    kafka_partitions,
     murmur2,
     routes,
     spark_hash_int,
@@ -65,6 +66,7 @@ __all__ = [
     "ExactlyOnceKafkaSink",
     "Marker",
     "kafka_partition",
+    "kafka_partitions",
     "murmur2",
     "release_kept_clients",
     "routes",

@@ -66,10 +66,12 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         self._placed_in_stream: int | None = None  # the partition count the streaming plan places records for
 
     def stream_writer(self, records: DataFrame) -> DataStreamWriter:
-        """The partition column is computed in the streaming plan, for the topic's partition count now: added
-        per micro-batch, Spark analysed its expression again each time (~55 ms a batch). A batch for another
-        count (the topic grew, or a replay pinned to the count it first had) is placed again in write_batch."""
-        if self.from_driver:  # placed in the driver (with_kafka_partition_in_driver)
+        """For `writers: executors`, the partition column is computed in the streaming plan, for the topic's
+        partition count now: added per micro-batch, Spark analysed its expression again each time (~55 ms a
+        batch). A batch for another count (the topic grew, or a replay pinned to the count it first had) is
+        placed again in write_batch. The driver places the batches it writes itself: in the plan, the compiled
+        form cost every batch ~120 ms of planning (the filter + projection at 50k records/s)."""
+        if self.from_driver or self.small_from_driver:  # placed per batch (with_kafka_partition_in_driver)
             return super().stream_writer(records)
         try:
             self._placed_in_stream = self._topic_partitions(timeout=STREAM_PLACEMENT_TIMEOUT_S)
@@ -83,7 +85,7 @@ class ExactlyOnceKafkaSink(KafkaRecords):
             job = self._batch_write(spark, batch_id)
         table = self._collected(records, batch_id) if self._driver_writes() else None
         if table is not None:
-            results = self._write_from_driver(job, self._placed_in_driver(table, job.partitions))
+            results = self._write_from_driver(job, with_kafka_partition_in_driver(table, job.partitions))
         else:
             placed = self._placed(records, job.partitions)
             written = self._by_partition(placed, job.partitions).mapInArrow(job.write_task, RESULT_TYPE).collect()
@@ -115,21 +117,14 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         costs what the driver's kept producers take, not a Spark stage and its tasks' producers (a task on
         another Python worker than last time needs a new one, which fences the old one and reads the
         partition's last commit); the first batch of a run, often a backlog, and the batch after a large one
-        go to the executors."""
+        go to the executors, placed by the compiled form."""
         if self.from_driver:
             return True
         return self.small_from_driver and self._last_records is not None and self._last_records <= SMALL_BATCH_RECORDS
 
-    def _placed_in_driver(self, table: pa.Table, partitions: int) -> pa.Table:
-        """The collected batch with each record's partition: as the streaming plan placed it when that was for
-        this count, else placed here."""
-        if PARTITION_COLUMN in table.column_names:
-            if partitions == self._placed_in_stream:
-                return table
-            table = table.drop_columns([PARTITION_COLUMN])
-        return with_kafka_partition_in_driver(table, partitions)
-
     def _placed(self, records: DataFrame, partitions: int) -> DataFrame:
+        if self.small_from_driver:  # a large batch: compiled, worth its ~200 ms of planning
+            return with_kafka_partition_in_stream(records, partitions)
         if self._placed_in_stream is None or PARTITION_COLUMN not in records.columns:
             return with_kafka_partition(records, partitions)
         if partitions == self._placed_in_stream:
