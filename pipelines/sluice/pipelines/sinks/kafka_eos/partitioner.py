@@ -197,8 +197,8 @@ def murmur2(data: bytes) -> int:
 
 @functools.lru_cache(maxsize=1 << 16)
 def kafka_partition(placed_by: str | bytes | None, partitions: int) -> int:
-    """The partition the Java client's default partitioner gives a key (a str: its UTF-8 bytes); 0 for none.
-    Kept per key: an aggregation's groups come back batch after batch."""
+    """The partition the Java client's default partitioner gives a key (a str: its UTF-8 bytes); 0 for none. One
+    key at a time, in Python: the reference kafka_partitions (the driver's, vectorised) is checked against."""
     if placed_by is None:
         return 0
     data = placed_by.encode() if isinstance(placed_by, str) else placed_by
