@@ -27,8 +27,8 @@ Where the transactions are written (`writers`): by default, when the rows are an
 batch holds only the groups it changed or closed), the driver collects the batch, places its records itself (with
 numpy, not in Spark SQL) and writes each partition's transaction, the partitions side by side; its producers
 live as long as the query. Other rows: the driver writes a batch after one of at most SMALL_BATCH_RECORDS
-records, Spark task p writes partition p, as above, after a larger one and in
-the first batch of a run. Both use the same ids, markers and fencing.
+records; Spark task p writes partition p, as above, after a larger one and in the first batch of a run. Both
+use the same ids, markers and fencing.
 
 Producers are kept in the Python worker (or the driver) between batches, with the partition's last commit:
 what they read when they took the partition, then their own commits. That stays true until another producer takes the id

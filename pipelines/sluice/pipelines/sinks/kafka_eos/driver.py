@@ -71,7 +71,7 @@ class ExactlyOnceKafkaSink(KafkaRecords):
         batch). A batch for another count (the topic grew, or a replay pinned to the count it first had) is
         placed again in write_batch. The driver places the batches it writes itself: in the plan, the compiled
         form cost every batch ~120 ms of planning (the filter + projection at 50k records/s)."""
-        if self.from_driver or self.small_from_driver:  # placed per batch (with_kafka_partition_in_driver)
+        if self.from_driver or self.small_from_driver:  # placed per batch: by the driver, or for a large batch in SQL
             return super().stream_writer(records)
         try:
             self._placed_in_stream = self._topic_partitions(timeout=STREAM_PLACEMENT_TIMEOUT_S)

@@ -195,7 +195,6 @@ def murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def kafka_partition(placed_by: str | bytes | None, partitions: int) -> int:
     """The partition the Java client's default partitioner gives a key (a str: its UTF-8 bytes); 0 for none. One
     key at a time, in Python: the reference kafka_partitions (the driver's, vectorised) is checked against."""
