@@ -8,6 +8,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,7 +39,7 @@ from sluice.pipelines.sinks.kafka_eos import (
     with_kafka_partition_in_stream,
 )
 from sluice.pipelines.sinks.kafka_eos import driver as eos_driver
-from sluice.pipelines.sinks.kafka_eos.writer import _Workers
+from sluice.pipelines.sinks.kafka_eos.writer import Rows, _Workers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -275,7 +276,7 @@ def test_values_alone_without_key_or_headers(target: Target) -> None:
 def test_a_record_routed_to_another_partitions_writer_is_refused() -> None:
     """Spark partition p must hold Kafka partition p's records only: anything else stops the batch."""
     with pytest.raises(RuntimeError, match=r"records of partitions 2\.\.2 reached the writer of partition 1"):
-        list(BatchWrite._records(1, batches("b0", 2, 3)))
+        list(BatchWrite._rows(1, batches("b0", 2, 3)))
 
 
 def test_a_new_checkpoint_counts_batches_from_zero_again(target: Target, tmp_path: Path) -> None:
@@ -375,6 +376,38 @@ def test_a_kept_producer_fenced_by_another_worker(target: Target) -> None:
     assert not again.skipped and not again.new_producer
     in_partition_2 = [k for k in KEYS if kafka_partition(k.encode(), 3) == 2]
     assert target.values() == sum((expected(f"b{b}", in_partition_2) for b in range(4)), Counter())
+
+
+def test_records_keep_their_order_when_the_producers_queue_fills(target: Target) -> None:
+    """Records are handed to the producer in runs: when its queue is full, the run's remaining records wait and
+    follow in order (a queue of 100 records, a partition's share of 2,500 in one transaction)."""
+    sink = target.sink()
+    write = target.batch_write(sink, 0, 3)
+    small_queue = replace(write, client_config={**write.client_config, "queue.buffering.max.messages": 100})
+    values = [f"b0:{i:05d}" for i in range(2_500)]
+    run = pa.RecordBatch.from_arrays(
+        [pa.array(values), pa.array([None] * len(values), pa.binary()), pa.array([1] * len(values), pa.int32())],
+        names=["value", "key", PARTITION_COLUMN],
+    )
+    result = list(small_queue.write(1, [run.slice(0, 1_200), run.slice(1_200)]))
+    assert [(r.records, r.skipped) for r in result] == [(2_500, False)]
+    out = target.output()
+    assert [(r.value or b"").decode() for r in out] == values
+    assert [r.partition for r in out] == [1] * len(values)
+    assert [bool(dict(r.headers).get(COMMIT_HEADER)) for r in out] == [False] * 2_499 + [True]
+
+
+def test_a_full_queue_leaves_the_runs_last_records_in_order() -> None:
+    """librdkafka queues a run of records in order: after the first one its queue has no room for, it refuses the
+    rest, a smaller one that would fit included; those wait for the next call, in their order."""
+    write = BatchWrite("t", "w", "q", 0, 1, {"bootstrap.servers": "127.0.0.1:9"}, "p", 60_000)
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9", "queue.buffering.max.kbytes": 1, "log_level": 0})
+    try:
+        values = [f"{i}" * 100 for i in range(5)] + ["b" * 900, "c"]
+        assert write._queued(producer, 0, Rows([None] * 6 + [b"k"], values, None)) == 5
+        assert len(producer) == 5
+    finally:
+        producer.purge()
 
 
 # -------------------------------------------------------------------------------------- partitions

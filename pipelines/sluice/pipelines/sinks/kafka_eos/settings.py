@@ -22,6 +22,8 @@ MAX_DRIVER_WRITERS = 8  # partitions a driver writes at once
 # records (the filter + projection at 50k records/s: 0.35 s a batch, against 1.8 s from the executors)
 SMALL_BATCH_RECORDS = 100_000
 DRIVER_WRITE_ATTEMPTS = 4  # per partition and batch, as spark.task.maxFailures for a task
+# Records converted from Arrow and handed to the producer at once: at most this many wait in memory twice.
+ENQUEUED_AT_ONCE = 10_000
 MAX_FENCED = 5  # new producers in a row fenced by another one before a task gives up
 
 Header = tuple[str, str | bytes | None]  # as confluent_kafka takes and gives them (it reads bytes)

@@ -11,6 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -24,9 +25,11 @@ from .partitioner import PARTITION_COLUMN
 from .settings import (
     CLIENT_TIMEOUT_S,
     DRIVER_WRITE_ATTEMPTS,
+    ENQUEUED_AT_ONCE,
     MAX_FENCED,
     MAX_KEPT_PRODUCERS,
     QUIET,
+    Header,
     KafkaRecord,
 )
 from .transactions import Marker, last_marker, retried, tried_again, with_fresh_metadata
@@ -101,6 +104,32 @@ def _values(batch: pa.RecordBatch, column: str) -> list:
     return batch.column(column).to_pylist() if column in batch.schema.names else [None] * batch.num_rows
 
 
+class Rows(NamedTuple):
+    """A run of one partition's records as Python objects, column by column (no object per record)."""
+
+    keys: list[str | bytes | None]
+    values: list[str | bytes | None]
+    headers: list[list[Header] | None] | None  # None: no record of the run has headers
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch) -> Rows:
+        headers = None
+        if "headers" in batch.schema.names and batch.column("headers").null_count < batch.num_rows:
+            pairs_of = batch.column("headers").to_pylist()
+            headers = [[(h["key"], h["value"]) for h in pairs] if pairs else None for pairs in pairs_of]
+        return cls(_values(batch, "key"), _values(batch, "value"), headers)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def record(self, index: int) -> KafkaRecord:
+        return self.keys[index], self.values[index], self.headers[index] if self.headers is not None else None
+
+    def between(self, start: int, stop: int | None = None) -> Rows:
+        headers = self.headers[start:stop] if self.headers is not None else None
+        return Rows(self.keys[start:stop], self.values[start:stop], headers)
+
+
 @dataclass(frozen=True)
 class BatchWrite:
     """One micro-batch's write, shipped to the tasks: `write` runs per output partition."""
@@ -129,16 +158,18 @@ class BatchWrite:
     def write(self, partition: int, batches: Iterable[pa.RecordBatch]) -> Iterator[PartitionResult]:
         """Write the partition's records (value, key?, headers?, PARTITION_COLUMN) in one transaction, unless the
         batch is committed there already."""
-        records = self._records(partition, batches)
-        head = [r for r in (next(records, None), next(records, None)) if r is not None]
-        if not head:
+        runs = self._rows(partition, batches)
+        first = next(runs, None)
+        if first is None:
             return iter(())
+        second = next(runs, None)
+        rest = runs if second is None else itertools.chain([second], runs)
         owner, fresh = self._owner(partition)
         started = fresh
         for _ in range(MAX_FENCED):
             if owner.committed is not None and owner.committed.covers(self.marker):
                 return iter([PartitionResult(partition, 0, skipped=True, new_producer=started)])
-            if self._began(owner, partition, head, probe=not fresh):
+            if self._began(owner, partition, first.record(0), only=len(first) == 1 and second is None, probe=not fresh):
                 break
             owner, fresh = self._owner(partition, replace=True)  # fenced: a newer producer took the id
             started = True
@@ -147,7 +178,8 @@ class BatchWrite:
                 f"{self._transactional_id(partition)}: fenced {MAX_FENCED} times in a row: is "
                 "another query writing with the same transactional ids?"
             )
-        written = self._send_all(owner.producer, partition, head, records, probed=not fresh)
+        probed = not fresh
+        written = probed + self._send_all(owner.producer, partition, first.between(1) if probed else first, rest)
         try:
             retried(owner.producer.commit_transaction)
         except KafkaException as exc:
@@ -163,9 +195,9 @@ class BatchWrite:
         return tried_again(DRIVER_WRITE_ATTEMPTS, lambda: list(self.write(partition, batches)), name)
 
     @staticmethod
-    def _records(partition: int, batches: Iterable[pa.RecordBatch]) -> Iterator[KafkaRecord]:
-        """The records of Arrow batches, column by column (no Row per record). Strings stay str: the producer
-        encodes them as UTF-8."""
+    def _rows(partition: int, batches: Iterable[pa.RecordBatch]) -> Iterator[Rows]:
+        """The records of Arrow batches in runs of at most ENQUEUED_AT_ONCE, each run's columns converted at once.
+        Strings stay str: the producer encodes them as UTF-8."""
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -175,9 +207,8 @@ class BatchWrite:
                     f"records of partitions {lowest}..{highest} reached the writer of partition "
                     f"{partition}: Spark's hash partitioning is not what routes() found"
                 )
-            keys, values, headers = (_values(batch, name) for name in ("key", "value", "headers"))
-            for key, value, pairs in zip(keys, values, headers, strict=True):
-                yield key, value, [(h["key"], h["value"]) for h in pairs] if pairs else None
+            for start in range(0, batch.num_rows, ENQUEUED_AT_ONCE):
+                yield Rows.of(batch.slice(start, ENQUEUED_AT_ONCE))
 
     # ---------------------------------------------------------------------- ownership
     def _transactional_id(self, partition: int) -> str:
@@ -212,13 +243,14 @@ class BatchWrite:
                 _Workers.producers.popitem(last=False)
         return owner, True
 
-    def _began(self, owner: OwnedPartition, partition: int, head: list[KafkaRecord], probe: bool) -> bool:
-        """Begin the transaction, False when fenced. A kept producer also sends the first record and waits for
-        it: fenced meanwhile, it learns so now, before the batch is decided on what it read."""
+    def _began(self, owner: OwnedPartition, partition: int, first: KafkaRecord, only: bool, probe: bool) -> bool:
+        """Begin the transaction, False when fenced. A kept producer also sends the first record (with the marker
+        when it is the only one) and waits for it: fenced meanwhile, it learns so now, before the batch is decided
+        on what it read."""
         try:
             owner.producer.begin_transaction()
             if probe:
-                self._send(owner.producer, partition, head[0], last=len(head) == 1)
+                self._send(owner.producer, partition, first, last=only)
                 owner.producer.flush(CLIENT_TIMEOUT_S)
         except KafkaException as exc:
             if exc.args[0].fatal():
@@ -254,32 +286,58 @@ class BatchWrite:
             return _Workers.consumers[key]
 
     # ------------------------------------------------------------------------- writing
-    def _send_all(
-        self, producer: Producer, partition: int, head: list[KafkaRecord], rest: Iterator[KafkaRecord], probed: bool
-    ) -> int:
-        """Send the records (the first one already, when probed); the last one carries the marker. Each record
-        is handed to the producer directly, `_send`'s waits and metadata refreshes only when that fails: per
-        record they took 0.5 us of this loop's 1.6 us (without the producer's own time)."""
-        records = itertools.chain(head[1:] if probed else head, rest)
-        produce, topic = producer.produce, self.topic
-        count = 1 if probed else 0
+    def _send_all(self, producer: Producer, partition: int, first: Rows, rest: Iterator[Rows]) -> int:
+        """Send the runs of records; the last record alone, with the marker."""
+        count, held = 0, first  # held back until the next run comes: the last run ends with the marker
         try:
-            held = next(records, None)  # held back until the next one comes: the last carries the marker
-            if held is None:
-                return count
-            for record in records:
-                key, value, headers = held
-                try:
-                    produce(topic, value, key, partition=partition, headers=headers)
-                except (BufferError, KafkaException):  # the queue is full, or the metadata behind
-                    self._send(producer, partition, held, last=False)
-                held = record
-                count += 1
-            self._send(producer, partition, held, last=True)
+            for rows in rest:
+                self._enqueue(producer, partition, held)
+                count, held = count + len(held), rows
+            if len(held):
+                self._enqueue(producer, partition, held.between(0, -1))
+                self._send(producer, partition, held.record(-1), last=True)
+                count += len(held)
         except KafkaException as exc:
             self._forget_on(exc, partition, producer)
             raise
-        return count + 1
+        return count
+
+    def _enqueue(self, producer: Producer, partition: int, rows: Rows) -> None:
+        """Hand a run of records to the producer: in one produce_batch call when they have no headers (it takes
+        none; 0.5 us a record against 1 us for produce() and 1.6 us for the loop calling it), else one by one."""
+        if rows.headers is not None:
+            produce, topic = producer.produce, self.topic
+            for key, value, headers in zip(rows.keys, rows.values, rows.headers, strict=True):
+                try:
+                    produce(topic, value, key, partition=partition, headers=headers)
+                except (BufferError, KafkaException):  # the queue is full, or the metadata behind
+                    self._send(producer, partition, (key, value, headers), last=False)
+            return
+        queued = 0
+        while queued < len(rows):
+            left = rows.between(queued) if queued else rows
+            queued += with_fresh_metadata(producer, self.topic, partial(self._queued, producer, partition, left))
+            if queued < len(rows):
+                producer.poll(0.05)  # the queue is full: its delivered records leave it
+
+    def _queued(self, producer: Producer, partition: int, rows: Rows) -> int:
+        """Queue the records in one call: how many it took, fewer when the producer's queue filled up (librdkafka
+        queues a run in order: after the first record it refuses, it refuses the rest)."""
+        messages: list[dict[str, object]] = [
+            {"key": key, "value": value} for key, value in zip(rows.keys, rows.values, strict=True)
+        ]
+        queued = producer.produce_batch(self.topic, messages, partition=partition)
+        if queued == len(messages):
+            return queued
+        error = messages[queued]["_error"]
+        assert isinstance(error, KafkaError)  # produce_batch marks each record it refused
+        if error.code() == KafkaError._QUEUE_FULL:
+            return queued
+        if queued == 0:
+            raise KafkaException(error)  # a transient error is tried again with fresh metadata
+        raise KafkaException(  # not transient: tried again, the queued ones would be written twice
+            KafkaError(KafkaError._FAIL, f"{self.topic}[{partition}]: {error.str()} after {queued} records queued")
+        )
 
     def _send(self, producer: Producer, partition: int, record: KafkaRecord, last: bool) -> None:
         key, value, headers = record
