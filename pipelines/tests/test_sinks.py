@@ -401,13 +401,20 @@ def test_a_full_queue_leaves_the_runs_last_records_in_order() -> None:
     """librdkafka queues a run of records in order: after the first one its queue has no room for, it refuses the
     rest, a smaller one that would fit included; those wait for the next call, in their order."""
     write = BatchWrite("t", "w", "q", 0, 1, {"bootstrap.servers": "127.0.0.1:9"}, "p", 60_000)
-    producer = Producer({"bootstrap.servers": "127.0.0.1:9", "queue.buffering.max.kbytes": 1, "log_level": 0})
-    try:
-        values = [f"{i}" * 100 for i in range(5)] + ["b" * 900, "c"]
-        assert write._queued(producer, 0, Rows([None] * 6 + [b"k"], values, None)) == 5
-        assert len(producer) == 5
-    finally:
-        producer.purge()
+    queued: list[bytes | None] = []  # the records the producer held, as its purge reports them, in its order
+    producer = Producer(
+        {
+            "bootstrap.servers": "127.0.0.1:9",
+            "queue.buffering.max.kbytes": 1,
+            "log_level": 0,
+            "on_delivery": lambda _error, message: queued.append(message.value()),
+        }
+    )
+    values = [f"{i}" * 100 for i in range(5)] + ["b" * 900, "c"]
+    assert write._queued(producer, 0, Rows([None] * 6 + [b"k"], values, None)) == 5
+    producer.purge()
+    producer.flush(5)
+    assert queued == [value.encode() for value in values[:5]]
 
 
 # -------------------------------------------------------------------------------------- partitions
