@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sluice.api.kafka_clients import KafkaClient
-from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, FromKafka
+from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, SOURCE_MAX_POLL_RECORDS, FromKafka
 from sluice.pipelines.kafka_source import kafka_source_options
 
 
@@ -14,6 +14,7 @@ def test_a_stream_reads_with_a_short_fetch_wait_and_the_nodes_settings() -> None
         "kafka.bootstrap.servers": "kafka:9092",
         "kafka.isolation.level": "read_committed",
         "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_MAX_WAIT_MS),
+        "kafka.max.poll.records": str(SOURCE_MAX_POLL_RECORDS),
         "includeHeaders": "true",
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": "1000",
@@ -26,10 +27,11 @@ def test_the_nodes_own_options_win() -> None:
     src = FromKafka(
         pattern="lines-.*",
         isolationLevel="readUncommitted",
-        options={"kafka.fetch.max.wait.ms": "500", "failOnDataLoss": "false"},
+        options={"kafka.fetch.max.wait.ms": "500", "kafka.max.poll.records": "500", "failOnDataLoss": "false"},
     )
     options = kafka_source_options(src, KafkaClient("kafka:9092"), "latest")
     assert options["kafka.fetch.max.wait.ms"] == "500"
+    assert options["kafka.max.poll.records"] == "500"
     assert options["failOnDataLoss"] == "false"
     assert options["subscribePattern"] == "lines-.*" and "subscribe" not in options
     assert options["kafka.isolation.level"] == "read_uncommitted"

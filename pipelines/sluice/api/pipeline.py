@@ -35,6 +35,10 @@ KAFKA_METADATA_COLUMNS = ("key", "timestamp", "headers", "topic", "partition", "
 # (500 ms by default): a paced topic's micro-batches read in 252-328 ms instead of 65-124 ms (make
 # bench-source-fetch). A source's options."kafka.fetch.max.wait.ms" overrides it.
 SOURCE_FETCH_MAX_WAIT_MS = 10
+# A micro-batch task's consumer asks the broker for the partition's offset range twice after every poll (Spark's
+# InternalKafkaConsumer.fetch): with the Java client's 500 records a poll, two round trips per 500 records read.
+# A source's options."kafka.max.poll.records" overrides it.
+SOURCE_MAX_POLL_RECORDS = 10_000
 
 
 # Kafka client settings that carry a credential: given in an option they would be copied into every object the
@@ -99,7 +103,8 @@ class FromKafka(Strict):
     options: dict[str, str] = Field(
         default_factory=dict,
         description="Extra Spark Kafka source options (kafka.* go to the consumers; sluice sets "
-        f"kafka.fetch.max.wait.ms to {SOURCE_FETCH_MAX_WAIT_MS}; credentials come from spec.kafka).",
+        f"kafka.fetch.max.wait.ms to {SOURCE_FETCH_MAX_WAIT_MS} and kafka.max.poll.records to "
+        f"{SOURCE_MAX_POLL_RECORDS}; credentials come from spec.kafka).",
     )
     _no_credentials = field_validator("options")(credential_options)
 

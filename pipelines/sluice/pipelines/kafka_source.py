@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, TimestampNTZType, TimestampType
 
 from sluice.api.kafka_clients import KafkaClient
-from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, FromKafka, Node
+from sluice.api.pipeline import SOURCE_FETCH_MAX_WAIT_MS, SOURCE_MAX_POLL_RECORDS, FromKafka, Node
 from sluice.api.validation import PipelineInvalid
 
 ERROR_COLUMN = "_sluice_error"
@@ -43,6 +43,7 @@ def kafka_source_options(
         **kafka.spark_options(),
         "kafka.isolation.level": ISOLATION_LEVELS[src.isolationLevel],
         "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_MAX_WAIT_MS),
+        "kafka.max.poll.records": str(SOURCE_MAX_POLL_RECORDS),
         "includeHeaders": str("headers" in src.metadata).lower(),
     }
     if since_ms is not None:  # a partition with no record that late starts at its end
